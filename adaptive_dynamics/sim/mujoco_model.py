@@ -1,0 +1,163 @@
+"""Build a MuJoCo model from the same URDF the controller's pinocchio model uses.
+
+The point of this module is that the rigid-body dynamics of the MuJoCo plant are
+*identical* to pinocchio's on the same URDF (checked to 1e-6 relative in
+``test/test_robots.py``: ``mj_inverse`` == ``pinocchio.rnea``).  Any model mismatch the
+controller sees must therefore be injected on purpose (friction, armature, damping,
+payload ...), never come from the URDF import.  What that takes:
+
+* ``inertiafromgeom="false"``: the URDF ``<inertial>`` is the only source of mass and
+  inertia (a link without one is massless, as in URDF/pinocchio); geometry never
+  overrides it.
+* ``balanceinertia="false"``: MuJoCo must not "fix" inertia tensors; an inconsistent
+  tensor is a compile error instead of a silent change.
+* ``fusestatic="false"``: every URDF link stays its own body (nothing is merged
+  behind our back; frames such as the end-effector stay addressable by name).
+* ``discardvisual="true"`` and removal of every ``<visual>``/``<collision>`` that
+  references a mesh: MuJoCo cannot read the ``.dae`` meshes ROS descriptions use, and
+  geometry is irrelevant to the dynamics here.
+* The URDF root link is welded to the world (MuJoCo adds no free joint for a URDF).
+* Joint armature / damping / frictionloss are overwritten with the given values
+  (default 0, whatever ``<dynamics>`` the URDF carries); contacts and joint-limit
+  constraints are disabled unless asked for.
+
+No ROS import here: the bridge node is a thin shell over this.
+"""
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from typing import Iterable, Sequence, Tuple, Union
+
+import numpy as np
+
+import mujoco
+
+__all__ = ["urdf_to_mujoco_xml", "load_mujoco_model", "joint_indices"]
+
+_COMPILER_ATTRS = {
+    "discardvisual": "true",
+    "balanceinertia": "false",
+    "fusestatic": "false",
+    "inertiafromgeom": "false",
+    "strippath": "false",
+}
+
+
+def _read_urdf(urdf: Union[str, os.PathLike]) -> str:
+    text = str(urdf)
+    if text.lstrip().startswith("<"):
+        return text  # already an XML string
+    path = os.fspath(urdf)
+    if not os.path.isfile(path):
+        # A known robot name ("panda", "iiwa14", ...) is accepted too.
+        from adaptive_dynamics.robots import urdf_path
+
+        path = urdf_path(path)
+    with open(path, "r", encoding="utf-8") as fh:
+        return fh.read()
+
+
+def urdf_to_mujoco_xml(urdf: Union[str, os.PathLike]) -> str:
+    """Return the URDF text with the ``<mujoco><compiler .../></mujoco>`` extension.
+
+    ``urdf`` is a file path, a robot name known to :mod:`adaptive_dynamics.robots`, or
+    the URDF XML itself.  Mesh-bearing ``<visual>``/``<collision>`` elements are
+    removed; an existing ``<mujoco>`` extension is kept but its compiler flags that
+    matter for dynamics fidelity are overridden.
+    """
+    root = ET.fromstring(_read_urdf(urdf))
+    if root.tag != "robot":
+        raise ValueError(f"not a URDF: the root element is <{root.tag}>, expected <robot>")
+
+    for link in root.findall("link"):
+        for tag in ("visual", "collision"):
+            for elem in list(link.findall(tag)):
+                if elem.find(".//mesh") is not None:
+                    link.remove(elem)
+
+    ext = root.find("mujoco")
+    if ext is None:
+        ext = ET.Element("mujoco")
+        root.insert(0, ext)
+    compiler = ext.find("compiler")
+    if compiler is None:
+        compiler = ET.SubElement(ext, "compiler")
+    for key, value in _COMPILER_ATTRS.items():
+        compiler.set(key, value)
+    compiler.attrib.pop("meshdir", None)
+    return ET.tostring(root, encoding="unicode")
+
+
+def _per_dof(value: Union[float, Sequence[float]], nv: int, what: str) -> np.ndarray:
+    arr = np.asarray(value, dtype=float)
+    if arr.ndim == 0:
+        return np.full(nv, float(arr))
+    if arr.shape != (nv,):
+        raise ValueError(f"{what}: expected a scalar or {nv} values (one per DoF), got shape {arr.shape}")
+    return arr
+
+
+def load_mujoco_model(
+    urdf: Union[str, os.PathLike],
+    *,
+    timestep: float = 1e-3,
+    armature: Union[float, Sequence[float]] = 0.0,
+    damping: Union[float, Sequence[float]] = 0.0,
+    frictionloss: Union[float, Sequence[float]] = 0.0,
+    gravity: Iterable[float] = (0.0, 0.0, -9.81),
+    contacts: bool = False,
+    joint_limits: bool = False,
+) -> "mujoco.MjModel":
+    """Build a :class:`mujoco.MjModel` whose rigid-body dynamics equal pinocchio's.
+
+    ``armature``/``damping``/``frictionloss`` are a scalar or one value per DoF in
+    MuJoCo's DoF order (use :func:`joint_indices` to place per-joint values by name).
+    Contacts and joint-limit constraints are disabled by default (``contacts``,
+    ``joint_limits`` turn them back on).
+    """
+    if not timestep > 0:
+        raise ValueError(f"timestep must be > 0, got {timestep}")
+    model = mujoco.MjModel.from_xml_string(urdf_to_mujoco_xml(urdf))
+
+    model.opt.timestep = float(timestep)
+    g = np.asarray(tuple(gravity), dtype=float)
+    if g.shape != (3,):
+        raise ValueError(f"gravity must have 3 components, got {g.shape}")
+    model.opt.gravity[:] = g
+
+    nv = model.nv
+    model.dof_armature[:] = _per_dof(armature, nv, "armature")
+    model.dof_damping[:] = _per_dof(damping, nv, "damping")
+    model.dof_frictionloss[:] = _per_dof(frictionloss, nv, "frictionloss")
+    model.jnt_stiffness[:] = 0.0
+
+    if not contacts:
+        model.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+    if not joint_limits:
+        model.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_LIMIT)
+    return model
+
+
+def joint_indices(mj_model: "mujoco.MjModel", joint_names: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    """Map joint names to (qpos indices, dof indices), by NAME, never by order.
+
+    Only 1-DoF joints (hinge/slide) are supported.  Raises ``ValueError`` naming every
+    missing joint (and listing the joints the model has).
+    """
+    names = list(joint_names)
+    qpos_idx, dof_idx, missing = [], [], []
+    for name in names:
+        jid = mujoco.mj_name2id(mj_model, mujoco.mjtObj.mjOBJ_JOINT, name)
+        if jid < 0:
+            missing.append(name)
+            continue
+        jtype = int(mj_model.jnt_type[jid])
+        if jtype not in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
+            raise ValueError(f"joint {name!r} is not a 1-DoF (hinge/slide) joint")
+        qpos_idx.append(int(mj_model.jnt_qposadr[jid]))
+        dof_idx.append(int(mj_model.jnt_dofadr[jid]))
+    if missing:
+        have = [mujoco.mj_id2name(mj_model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(mj_model.njnt)]
+        raise ValueError(f"joints not in the MuJoCo model: {missing}; the model has {have}")
+    return np.asarray(qpos_idx, dtype=int), np.asarray(dof_idx, dtype=int)
