@@ -40,7 +40,6 @@ setup(
     maintainer_email="adaptive-dynamics@example.org",
     description="ROS 2 nodes that learn a torque-controlled robot's dynamics online while controlling it.",
     license="Apache-2.0",
-    tests_require=["pytest"],
     entry_points={
         "console_scripts": [
             "adaptive-dynamics = adaptive_dynamics.cli:main",

@@ -1,0 +1,40 @@
+"""Input checks shared by the ROS-free layers (clear ``ValueError`` naming the argument)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def as_vector(x, n: int, name: str) -> np.ndarray:
+    """Return ``x`` as a contiguous float64 vector of length ``n`` or raise ``ValueError``.
+
+    The message names the argument, the expected and actual length, and the first
+    non-finite entry (NaN/inf) if any.
+    """
+    try:
+        arr = np.ascontiguousarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: cannot convert to a float vector ({exc})") from None
+    if arr.ndim != 1:
+        arr = arr.reshape(-1) if arr.size == n and arr.ndim == 2 and 1 in arr.shape else arr
+    if arr.ndim != 1 or arr.size != n:
+        raise ValueError(f"{name}: expected a vector of length {n}, got shape {np.shape(x)}")
+    finite = np.isfinite(arr)
+    if not finite.all():
+        k = int(np.argmin(finite))
+        raise ValueError(f"{name}: entry {k} is not finite ({arr[k]!r}); NaN/inf inputs are rejected")
+    return arr
+
+
+def check_vectors(n: int, **named) -> tuple:
+    """Validate several equally sized vectors; returns them in keyword order."""
+    return tuple(as_vector(v, n, k) for k, v in named.items())
+
+
+def as_positive(x, name: str) -> float:
+    try:
+        val = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a positive number, got {x!r}") from None
+    if not np.isfinite(val) or val <= 0.0:
+        raise ValueError(f"{name}: expected a positive finite number, got {x!r}")
+    return val

@@ -1,0 +1,429 @@
+"""Dynamics core against independent references.
+
+References: pinocchio's rnea / crba / computeCoriolisMatrix / computeGeneralizedGravity
+on a model built separately from the same URDF, MuJoCo's mj_inverse and mj_fullM,
+finite differences, and a continuous-time ODE solve (scipy) for the filtered regressor.
+Every test runs on the Panda, the KUKA iiwa 14 and the planar 2-DoF arm.
+"""
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pinocchio as pin
+import pytest
+from scipy.integrate import solve_ivp
+
+from adaptive_dynamics.dynamics import (
+    PhysicalConsistencyError,
+    RobotModel,
+    convert_order,
+    from_mass_com_inertia,
+    pseudo_inertia,
+    transform_matrix,
+)
+from adaptive_dynamics.robots import urdf_path
+from adaptive_dynamics.sim.mujoco_model import joint_indices, load_mujoco_model
+
+ROBOTS = ["panda", "iiwa14", "planar2"]
+
+
+@pytest.fixture(scope="module", params=ROBOTS)
+def robot(request):
+    return RobotModel(request.param)
+
+
+@pytest.fixture(scope="module")
+def reference(robot):
+    """An independent pinocchio model of the same URDF."""
+    m = pin.buildModelFromUrdf(robot.urdf_path)
+    return m, m.createData()
+
+
+def states(robot, k=10, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(k):
+        q, v, a = robot.random_state(rng)
+        yield q, v, a, rng.standard_normal(robot.n), rng.standard_normal(robot.n)
+
+
+def close(x, y, rtol=1e-9):
+    scale = max(1.0, float(np.abs(y).max()))
+    np.testing.assert_allclose(x, y, rtol=0, atol=rtol * scale)
+
+
+# ---------------------------------------------------------------- rigid-body terms
+def test_regressor_times_pi_is_rnea(robot, reference):
+    m, d = reference
+    pi = robot.parameters
+    for q, v, a, _, _ in states(robot):
+        close(robot.regressor(q, v, a) @ pi, pin.rnea(m, d, q, v, a))
+        close(robot.inverse_dynamics(q, v, a), pin.rnea(m, d, q, v, a))
+
+
+def test_M_C_g_match_pinocchio(robot, reference):
+    m, d = reference
+    for q, v, _, _, _ in states(robot):
+        M = pin.crba(m, d, q)
+        M = np.triu(M) + np.triu(M, 1).T
+        close(robot.mass_matrix(q), M)
+        close(robot.coriolis_matrix(q, v), pin.computeCoriolisMatrix(m, d, q, v))
+        close(robot.gravity(q), pin.computeGeneralizedGravity(m, d, q))
+
+
+def test_against_mujoco_inverse_dynamics(robot):
+    """Y(q, v, a) pi equals MuJoCo's mj_inverse (armature/damping off) to 1e-6 relative."""
+    mj = load_mujoco_model(robot.urdf_path)
+    data = mujoco.MjData(mj)
+    qi, di = joint_indices(mj, robot.joint_names)
+    Mmj = np.zeros((mj.nv, mj.nv))
+    for q, v, a, _, _ in states(robot):
+        data.qpos[qi], data.qvel[di], data.qacc[di] = q, v, a
+        mujoco.mj_inverse(mj, data)
+        tau_mj = data.qfrc_inverse[di].copy()
+        tau = robot.regressor(q, v, a) @ robot.parameters
+        np.testing.assert_allclose(tau, tau_mj, rtol=1e-6, atol=1e-6 * np.abs(tau_mj).max())
+        mujoco.mj_fullM(mj, data, Mmj)
+        np.testing.assert_allclose(robot.mass_matrix(q), Mmj[np.ix_(di, di)], rtol=1e-6, atol=1e-9)
+
+
+def test_coriolis_is_christoffel_and_skew(robot):
+    for q, v, _, w, x in states(robot):
+        C = robot.coriolis_matrix(q, v)
+        Cw = robot.coriolis_matrix(q, w)
+        close(C @ w, Cw @ v)  # Christoffel symmetry C(q,v)w = C(q,w)v
+        S = robot.mass_matrix_dot(q, v) - 2 * C
+        close(S, -S.T)
+        assert abs(x @ S @ x) < 1e-9 * max(1.0, np.abs(S).max())
+
+
+def test_mass_matrix_dot_finite_difference(robot):
+    eps = 1e-6
+    for q, v, _, _, _ in states(robot, k=5):
+        fd = (robot.mass_matrix(q + eps * v) - robot.mass_matrix(q - eps * v)) / (2 * eps)
+        np.testing.assert_allclose(robot.mass_matrix_dot(q, v), fd, atol=1e-6 * max(1, np.abs(fd).max()))
+
+
+def test_jacobian_and_dot_finite_difference(robot):
+    eps = 1e-6
+    for q, v, _, _, _ in states(robot, k=5):
+        J = robot.jacobian(q)
+        p = lambda qq: robot.frame_pose(qq)[:3, 3]
+        Jfd = np.column_stack([(p(q + eps * e) - p(q - eps * e)) / (2 * eps) for e in np.eye(robot.n)])
+        np.testing.assert_allclose(J[:3], Jfd, atol=1e-7)
+        # angular part: R(q + eps e) R^T ~ I + eps [w]x
+        R = robot.frame_pose(q)[:3, :3]
+        for k, e in enumerate(np.eye(robot.n)):
+            dR = (robot.frame_pose(q + eps * e)[:3, :3] - robot.frame_pose(q - eps * e)[:3, :3]) / (2 * eps)
+            W = dR @ R.T
+            np.testing.assert_allclose([W[2, 1], W[0, 2], W[1, 0]], J[3:, k], atol=1e-7)
+        Jdot_fd = (robot.jacobian(q + eps * v) - robot.jacobian(q - eps * v)) / (2 * eps)
+        np.testing.assert_allclose(robot.jacobian_dot(q, v), Jdot_fd, atol=1e-6)
+
+
+# ---------------------------------------------------------------- regressors
+def test_slotine_li_regressor(robot):
+    pi = robot.parameters
+    for q, v, a, vr, ar in states(robot):
+        Ysl = robot.slotine_li_regressor(q, v, vr, ar)
+        expect = robot.mass_matrix(q) @ ar + robot.coriolis_matrix(q, v) @ vr + robot.gravity(q)
+        close(Ysl @ pi, expect)
+        # with vr = v, ar = a it is the standard regressor, column by column
+        close(robot.slotine_li_regressor(q, v, v, a), robot.regressor(q, v, a))
+
+
+def test_regressor_derivatives_finite_difference(robot):
+    rng = np.random.default_rng(3)
+    eps = 1e-6
+    dpi = rng.standard_normal(robot.n_params)
+    dpi[0] = 0.0  # a zero-mass block (not representable as a pinocchio Inertia)
+    f = lambda q, v, a: robot.regressor(q, v, a) @ dpi
+    for q, v, a, _, _ in states(robot, k=4):
+        dq, dv, da = robot.regressor_derivatives(q, v, a, dpi)
+        for D, which in ((dq, 0), (dv, 1), (da, 2)):
+            fd = np.empty_like(D)
+            for k, e in enumerate(np.eye(robot.n)):
+                xp = [q, v, a]
+                xm = [q, v, a]
+                xp[which] = xp[which] + eps * e
+                xm[which] = xm[which] - eps * e
+                fd[:, k] = (f(*xp) - f(*xm)) / (2 * eps)
+            np.testing.assert_allclose(D, fd, atol=1e-5 * max(1.0, np.abs(fd).max()))
+
+
+def test_non_physical_parameters_are_handled_linearly(robot):
+    """pi with zero/negative masses (adaptive estimates, deltas): M, g, tau stay linear."""
+    rng = np.random.default_rng(5)
+    pi = rng.standard_normal(robot.n_params)
+    pi[0] = 0.0
+    pi[10] = -0.5 if robot.n > 1 else pi[10]
+    other = RobotModel(robot.urdf_path)
+    other.set_parameters(pi, check=False)
+    for q, v, a, _, _ in states(robot, k=3):
+        close(other.inverse_dynamics(q, v, a), robot.regressor(q, v, a) @ pi)
+        close(other.gravity(q), robot.regressor(q, 0 * v, 0 * a) @ pi)
+
+
+def test_friction_columns():
+    rm = RobotModel("panda", friction=True)
+    fv, fc = np.linspace(0.1, 0.7, 7), np.linspace(0.2, 0.8, 7)
+    rm.set_friction(fv, fc)
+    ref = RobotModel("panda")
+    for q, v, a, vr, ar in states(rm, k=3):
+        expect = ref.inverse_dynamics(q, v, a) + fv * v + fc * np.sign(v)
+        close(rm.regressor(q, v, a) @ rm.parameters, expect)
+        close(rm.inverse_dynamics(q, v, a), expect)
+        expect_sl = ref.slotine_li_regressor(q, v, vr, ar) @ ref.parameters + fv * v + fc * np.sign(v)
+        close(rm.slotine_li_regressor(q, v, vr, ar) @ rm.parameters, expect_sl)
+    assert rm.parameter_names[-1] == "panda_joint7.fc" and rm.n_params == 84
+
+
+# ---------------------------------------------------------------- filtered regressor
+def _sine_traj(robot, seed=0):
+    rng = np.random.default_rng(seed)
+    c = 0.5 * (robot.lower + robot.upper)
+    amp = 0.2 * np.minimum(robot.upper - robot.lower, 2.0)
+    w = rng.uniform(0.8, 2.5, robot.n)
+    ph = rng.uniform(0, 2 * np.pi, robot.n)
+    q = lambda t: c + amp * np.sin(w * t + ph)
+    qd = lambda t: amp * w * np.cos(w * t + ph)
+    qdd = lambda t: -amp * w ** 2 * np.sin(w * t + ph)
+    return q, qd, qdd
+
+
+def test_filtered_regressor_second_order_exact(robot):
+    """W pi vs the continuous filtered torque (solve_ivp, rtol 1e-11): error O(h^2)."""
+    lam, T = 15.0, 0.6
+    q, qd, qdd = _sine_traj(robot)
+    pi = robot.parameters
+    tau = lambda t: robot.inverse_dynamics(q(t), qd(t), qdd(t))
+    sol = solve_ivp(lambda t, x: lam * (tau(t) - x), (0, T), np.zeros(robot.n),
+                    rtol=1e-11, atol=1e-12, method="DOP853")
+    ref = sol.y[:, -1]
+    errs, terrs = [], []
+    for h in (4e-3, 2e-3, 1e-3):
+        F = robot.filtered_regressor(lam, h)
+        for k in range(int(round(T / h)) + 1):
+            t = k * h
+            W, tf = F.update(q(t), qd(t), tau(t))
+        errs.append(np.abs(W @ pi - ref).max())
+        terrs.append(np.abs(tf - ref).max())
+    scale = np.abs(ref).max()
+    assert errs[-1] < 1e-4 * max(scale, 1.0)
+    for e1, e2 in zip(errs, errs[1:]):
+        assert 3.3 < e1 / e2 < 4.8, errs  # halving h quarters the error
+    for e1, e2 in zip(terrs, terrs[1:]):
+        assert 3.3 < e1 / e2 < 4.8, terrs
+
+
+def test_filtered_regressor_on_simulated_trajectory(robot):
+    """MuJoCo closed-loop-free rollout: W pi equals the numerically filtered applied torque."""
+    h_sim, sub, lam = 1e-4, 10, 20.0
+    mj = load_mujoco_model(robot.urdf_path, timestep=h_sim)
+    mj.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
+    data = mujoco.MjData(mj)
+    qi, di = joint_indices(mj, robot.joint_names)
+    q0 = 0.5 * (robot.lower + robot.upper)
+    data.qpos[qi] = q0
+    rng = np.random.default_rng(1)
+    w, ph = rng.uniform(1, 3, robot.n), rng.uniform(0, 6, robot.n)
+    scale = 0.3 * robot.effort_limit
+    F = robot.filtered_regressor(lam, h_sim * sub)
+    err, mag = 0.0, 0.0
+    for k in range(1500):
+        t = data.time
+        # torque = gravity compensation + a smooth excitation (keeps the arm moving, bounded)
+        q, v = data.qpos[qi].copy(), data.qvel[di].copy()
+        tau = robot.gravity(q) + scale * np.sin(w * t + ph) * 0.2 - 2.0 * v - 5.0 * (q - q0)
+        W, tf = F.update(q, v, tau)
+        if k > 50:
+            err = max(err, np.abs(W @ robot.parameters - tf).max())
+            mag = max(mag, np.abs(tf).max())
+        for _ in range(sub):
+            tq = robot.gravity(data.qpos[qi]) + scale * np.sin(w * data.time + ph) * 0.2 \
+                - 2.0 * data.qvel[di] - 5.0 * (data.qpos[qi] - q0)
+            data.qfrc_applied[di] = tq
+            mujoco.mj_step(mj, data)
+    assert err < 2e-3 * mag, (err, mag)
+
+
+def test_filtered_regressor_rejects_bad_input_without_corrupting_state():
+    rm = RobotModel("planar2")
+    F = rm.filtered_regressor(10.0, 1e-3)
+    q, v = np.array([0.1, 0.2]), np.array([0.3, -0.1])
+    F.update(q, v, np.zeros(2))
+    W, tf = F.update(q + 1e-3, v, np.ones(2))
+    W0, tf0 = W.copy(), tf.copy()
+    with pytest.raises(ValueError, match="v"):
+        F.update(q, np.array([np.nan, 0.0]), np.ones(2))
+    with pytest.raises(ValueError, match="tau"):
+        F.update(q, v, np.array([np.inf, 0.0]))
+    with pytest.raises(ValueError, match="q"):
+        F.update(np.zeros(3), v, np.ones(2))
+    np.testing.assert_array_equal(F.W, W0)
+    np.testing.assert_array_equal(F.tau_f, tf0)
+    with pytest.raises(ValueError, match="lam"):
+        rm.filtered_regressor(-1.0, 1e-3)
+
+
+# ---------------------------------------------------------------- base parameters
+def test_base_parameters(robot):
+    base = robot.base_parameters()
+    rng = np.random.default_rng(11)
+    pi = robot.parameters + 0.1 * rng.standard_normal(robot.n_params)
+    pib = base.to_base(pi)
+    stacked = []
+    for q, v, a, _, _ in states(robot, k=20, seed=99):
+        Y = robot.regressor(q, v, a)
+        close(base.regressor(Y) @ pib, Y @ pi)
+        close(Y @ base.projector, base.regressor(Y))
+        stacked.append(Y)
+    A = np.vstack(stacked * 1)
+    # independent rank count by SVD on fresh states
+    s = np.linalg.svd(A, compute_uv=False)
+    assert base.n_base == int(np.sum(s > 1e-9 * s[0]))
+    np.testing.assert_allclose(base.K @ base.projector, np.eye(base.n_base))
+    np.testing.assert_allclose(base.to_base(base.from_base(pib)), pib, atol=1e-12)
+    assert len(base.names) == base.n_base
+
+
+def test_base_parameter_count_planar2():
+    """A planar 2R arm in a vertical plane has 6 base parameters without friction
+    (ZZ1R, MX1, MZ1 of link 1 after grouping, and ZZ2, MX2, MZ2 of link 2):
+    here joints rotate about y, so the in-plane first moments are x and z."""
+    assert RobotModel("planar2").base_parameters().n_base == 6
+
+
+# ---------------------------------------------------------------- inertial utilities
+def test_parameter_orders_round_trip_and_meaning():
+    rng = np.random.default_rng(0)
+    pi = rng.standard_normal(30)
+    for o in ("ardl", "thunder"):
+        np.testing.assert_array_equal(convert_order(convert_order(pi, "pinocchio", o), o, "pinocchio"), pi)
+    blk = np.array([2.0, 0.1, 0.2, 0.3, 1.0, 0.01, 2.0, 0.02, 0.03, 3.0])  # pinocchio order
+    ardl = convert_order(blk, "pinocchio", "ardl")
+    # ARDL SpatialInertia(in): diag = in[4:7], (0,1)=in[7], (0,2)=in[8], (1,2)=in[9]
+    np.testing.assert_array_equal(ardl[4:7], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(ardl[7:], [0.01, 0.02, 0.03])
+    th = convert_order(blk, "pinocchio", "thunder")  # Ixx Ixy Ixz Iyy Iyz Izz
+    np.testing.assert_array_equal(th[4:], [1.0, 0.01, 0.02, 2.0, 0.03, 3.0])
+    with pytest.raises(ValueError, match="order"):
+        convert_order(blk, "pinocchio", "nope")
+
+
+def test_from_mass_com_inertia_matches_pinocchio():
+    I = np.array([[0.02, 0.001, 0.0], [0.001, 0.03, 0.002], [0.0, 0.002, 0.04]])
+    c = np.array([0.1, -0.05, 0.2])
+    pi = from_mass_com_inertia(1.5, c, I)
+    np.testing.assert_allclose(pi, pin.Inertia(1.5, c, I).toDynamicParameters(), atol=1e-14)
+
+
+def test_transform_matrix_matches_pinocchio_se3_action():
+    rng = np.random.default_rng(2)
+    X = pin.SE3.Random()
+    In = pin.Inertia.Random()
+    L = transform_matrix(X.rotation, X.translation)
+    np.testing.assert_allclose(L @ In.toDynamicParameters(), X.act(In).toDynamicParameters(), atol=1e-12)
+    del rng
+
+
+def test_physical_consistency_check_names_link():
+    rm = RobotModel("panda")
+    pi = rm.parameters
+    rm.set_parameters(pi)  # the shipped parameters are consistent
+    bad = pi.copy()
+    bad[10 * 3] = -1.0  # negative mass of link 4
+    with pytest.raises(PhysicalConsistencyError, match="panda_link4"):
+        rm.set_parameters(bad)
+    bad = pi.copy()
+    bad[10 * 5 + 4] = 10.0  # Ixx of link 6 violates the triangle inequality
+    with pytest.raises(PhysicalConsistencyError, match="panda_link6"):
+        rm.set_parameters(bad)
+    assert np.linalg.eigvalsh(pseudo_inertia(pi[:10]))[0] > 0
+    np.testing.assert_array_equal(rm.parameters, pi)  # refused updates changed nothing
+
+
+def test_payload_matches_a_model_with_the_payload_as_a_body():
+    rm = RobotModel("panda")
+    com, I = np.array([0.01, -0.02, 0.05]), np.diag([0.002, 0.003, 0.001])
+    p10 = from_mass_com_inertia(1.0, com, I)
+    rm.set_payload(p10)  # on the end-effector frame
+    # reference: pinocchio model with the payload appended as a body to joint 7
+    m = pin.buildModelFromUrdf(urdf_path("panda"))
+    f = m.frames[m.getFrameId(rm.ee_frame)]
+    m.appendBodyToJoint(f.parentJoint, pin.Inertia(1.0, com, I), f.placement)
+    d = m.createData()
+    for q, v, a, _, _ in states(rm, k=3):
+        close(rm.inverse_dynamics(q, v, a), pin.rnea(m, d, q, v, a))
+        Y = rm.regressor(q, v, a)
+        bare = RobotModel("panda")
+        close(rm.payload_regressor(Y) @ p10, Y @ rm.parameters - Y @ bare.parameters)
+    np.testing.assert_allclose(rm.payload_parameters(), p10)
+    np.testing.assert_allclose(rm.link_parameters, RobotModel("panda").parameters)
+    rm.clear_payload()
+    np.testing.assert_allclose(rm.parameters, RobotModel("panda").parameters)
+
+
+# ---------------------------------------------------------------- validation
+BAD = {"short": np.zeros(1), "nan": None, "inf": None, "text": "abc"}
+
+
+@pytest.mark.parametrize("fn,args", [
+    ("regressor", ("q", "v", "a")),
+    ("slotine_li_regressor", ("q", "v", "vr", "ar")),
+    ("inverse_dynamics", ("q", "v", "a")),
+    ("mass_matrix", ("q",)),
+    ("coriolis_matrix", ("q", "v")),
+    ("gravity", ("q",)),
+    ("jacobian", ("q",)),
+    ("jacobian_dot", ("q", "v")),
+    ("regressor_derivatives", ("q", "v", "a")),
+])
+@pytest.mark.parametrize("kind", ["short", "nan", "inf", "text"])
+def test_inputs_validated_with_named_errors(fn, args, kind):
+    rm = RobotModel("panda")
+    good = {k: np.full(rm.n, 0.1) for k in args}
+    extra = (np.zeros(rm.n_params),) if fn == "regressor_derivatives" else ()
+    for arg in args:
+        vals = dict(good)
+        if kind == "nan":
+            bad = np.full(rm.n, 0.1)
+            bad[3] = np.nan
+        elif kind == "inf":
+            bad = np.full(rm.n, 0.1)
+            bad[6] = -np.inf
+        else:
+            bad = BAD[kind]
+        vals[arg] = bad
+        with pytest.raises(ValueError, match=rf"^{arg}\b"):
+            getattr(rm, fn)(*vals.values(), *extra)
+
+
+@pytest.mark.parametrize("name", ROBOTS)
+def test_fast_path_catches_non_finite_in_every_entry(name):
+    """The hot-path NaN/inf probe must see every entry of every argument."""
+    rm = RobotModel(name)
+    rng = np.random.default_rng(0)
+    q, v, a = rm.random_state(rng)
+    calls = {"regressor": (rm.regressor, ["q", "v", "a"]),
+             "slotine_li_regressor": (rm.slotine_li_regressor, ["q", "v", "vr", "ar"])}
+    for fn, args in calls.values():
+        base = dict(zip(args, (q, v, a, a)))
+        for arg in args:
+            for k in range(rm.n):
+                for bad in (np.nan, np.inf, -np.inf):
+                    vals = {key: val.copy() for key, val in base.items()}
+                    vals[arg][k] = bad
+                    with pytest.raises(ValueError, match=rf"^{arg}: entry {k}"):
+                        with np.errstate(invalid="ignore"):
+                            fn(*vals.values())
+
+
+def test_joint_index_by_name():
+    rm = RobotModel("panda")
+    names = list(reversed(rm.joint_names))
+    idx = rm.joint_index(names)
+    assert [names[i] for i in idx] == rm.joint_names
+    with pytest.raises(ValueError, match="missing"):
+        rm.joint_index(names[:-1])
+    with pytest.raises(ValueError, match="unexpected"):
+        rm.joint_index(names + ["bogus"])
