@@ -1,0 +1,161 @@
+"""Process entry helper and diagnostics counters shared by the nodes.
+
+``run_node(MyNode)`` is the body of every node module's ``main()``:
+``rclpy.init`` (which installs rclpy's SIGINT/SIGTERM handlers), construct the
+node, spin it on a single- or multi-threaded executor, and shut down cleanly
+on Ctrl-C, SIGTERM (what ``ros2 launch`` and the pip launcher send) or an
+external ``rclpy.shutdown``; exit status 0 in those cases.
+
+``Counters`` accumulates named event counts (deadline misses, rejected
+messages, lockstep timeouts, ...) and gauges, and renders them as a
+``diagnostic_msgs/DiagnosticStatus``.  Values are cumulative; the *level* of a
+status reflects what happened since the previous status (a counter listed in
+``warn_on``/``error_on`` that increased), so one old deadline miss does not
+keep the node in WARN forever.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any, Dict, Iterable, Optional, Sequence
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+
+from .conversions import from_ns
+
+__all__ = ["run_node", "Counters", "diagnostic_array", "OK", "WARN", "ERROR", "STALE"]
+
+OK = DiagnosticStatus.OK
+WARN = DiagnosticStatus.WARN
+ERROR = DiagnosticStatus.ERROR
+STALE = DiagnosticStatus.STALE
+_LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR", STALE: "STALE"}
+
+
+def run_node(node_cls, args: Optional[Sequence[str]] = None, *, multithreaded: bool = False,
+             num_threads: Optional[int] = None, **node_kwargs: Any) -> int:
+    """Run ``node_cls(**node_kwargs)`` until shutdown; returns the exit status.
+
+    ``node_cls`` may also be a list of node classes/factories: they are
+    composed in one process on one executor (then ``node_kwargs`` must be
+    empty).  ``args`` defaults to ``sys.argv`` (so ``--ros-args -r ... -p ...
+    --params-file ...`` work).  Nodes are created in rclpy's default context.
+    Exceptions other than a shutdown request propagate after cleanup.
+    """
+    factories = list(node_cls) if isinstance(node_cls, (list, tuple)) else [node_cls]
+    if len(factories) > 1 and node_kwargs:
+        raise ValueError("node_kwargs only apply to a single node class")
+    rclpy.init(args=list(sys.argv if args is None else args))
+    nodes = []
+    executor = None
+    try:
+        for f in factories:
+            nodes.append(f(**node_kwargs))
+        if multithreaded:
+            executor = MultiThreadedExecutor(num_threads=num_threads)
+        else:
+            executor = SingleThreadedExecutor()
+        for n in nodes:
+            executor.add_node(n)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:
+        # rclpy's SIGTERM/SIGINT handler shuts the context down asynchronously;
+        # a spin racing with it can raise RCLError ("context is not valid")
+        # while building its wait set.  That is a shutdown, not a failure.
+        if rclpy.ok():
+            raise
+    finally:
+        if executor is not None:
+            try:
+                executor.shutdown(timeout_sec=1.0)
+            except Exception:
+                pass
+        for n in nodes:
+            try:
+                n.destroy_node()
+            except Exception:  # the context may already be invalid after a signal
+                pass
+        rclpy.try_shutdown()
+    return 0
+
+
+class Counters:
+    """Named counters and gauges -> ``diagnostic_msgs/DiagnosticStatus``."""
+
+    def __init__(self, name: str, hardware_id: str = "", *,
+                 warn_on: Iterable[str] = (), error_on: Iterable[str] = ()):
+        self.name = name
+        self.hardware_id = hardware_id
+        self.warn_on = tuple(warn_on)
+        self.error_on = tuple(error_on)
+        self._values: Dict[str, Any] = {}
+        self._reported: Dict[str, Any] = {}
+        self._lock = threading.Lock()
+        for k in self.warn_on + self.error_on:
+            self._values.setdefault(k, 0)
+
+    def inc(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._values[key] = self._values.get(key, 0) + n
+
+    def set(self, key: str, value: Any) -> None:
+        """A gauge (any value; shown as text)."""
+        with self._lock:
+            self._values[key] = value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values.get(key, 0)
+
+    def as_dict(self) -> Dict[str, Any]:
+        with self._lock:
+            return dict(self._values)
+
+    def reset(self) -> None:
+        with self._lock:
+            for k in list(self._values):
+                self._values[k] = 0 if k in self.warn_on + self.error_on else self._values[k]
+            self._reported.clear()
+
+    def _increase(self, key: str) -> int:
+        v, r = self._values.get(key, 0), self._reported.get(key, 0)
+        try:
+            return int(v - r)
+        except TypeError:
+            return 0
+
+    def status(self, level: Optional[bytes] = None, message: Optional[str] = None) -> DiagnosticStatus:
+        """Snapshot as a DiagnosticStatus; the level is computed unless given."""
+        with self._lock:
+            errs = [(k, self._increase(k)) for k in self.error_on if self._increase(k) > 0]
+            warns = [(k, self._increase(k)) for k in self.warn_on if self._increase(k) > 0]
+            values = dict(self._values)
+            self._reported = dict(values)
+        if level is None:
+            level = ERROR if errs else WARN if warns else OK
+        if message is None:
+            parts = [f"{k} +{d}" for k, d in errs + warns]
+            message = ", ".join(parts) + " since last report" if parts else "OK"
+        st = DiagnosticStatus()
+        st.level = level
+        st.name = self.name
+        st.message = message
+        st.hardware_id = self.hardware_id
+        st.values = [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
+        return st
+
+
+def diagnostic_array(stamp, statuses: Iterable[DiagnosticStatus]) -> DiagnosticArray:
+    """``diagnostic_msgs/DiagnosticArray`` for the ``/diagnostics`` topic."""
+    msg = DiagnosticArray()
+    msg.header.stamp = from_ns(stamp)
+    msg.status = list(statuses)
+    return msg
+
+
+def level_name(level: bytes) -> str:
+    return _LEVEL_NAMES.get(level, repr(level))

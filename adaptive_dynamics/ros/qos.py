@@ -1,0 +1,101 @@
+"""QoS profiles shared by every node, with the reason for each choice.
+
+DDS matches a publisher and a subscription only if their QoS are *compatible*
+(request-vs-offered): a subscription may ask for less than the publisher offers,
+never more.  The two rules that matter here:
+
+* reliability: a RELIABLE subscription does NOT receive from a BEST_EFFORT
+  publisher; a BEST_EFFORT subscription receives from both.
+* durability: a TRANSIENT_LOCAL subscription does NOT receive from a VOLATILE
+  publisher; a VOLATILE subscription receives from both (but gets no history).
+
+``STREAM_QOS`` -- 1 kHz streams (``joint_states``, ``reference``, regressors,
+feed-forward): BEST_EFFORT, KEEP_LAST depth 1, VOLATILE.  At control rate a
+late sample is worthless (the next one is 1 ms away), so we never want
+retransmissions or queued backlog; depth 1 means a slow consumer always sees
+the newest sample instead of working through a queue.  Consumers that need a
+sample for a *specific* instant pick it by stamp (see
+``conversions.ReferenceBuffer``), not by arrival.  A best-effort subscription
+also connects to reliable publishers such as ros2_control's
+``joint_state_broadcaster`` (which publishes with ``SystemDefaultsQoS``:
+reliable, depth 10).  Caveat: tools that subscribe RELIABLE (RViz's default,
+for example) do not receive our best-effort streams unless they are set to
+best effort; ``ros2 topic echo`` and rosbag2 adapt to the publisher.
+
+``LATCHED_QOS`` -- models, parameter estimates, configuration snapshots:
+RELIABLE, TRANSIENT_LOCAL, KEEP_LAST depth 1.  These change rarely and must
+not be lost; a node that starts (or restarts) late receives the latest value
+immediately ("latched" topic in ROS 1 terms).  Subscriptions should use the
+same profile: a TRANSIENT_LOCAL subscription is what asks for the history.
+
+``COMMAND_QOS`` -- effort commands (``effort_controller/commands``): RELIABLE,
+KEEP_LAST depth 1, VOLATILE.  ros2_control's ``forward_command_controller``
+(the effort controller on franka_ros2, KUKA FRI stacks, gz_ros2_control)
+subscribes to ``~/commands`` with ``rclcpp::SystemDefaultsQoS()``, whose
+reliability is whatever the RMW's default is: with rmw_fastrtps (the Kilted
+default, and what this venv runs) a SYSTEM_DEFAULT *reader* resolves to
+best effort + volatile (checked with ``get_subscriptions_info_by_topic``), but
+other RMWs, XML/env profiles or a controller configured with ``rclcpp::QoS(10)``
+give a RELIABLE reader, and a BEST_EFFORT publisher silently never connects to
+that.  A RELIABLE publisher matches readers of either kind, so commands are
+published RELIABLE.  Depth 1 because only the newest torque command is
+meaningful (a reliable writer with depth 1 never blocks: an unacknowledged
+older sample is simply replaced).  VOLATILE on purpose: a late joining
+hardware interface must never be handed an old, stale torque command.  The
+lockstep simulator bridge also relies on reliability: a lost command would
+stall the step until the lockstep timeout.
+
+``CLOCK_QOS`` -- ``/clock``: BEST_EFFORT, KEEP_LAST depth 1, VOLATILE, exactly
+what rclpy's ``TimeSource`` subscribes with
+(``QoSProfile(depth=1, reliability=BEST_EFFORT)`` in ``rclpy/time_source.py``
+of the installed Kilted rclpy) and what rclcpp's ``ClockQoS`` is.  The bridge
+publishes ``/clock`` with it so every ``use_sim_time`` node (C++ or Python)
+connects.
+"""
+
+from __future__ import annotations
+
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+)
+
+__all__ = ["STREAM_QOS", "LATCHED_QOS", "COMMAND_QOS", "CLOCK_QOS", "describe_qos"]
+
+STREAM_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.BEST_EFFORT,
+    durability=DurabilityPolicy.VOLATILE,
+)
+
+LATCHED_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+
+COMMAND_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
+
+CLOCK_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.BEST_EFFORT,
+    durability=DurabilityPolicy.VOLATILE,
+)
+
+
+def describe_qos(profile: QoSProfile) -> str:
+    """One-line human readable summary (for logs and the README)."""
+    return (
+        f"{profile.reliability.name.lower()}, {profile.durability.name.lower()}, "
+        f"{profile.history.name.lower()} depth {profile.depth}"
+    )

@@ -1,0 +1,669 @@
+"""Tests of adaptive_dynamics.ros: QoS, conversions, parameters, node helper.
+
+Everything that claims DDS behaviour is checked over real DDS on localhost
+(./dev test sets ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a random
+ROS_DOMAIN_ID).  Every spin has a timeout; nothing can hang.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import numpy as np
+import pytest
+import rclpy
+from rcl_interfaces.msg import ParameterType
+from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, qos_profile_system_default
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from adaptive_dynamics.ros import (
+    CLOCK_QOS,
+    COMMAND_QOS,
+    LATCHED_QOS,
+    STREAM_QOS,
+    JointMismatchError,
+    JointStateMapper,
+    NonFiniteError,
+    ParamSpec,
+    ReferenceBuffer,
+    command_from_msg,
+    declare_params,
+    float64_array_msg,
+    from_ns,
+    joint_state_msg,
+    load_param_file,
+    matrix_from_msg,
+    matrix_labels,
+    reference_msg,
+    stamped_matrix_msg,
+    stamped_vector_msg,
+    to_ns,
+    vector_from_msg,
+)
+from adaptive_dynamics.ros.node_base import ERROR, OK, WARN, Counters, diagnostic_array
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
+
+JOINTS = ["fr3_joint1", "fr3_joint2", "fr3_joint3"]
+TIMEOUT = 5.0
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture
+def ctx():
+    context = Context()
+    rclpy.init(context=context)
+    yield context
+    rclpy.try_shutdown(context=context)
+
+
+@pytest.fixture
+def ros(ctx):
+    """Factory for nodes in a private context plus one executor spinning them all."""
+
+    class Ros:
+        def __init__(self):
+            self.executor = SingleThreadedExecutor(context=ctx)
+            self.nodes = []
+
+        def node(self, prefix="ad_test", **kw):
+            n = Node(uniq(prefix), context=ctx, **kw)
+            self.nodes.append(n)
+            self.executor.add_node(n)
+            return n
+
+        def spin_until(self, cond, timeout=TIMEOUT):
+            deadline = time.monotonic() + timeout
+            while not cond() and time.monotonic() < deadline:
+                self.executor.spin_once(timeout_sec=0.02)
+            return cond()
+
+        def spin_for(self, seconds):
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                self.executor.spin_once(timeout_sec=0.02)
+
+        def call(self, client, request):
+            assert client.wait_for_service(timeout_sec=TIMEOUT), f"{client.srv_name} not available"
+            fut = client.call_async(request)
+            self.executor.spin_until_future_complete(fut, timeout_sec=TIMEOUT)
+            assert fut.done(), f"{client.srv_name} did not answer within {TIMEOUT}s"
+            return fut.result()
+
+    r = Ros()
+    yield r
+    r.executor.shutdown(timeout_sec=1.0)
+    for n in r.nodes:
+        n.destroy_node()
+
+
+# ----------------------------------------------------------------------- QoS
+
+
+def test_qos_profiles():
+    assert STREAM_QOS.reliability == ReliabilityPolicy.BEST_EFFORT
+    assert STREAM_QOS.history == HistoryPolicy.KEEP_LAST and STREAM_QOS.depth == 1
+    assert STREAM_QOS.durability == DurabilityPolicy.VOLATILE
+    assert LATCHED_QOS.reliability == ReliabilityPolicy.RELIABLE
+    assert LATCHED_QOS.durability == DurabilityPolicy.TRANSIENT_LOCAL and LATCHED_QOS.depth == 1
+    assert COMMAND_QOS.reliability == ReliabilityPolicy.RELIABLE
+    assert COMMAND_QOS.durability == DurabilityPolicy.VOLATILE
+    assert 1 <= COMMAND_QOS.depth <= 10
+    assert CLOCK_QOS.reliability == ReliabilityPolicy.BEST_EFFORT and CLOCK_QOS.depth == 1
+
+
+def _publish_until(ros, pub, msg, got, timeout=TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while not got and time.monotonic() < deadline:
+        pub.publish(msg)
+        ros.spin_for(0.02)
+    return bool(got)
+
+
+@pytest.mark.ros
+def test_command_qos_reaches_forward_command_controller_style_subscribers(ros):
+    """forward_command_controller subscribes with SystemDefaultsQoS, which the RMW
+    resolves (Fast DDS: best effort) -- or a RELIABLE reader elsewhere.  A
+    COMMAND_QOS publisher reaches both; a best-effort one misses the reliable one."""
+    pub_node, sub_node = ros.node("cmd_pub"), ros.node("cmd_sub")
+    reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # rclcpp::QoS(10)
+    for sub_qos in (qos_profile_system_default, reliable):
+        topic = uniq("commands")
+        got = []
+        sub_node.create_subscription(Float64MultiArray, topic, got.append, sub_qos)
+        pub = pub_node.create_publisher(Float64MultiArray, topic, COMMAND_QOS)
+        assert _publish_until(ros, pub, float64_array_msg([1.0, -2.0, 3.5]), got), sub_qos
+        np.testing.assert_array_equal(command_from_msg(got[-1], 3), [1.0, -2.0, 3.5])
+
+    # best effort publisher -> reliable subscriber: incompatible, nothing arrives
+    topic = uniq("commands_be")
+    got = []
+    sub_node.create_subscription(Float64MultiArray, topic, got.append, reliable)
+    pub = pub_node.create_publisher(Float64MultiArray, topic, STREAM_QOS)
+    assert not _publish_until(ros, pub, float64_array_msg([1.0]), got, timeout=0.8)
+
+
+@pytest.mark.ros
+def test_clock_qos_drives_use_sim_time_node(ros):
+    """A /clock publisher with CLOCK_QOS reaches rclpy's TimeSource subscription."""
+    sim = ros.node("sim_time_user", parameter_overrides=[Parameter("use_sim_time", value=True)])
+    bridge = ros.node("clock_pub")
+    pub = bridge.create_publisher(Clock, "/clock", CLOCK_QOS)
+    t_ns = 42_123_456_789
+
+    def ticked():
+        pub.publish(Clock(clock=from_ns(t_ns)))
+        ros.spin_for(0.02)
+        return sim.get_clock().now().nanoseconds == t_ns
+
+    deadline = time.monotonic() + TIMEOUT
+    while not ticked() and time.monotonic() < deadline:
+        pass
+    assert sim.get_clock().now().nanoseconds == t_ns
+
+
+@pytest.mark.ros
+def test_latched_reaches_late_joiner(ros):
+    pub_node = ros.node("latched_pub")
+    topic = uniq("gp_model")
+    pub = pub_node.create_publisher(Float64MultiArray, topic, LATCHED_QOS)
+    pub.publish(stamped_matrix_msg(1, np.zeros((2, 2)), "a", "b"))
+    last = stamped_matrix_msg(2_000_000_001, np.arange(6.0).reshape(2, 3), "a", "b")
+    pub.publish(last)
+    ros.spin_for(0.2)
+    # the subscriber is created only now
+    got = []
+    sub_node = ros.node("latched_late_sub")
+    sub_node.create_subscription(Float64MultiArray, topic, got.append, LATCHED_QOS)
+    assert ros.spin_until(lambda: len(got) >= 1), "late joiner did not get the latched message"
+    ros.spin_for(0.2)
+    assert len(got) == 1, "depth 1: only the last message is kept"
+    stamp, M = matrix_from_msg(got[0])
+    assert stamp == 2_000_000_001
+    np.testing.assert_array_equal(M, np.arange(6.0).reshape(2, 3))
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("qos_name", ["LATCHED_QOS", "STREAM_QOS"])
+def test_stamped_roundtrip_over_dds(ros, qos_name):
+    qos = {"LATCHED_QOS": LATCHED_QOS, "STREAM_QOS": STREAM_QOS}[qos_name]
+    pub_node, sub_node = ros.node("rt_pub"), ros.node("rt_sub")
+    t_mat, t_vec, t_ref = uniq("regressor"), uniq("parameters"), uniq("reference")
+    rng = np.random.default_rng(0)
+    Y = rng.normal(size=(3, 30))
+    pi = rng.normal(size=5)
+    names = [f"link{i}.m" for i in range(5)]
+    stamp = 1_234_567_890_123_456_789
+    got = {"m": [], "v": [], "r": []}
+    sub_node.create_subscription(Float64MultiArray, t_mat, got["m"].append, qos)
+    sub_node.create_subscription(JointState, t_vec, got["v"].append, qos)
+    sub_node.create_subscription(JointTrajectory, t_ref, got["r"].append, qos)
+    pm = pub_node.create_publisher(Float64MultiArray, t_mat, qos)
+    pv = pub_node.create_publisher(JointState, t_vec, qos)
+    pr = pub_node.create_publisher(JointTrajectory, t_ref, qos)
+    q, qd, qdd = rng.normal(size=3), rng.normal(size=3), rng.normal(size=3)
+
+    def step():
+        pm.publish(stamped_matrix_msg(stamp, Y, "joints", "base_params"))
+        pv.publish(stamped_vector_msg(stamp, names, pi, field="position"))
+        pr.publish(reference_msg(stamp, JOINTS, q, qd, qdd))
+        ros.spin_for(0.02)
+        return all(got.values())
+
+    deadline = time.monotonic() + TIMEOUT
+    while not step() and time.monotonic() < deadline:
+        pass
+    assert all(got.values()), {k: len(v) for k, v in got.items()}
+    s, M = matrix_from_msg(got["m"][-1])
+    assert s == stamp
+    np.testing.assert_array_equal(M, Y)
+    assert matrix_labels(got["m"][-1]) == ("joints", "base_params")
+    s, v = vector_from_msg(got["v"][-1], list(reversed(names)), field="position")
+    assert s == stamp
+    np.testing.assert_array_equal(v, pi[::-1])
+    buf = ReferenceBuffer(JOINTS)
+    buf.add(got["r"][-1])
+    ref = buf.lookup(stamp)
+    assert ref is not None and ref.stamp_ns == stamp
+    np.testing.assert_array_equal(ref.q, q)
+    np.testing.assert_array_equal(ref.qd, qd)
+    np.testing.assert_array_equal(ref.qdd, qdd)
+
+
+# --------------------------------------------------------------- conversions
+
+
+def test_time_helpers():
+    t = from_ns(12_000_000_345)
+    assert (t.sec, t.nanosec) == (12, 345)
+    assert to_ns(t) == 12_000_000_345
+    assert to_ns(rclpy.time.Time(nanoseconds=77)) == 77
+    assert to_ns(5) == 5
+    with pytest.raises(TypeError):
+        to_ns("now")
+
+
+def test_joint_state_mapper_by_name_shuffled_and_extra_joints():
+    m = JointStateMapper(JOINTS)
+    names = ["finger_left", "fr3_joint3", "fr3_joint1", "finger_right", "fr3_joint2"]
+    q = np.array([0.04, 3.0, 1.0, 0.04, 2.0])
+    msg = joint_state_msg(7_000_000_001, names, q, q * 10, q * 100)
+    stamp, qq, vv, ee = m.map(msg)
+    assert stamp == 7_000_000_001
+    np.testing.assert_array_equal(qq, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(vv, [10.0, 20.0, 30.0])
+    np.testing.assert_array_equal(ee, [100.0, 200.0, 300.0])
+    # cached permutation: a second message with the same names reuses it
+    assert len(m._perms._cache) == 1
+    m.map(msg)
+    assert len(m._perms._cache) == 1
+    # arrays do not alias message memory
+    qq[0] = -1.0
+    assert msg.position[2] == 1.0
+    # empty velocity / effort -> None
+    _, _, v2, e2 = m.map(joint_state_msg(0, JOINTS, [1, 2, 3]))
+    assert v2 is None and e2 is None
+    # reuse_buffers writes into the same arrays
+    mb = JointStateMapper(JOINTS, reuse_buffers=True)
+    a = mb.map(msg)[1]
+    b = mb.map(joint_state_msg(0, JOINTS, [7, 8, 9]))[1]
+    assert a is b and list(b) == [7, 8, 9]
+
+
+def test_joint_state_mapper_missing_joint_message():
+    m = JointStateMapper(JOINTS)
+    msg = joint_state_msg(0, ["fr3_joint1", "fr3_joint3", "finger"], [1, 2, 3])
+    with pytest.raises(JointMismatchError) as ei:
+        m.map(msg)
+    text = str(ei.value)
+    assert "missing" in text and "'fr3_joint2'" in text
+    for n in ["fr3_joint1", "fr3_joint3", "finger"]:
+        assert n in text  # present names are listed too
+    assert isinstance(ei.value, ValueError)
+
+
+def test_joint_state_mapper_rejects_nonfinite_and_bad_lengths():
+    m = JointStateMapper(JOINTS)
+    with pytest.raises(NonFiniteError, match=r"'position'.*fr3_joint2=nan"):
+        m.map(joint_state_msg(0, JOINTS, [0.0, np.nan, 0.0]))
+    with pytest.raises(NonFiniteError, match=r"'velocity'.*fr3_joint3=inf"):
+        m.map(joint_state_msg(0, JOINTS, [0, 0, 0], [0.0, 0.0, np.inf]))
+    # partial NaN effort is an error ...
+    with pytest.raises(NonFiniteError, match=r"'effort'.*fr3_joint1"):
+        m.map(joint_state_msg(0, JOINTS, [0, 0, 0], None, [np.nan, 1.0, 1.0]))
+    # ... but an all-NaN field is joint_state_broadcaster's "no such interface"
+    assert m.map(joint_state_msg(0, JOINTS, [0, 0, 0], None, [np.nan] * 3))[3] is None
+    with pytest.raises(NonFiniteError):
+        JointStateMapper(JOINTS, all_nan_as_missing=False).map(
+            joint_state_msg(0, JOINTS, [0, 0, 0], None, [np.nan] * 3))
+    # NaN in an ignored extra joint is fine
+    m.map(joint_state_msg(0, JOINTS + ["gripper"], [0, 0, 0, np.nan]))
+    bad = JointState(name=JOINTS)
+    bad.position = [1.0, 2.0]
+    with pytest.raises(ValueError, match="3 names but 2 values in 'position'"):
+        m.map(bad)
+    bad = JointState(name=JOINTS, position=[1.0, 2.0, 3.0], velocity=[1.0])
+    with pytest.raises(ValueError, match="'velocity'"):
+        m.map(bad)
+    with pytest.raises(JointMismatchError, match="duplicate"):
+        m.map(joint_state_msg(0, JOINTS + ["fr3_joint1"], [0, 0, 0, 0]))
+
+
+def test_command_msgs():
+    msg = float64_array_msg(np.array([1.0, 2.0]))
+    assert msg.layout.dim[0].label == "joints" and msg.layout.dim[0].size == 2
+    assert msg.layout.data_offset == 0
+    np.testing.assert_array_equal(command_from_msg(msg, 2), [1.0, 2.0])
+    with pytest.raises(ValueError, match="expected 3 values, got 2"):
+        command_from_msg(msg, 3)
+    with pytest.raises(NonFiniteError):
+        command_from_msg(float64_array_msg([1.0, np.nan]), 2)
+    plain = Float64MultiArray(data=[4.0, 5.0])  # e.g. from `ros2 topic pub`, no layout
+    np.testing.assert_array_equal(command_from_msg(plain, 2), [4.0, 5.0])
+
+
+def test_stamped_matrix_and_vector_conventions():
+    M = np.arange(12.0).reshape(3, 4)
+    msg = stamped_matrix_msg(5_000_000_007, M, "joints", "params")
+    assert msg.layout.data_offset == 2
+    assert [(d.label, d.size, d.stride) for d in msg.layout.dim] == [
+        ("rows:joints", 3, 12), ("cols:params", 4, 4)]
+    assert list(msg.data[:2]) == [5.0, 7.0]
+    # a generic consumer honouring the layout finds the matrix after data_offset
+    off = msg.layout.data_offset
+    np.testing.assert_array_equal(np.array(msg.data[off:]).reshape(3, 4), M)
+    stamp, M2 = matrix_from_msg(msg, expected_shape=(3, 4))
+    assert stamp == 5_000_000_007
+    np.testing.assert_array_equal(M2, M)
+    with pytest.raises(ValueError, match="shape"):
+        matrix_from_msg(msg, expected_shape=(4, 3))
+    bad = stamped_matrix_msg(0, M)
+    bad.data = bad.data[:-1]
+    with pytest.raises(ValueError, match="data elements"):
+        matrix_from_msg(bad)
+    bad = stamped_matrix_msg(0, M)
+    bad.layout.data_offset = 0
+    with pytest.raises(ValueError, match="data_offset"):
+        matrix_from_msg(bad)
+    bad = stamped_matrix_msg(0, M)
+    bad.layout.dim[1].stride = 3
+    with pytest.raises(ValueError, match="stride"):
+        matrix_from_msg(bad)
+    with pytest.raises(NonFiniteError, match=r"\[\[1, 2\]\]"):
+        matrix_from_msg(stamped_matrix_msg(0, np.where(M == 6.0, np.nan, M)))
+
+    v = stamped_vector_msg(3, ["a", "b", "c"], [1.0, 2.0, 3.0])
+    assert list(v.effort) == [1.0, 2.0, 3.0] and len(v.position) == 0
+    assert vector_from_msg(v)[0] == 3
+    np.testing.assert_array_equal(vector_from_msg(v, ["c", "a"])[1], [3.0, 1.0])
+    with pytest.raises(JointMismatchError, match="missing"):
+        vector_from_msg(v, ["a", "z"])
+    with pytest.raises(JointMismatchError):
+        vector_from_msg(v, ["a"], field="position")  # empty field
+    p = stamped_vector_msg(3, ["m1", "m2"], [1.5, np.inf], field="position")
+    with pytest.raises(NonFiniteError, match="m2=inf"):
+        vector_from_msg(p, field="position")
+
+
+def test_reference_buffer_lookup_by_stamp():
+    ms = 1_000_000
+    t0 = 100 * ms
+    buf = ReferenceBuffer(JOINTS, capacity=64, max_staleness_ns=3 * ms)
+    shuffled = [JOINTS[2], "extra", JOINTS[0], JOINTS[1]]
+    # published ahead of time: the references for t0..t0+9ms arrive before t0
+    for k in range(10):
+        q = np.array([k, 10 + k, 20 + k], float)
+        perm_q = [q[2], 99.0, q[0], q[1]]
+        buf.add(reference_msg(t0 + k * ms, shuffled, perm_q, perm_q, perm_q))
+    assert len(buf) == 10
+    # exact stamp
+    r = buf.lookup(t0 + 4 * ms)
+    assert r.stamp_ns == t0 + 4 * ms
+    np.testing.assert_array_equal(r.q, [4, 14, 24])
+    # never "the latest": the latest stored is t0+9ms, but we get the one for t
+    assert buf.lookup(t0).stamp_ns == t0
+    # within tolerance picks the nearest stamp
+    assert buf.lookup(t0 + 4 * ms + 400_000, tolerance_ns=500_000).stamp_ns == t0 + 4 * ms
+    assert buf.lookup(t0 + 4 * ms + 600_000, tolerance_ns=500_000).stamp_ns == t0 + 5 * ms
+    # beyond tolerance: latest not after t, within the staleness limit
+    r = buf.lookup(t0 + 11 * ms)
+    assert r.stamp_ns == t0 + 9 * ms
+    assert buf.counters["stale_hits"] == 1
+    # too stale / before the first one -> None
+    assert buf.lookup(t0 + 13 * ms) is None
+    assert buf.lookup(t0 - 1) is None
+    assert buf.counters["misses"] == 2
+    assert buf.counters["exact_hits"] == 4
+
+
+def test_reference_buffer_out_of_order_duplicates_late_eviction():
+    buf = ReferenceBuffer(JOINTS, capacity=4, max_staleness_ns=0)
+    for s in (10, 30, 20):
+        buf.add_arrays(s, [s, s, s])
+    assert buf.stamps() == [10, 20, 30]
+    assert buf.counters["out_of_order"] == 1
+    buf.add(reference_msg(20, JOINTS, [7, 7, 7]))  # duplicate stamp: replaced
+    assert buf.counters["duplicates"] == 1
+    np.testing.assert_array_equal(buf.lookup(20).q, [7, 7, 7])
+    assert buf.lookup(20).qd is None  # absent fields are None, caller decides
+    buf.add_arrays(15, [1, 1, 1])  # stamped before the last looked-up instant
+    assert buf.counters["late"] == 1
+    buf.add_arrays(40, [4, 4, 4])  # 5 entries > capacity 4: oldest evicted
+    assert buf.stamps() == [15, 20, 30, 40] and buf.counters["evicted"] == 1
+    assert buf.lookup(25) is None  # staleness 0 -> exact only
+    assert buf.lookup(25, max_staleness_ns=10).stamp_ns == 20
+    # a multi-point message: point i applies at header.stamp + time_from_start
+    msg = JointTrajectory(joint_names=JOINTS)
+    msg.header.stamp = from_ns(1_000)
+    for k in range(3):
+        pt = JointTrajectoryPoint(positions=[float(k)] * 3)
+        pt.time_from_start.nanosec = 100 * k
+        msg.points.append(pt)
+    buf2 = ReferenceBuffer(JOINTS)
+    assert buf2.add(msg) == 3
+    assert buf2.stamps() == [1_000, 1_100, 1_200]
+    # invalid references are refused and counted
+    with pytest.raises(JointMismatchError, match="missing"):
+        buf2.add(reference_msg(5, JOINTS[:2], [1, 2]))
+    with pytest.raises(NonFiniteError, match="fr3_joint2"):
+        buf2.add(reference_msg(5, JOINTS, [1, np.nan, 2]))
+    assert buf2.counters["rejected"] == 2
+
+
+# ---------------------------------------------------------------- parameters
+
+
+def _specs():
+    return [
+        ParamSpec("kp", 100.0, "proportional gain [Nm/rad]", min=0.0, max=1000.0),
+        ParamSpec("window", 50, "samples in the window", min=1, max=500),
+        ParamSpec("learning", True, "learning on/off"),
+        ParamSpec("mode", "direct", "adaptive law", choices=["direct", "composite"]),
+        ParamSpec("gamma", [1.0, 2.0, 3.0], "adaptation rates", min=0.0, max=10.0, length=3),
+        ParamSpec("lam", 0.5, "filter pole", min=0.0,
+                  validator=lambda v: None if v != 0.25 else "0.25 is unstable here"),
+        ParamSpec("robot", "fr3", "robot description", read_only=True),
+        ParamSpec("joints", [], "joint names", type="str[]"),
+    ]
+
+
+def _set(ros, client, *params):
+    req = SetParameters.Request()
+    req.parameters = [p.to_parameter_msg() for p in params]
+    return ros.call(client, req).results
+
+
+@pytest.mark.ros
+def test_params_through_real_parameter_service(ros):
+    node_a = ros.node("param_target")
+    store = declare_params(node_a, _specs())
+    seen = []
+    store.on_change("kp", lambda name, value: seen.append((name, value)))
+    store.on_change("gamma", lambda name, value: seen.append((name, value)))
+    assert store["kp"] == 100.0 and store["mode"] == "direct"
+    assert isinstance(store["gamma"], np.ndarray) and not store["gamma"].flags.writeable
+    assert store["joints"] == ()
+
+    node_b = ros.node("rqt_like_client")
+    name_a = node_a.get_fully_qualified_name()
+    set_cli = node_b.create_client(SetParameters, f"{name_a}/set_parameters")
+    desc_cli = node_b.create_client(DescribeParameters, f"{name_a}/describe_parameters")
+    get_cli = node_b.create_client(GetParameters, f"{name_a}/get_parameters")
+
+    # valid value: accepted, store updated, listener fired
+    (res,) = _set(ros, set_cli, Parameter("kp", value=250.0))
+    assert res.successful, res.reason
+    assert store["kp"] == 250.0 and seen == [("kp", 250.0)]
+    (res,) = _set(ros, set_cli, Parameter("gamma", value=[0.5, 0.5, 9.5]))
+    assert res.successful, res.reason
+    np.testing.assert_array_equal(store["gamma"], [0.5, 0.5, 9.5])
+    assert seen[-1][0] == "gamma"
+    # an INTEGER for a float parameter (what `ros2 param set /n kp 300` sends) is coerced
+    (res,) = _set(ros, set_cli, Parameter("kp", value=300))
+    assert res.successful, res.reason
+    assert store["kp"] == 300.0 and isinstance(store["kp"], float)
+    req = GetParameters.Request(names=["kp"])
+    val = ros.call(get_cli, req).values[0]
+    assert val.type == ParameterType.PARAMETER_DOUBLE and val.double_value == 300.0
+
+    n_seen = len(seen)
+    refusals = {
+        "out of range": (Parameter("kp", value=5000.0), "kp"),
+        "wrong type": (Parameter("kp", value="fast"), "type"),
+        "int out of range": (Parameter("window", value=0), "window"),
+        "array length": (Parameter("gamma", value=[1.0, 2.0]), "3 elements"),
+        "element range": (Parameter("gamma", value=[1.0, -2.0, 3.0]), "'gamma'[1]"),
+        "choices": (Parameter("mode", value="bogus"), "not one of"),
+        "validator": (Parameter("lam", value=0.25), "unstable"),
+        "one-sided bound": (Parameter("lam", value=-1.0), "out of range"),
+        "nan": (Parameter("lam", value=float("nan")), "NaN"),
+        "read only": (Parameter("robot", value="lbr"), "read-only"),
+        "bool type": (Parameter("learning", value=1), "type"),
+    }
+    for what, (param, needle) in refusals.items():
+        (res,) = _set(ros, set_cli, param)
+        assert not res.successful, f"{what}: accepted {param.value!r}"
+        assert needle in res.reason, f"{what}: reason {res.reason!r} lacks {needle!r}"
+    assert store["kp"] == 300.0 and store["mode"] == "direct" and store["lam"] == 0.5
+    np.testing.assert_array_equal(store["gamma"], [0.5, 0.5, 9.5])
+    assert len(seen) == n_seen, "listeners must not fire on refused values"
+
+    # DescribeParameters returns the descriptor with the range (what rqt_reconfigure reads)
+    resp = ros.call(desc_cli, DescribeParameters.Request(names=["kp", "window", "gamma", "mode"]))
+    kp, window, gamma, mode = resp.descriptors
+    assert kp.type == ParameterType.PARAMETER_DOUBLE
+    assert kp.description.startswith("proportional gain")
+    assert (kp.floating_point_range[0].from_value, kp.floating_point_range[0].to_value) == (0.0, 1000.0)
+    assert (window.integer_range[0].from_value, window.integer_range[0].to_value) == (1, 500)
+    assert gamma.type == ParameterType.PARAMETER_DOUBLE_ARRAY
+    assert "length 3" in gamma.additional_constraints
+    assert "each element in [0.0, 10.0]" in gamma.additional_constraints
+    assert "direct" in mode.additional_constraints
+
+
+@pytest.mark.ros
+def test_params_atomic_cross_validation_and_local_set(ros):
+    node = ros.node("param_cross")
+    store = declare_params(node, [ParamSpec("q_min", -1.0, "lower"), ParamSpec("q_max", 1.0, "upper")])
+    store.add_validator(lambda v: None if v["q_min"] < v["q_max"] else "q_min must be < q_max")
+    assert not store.set("q_min", 2.0).successful
+    assert store.set("q_min", 0.5).successful and store["q_min"] == 0.5
+    res = node.set_parameters_atomically([Parameter("q_min", value=3.0), Parameter("q_max", value=4.0)])
+    assert res.successful and (store["q_min"], store["q_max"]) == (3.0, 4.0)
+    assert "q_min must be < q_max" in store.set("q_max", 0.0).reason
+    # second declare_params on the same node extends the same store
+    assert declare_params(node, [ParamSpec("extra", 1, "x")]) is store and store["extra"] == 1
+    with pytest.raises(ValueError, match="already declared"):
+        declare_params(node, [ParamSpec("extra", 1, "x")])
+    # foreign parameters are untouched by our callback
+    node.declare_parameter("foreign", "x")
+    assert node.set_parameters([Parameter("foreign", value="y")])[0].successful
+
+
+@pytest.mark.ros
+def test_param_file_loading_and_overrides(ros, tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text(textwrap.dedent("""\
+        /**:
+          ros__parameters:
+            kp: 10            # int in YAML for a float parameter
+            mode: composite
+            gamma: [1, 2, 3]
+        adaptive_controller:
+          ros__parameters:
+            kp: 20.5
+            gains:
+              kd: 3.0
+        /fr3/adaptive_controller:
+          ros__parameters:
+            window: 7
+        other_node:
+          ros__parameters:
+            kp: 999.0
+        """))
+    vals = load_param_file(f, "adaptive_controller")
+    assert vals == {"kp": 20.5, "mode": "composite", "gamma": [1, 2, 3], "gains.kd": 3.0,
+                    "window": 7}
+    assert load_param_file(f, "/fr3/adaptive_controller")["window"] == 7
+    assert "window" not in load_param_file(f, "adaptive_controller", namespace="/lbr")
+    assert load_param_file(f, "unrelated") == {"kp": 10, "mode": "composite", "gamma": [1, 2, 3]}
+
+    specs = [s for s in _specs() if s.name in ("kp", "mode", "gamma", "window")]
+    node = ros.node("param_overrides")
+    store = declare_params(node, specs, overrides=load_param_file(f, "unrelated"))
+    assert store["kp"] == 10.0 and isinstance(store["kp"], float)
+    np.testing.assert_array_equal(store["gamma"], [1.0, 2.0, 3.0])
+    assert node.get_parameter("gamma").type_ == Parameter.Type.DOUBLE_ARRAY
+    assert store["mode"] == "composite"
+
+    # --ros-args style node overrides (ints for floats) win over the dict
+    node2 = ros.node("param_node_overrides",
+                     parameter_overrides=[Parameter("kp", value=42), Parameter("window", value=9)])
+    store2 = declare_params(node2, specs, overrides={"kp": 1.0})
+    assert store2["kp"] == 42.0 and store2["window"] == 9
+
+    # an invalid config value fails loudly at startup, with the reason
+    node3 = ros.node("param_bad")
+    with pytest.raises(ValueError, match=r"'kp'=5000.0 is out of range.*overrides"):
+        declare_params(node3, specs, overrides={"kp": 5000.0})
+    with pytest.raises(ValueError, match="must be float"):
+        declare_params(ros.node("param_bad2"), specs, overrides={"kp": "high"})
+
+
+def test_counters_diagnostics():
+    c = Counters("adaptive_controller", "sim", warn_on=["deadline_misses"], error_on=["nonfinite"])
+    st = c.status()
+    assert st.level == OK and st.message == "OK"
+    c.inc("deadline_misses", 2)
+    c.set("rate_hz", 1000.0)
+    st = c.status()
+    assert st.level == WARN and "deadline_misses +2" in st.message
+    kv = {k.key: k.value for k in st.values}
+    assert kv["deadline_misses"] == "2" and kv["rate_hz"] == "1000.0"
+    assert c.status().level == OK  # nothing new since last report; value still cumulative
+    c.inc("nonfinite")
+    assert c.status().level == ERROR
+    arr = diagnostic_array(5, [c.status()])
+    assert arr.header.stamp.nanosec == 5 and len(arr.status) == 1
+
+
+# ------------------------------------------------------------------ run_node
+
+_RUN_NODE_SCRIPT = """
+import sys
+from rclpy.node import Node
+from adaptive_dynamics.ros.node_base import run_node
+
+class Ready(Node):
+    def __init__(self):
+        super().__init__("ready_node")
+        self.create_timer(0.05, self._tick)
+        self._said = False
+    def _tick(self):
+        if not self._said:
+            print("READY", flush=True)
+            self._said = True
+
+sys.exit(run_node(Ready, args=[]))
+"""
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_run_node_clean_shutdown_on_signal(sig):
+    proc = subprocess.Popen([sys.executable, "-c", _RUN_NODE_SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 20
+        line = ""
+        while time.monotonic() < deadline and "READY" not in line:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+        assert "READY" in line, proc.stderr.read() if proc.poll() is not None else "no READY"
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=10)
+        assert rc == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
