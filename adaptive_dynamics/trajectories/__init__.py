@@ -1,1 +1,32 @@
+"""Joint-space reference trajectories (no ROS import).
 
+* :class:`Trajectory` -- common interface: ``sample(t) -> (q, qd, qdd)``,
+  ``sample_many(ts)``, ``n``, ``period``, ``duration``, ``check_limits(...)``.
+* :class:`ScaledTrajectory` -- live speed scaling with a continuous phase.
+* :class:`ModifiedFourier` -- Park 2006 excitation (cyclic, start state guaranteed).
+* :class:`MultiSine` -- sum of sines per joint.
+* :class:`PickAndPlace` -- minimum-jerk point-to-point cycle with dwell times
+  (:func:`pgpol_speed_schedule`: 33 / 66 / 100 % speed, PGPOL section IV-B).
+* :class:`CartesianTrajectory` -- Lissajous / figure-8 end-effector paths via differential IK.
+"""
+from .base import ScaledTrajectory, Trajectory, check_limit_arrays
+from .cartesian import CartesianTrajectory, LissajousPath, figure_eight, lissajous
+from .fourier import ModifiedFourier
+from .pick_place import PGPOL_SPEEDS, PickAndPlace, minimum_jerk, pgpol_speed_schedule
+from .sines import MultiSine
+
+__all__ = [
+    "Trajectory",
+    "ScaledTrajectory",
+    "check_limit_arrays",
+    "ModifiedFourier",
+    "MultiSine",
+    "PickAndPlace",
+    "minimum_jerk",
+    "PGPOL_SPEEDS",
+    "pgpol_speed_schedule",
+    "CartesianTrajectory",
+    "LissajousPath",
+    "lissajous",
+    "figure_eight",
+]
