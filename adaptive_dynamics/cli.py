@@ -101,6 +101,51 @@ def _cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
+def _add_graph_args(p, *, sim_default=True) -> None:
+    from .launch_graph import CONTROLLERS, LEARNERS, MODES, REAL_PRESETS
+    from .robots import ROBOT_NAMES
+    p.add_argument("--robot", default="panda", choices=ROBOT_NAMES)
+    p.add_argument("--controller", default="computed_torque", choices=CONTROLLERS)
+    p.add_argument("--learner", default="none", choices=LEARNERS)
+    p.add_argument("--mode", default="lockstep", choices=MODES, help="sim: lockstep (deterministic) or realtime")
+    p.add_argument("--duration", type=float, default=0.0, help="sim: stop after this many sim seconds (0 = run)")
+    p.add_argument("--record", action="store_true", help="also record an MCAP bag (see --bag)")
+    p.add_argument("--bag", default=None, help="bag directory (must not exist)")
+    p.add_argument("--namespace", default="", help="namespace of every node and topic")
+    p.add_argument("--preset", default="franka", choices=sorted(REAL_PRESETS), help="real: robot stack")
+    p.add_argument("--use-sim-time", default=None, choices=["true", "false"])
+    p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
+                   help="parameter override, e.g. --set controller.kp=[200.0] (YAML value)")
+
+
+def _overrides(items) -> dict:
+    import yaml
+    out: dict = {}
+    for item in items:
+        key, sep, val = item.partition("=")
+        node, dot, param = key.partition(".")
+        if not sep or not dot:
+            raise ValueError(f"--set expects NODE.PARAM=VALUE, got {item!r}")
+        out.setdefault(node, {})[param] = yaml.safe_load(val)
+    return out
+
+
+def _graph_from_args(args, scenario):
+    from .launch_graph import build_graph
+    ust = None if args.use_sim_time is None else args.use_sim_time == "true"
+    return build_graph(scenario, robot=args.robot, controller=args.controller, learner=args.learner,
+                       use_sim_time=ust, record=args.record, mode=args.mode, duration=args.duration,
+                       namespace=args.namespace, preset=args.preset, bag=args.bag,
+                       overrides=_overrides(args.set))
+
+
+def _cmd_launch(args) -> int:
+    from .launcher import run_graph
+    nodes = _graph_from_args(args, args.scenario)
+    print("[launch] " + ", ".join(f"{s.name} ({s.executable})" for s in nodes), flush=True)
+    return run_graph(nodes)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="adaptive-dynamics",
                                  description="Learn a torque-controlled robot's dynamics online while controlling it.")
@@ -110,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="out/demo", help="directory for plots and the JSON summary")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(fn=_cmd_demo)
+    p = sub.add_parser("launch", help="start a scenario's nodes as processes (pip path of ros2 launch)")
+    p.add_argument("scenario", choices=["sim", "real"], help="sim: MuJoCo bridge + trajectory + controller;"
+                   " real: trajectory + controller against a ros2_control robot")
+    _add_graph_args(p)
+    p.set_defaults(fn=_cmd_launch)
     p = sub.add_parser("info", help="joints, limits and parameter layout of a robot")
     p.add_argument("robot", nargs="?", default="panda")
     p.add_argument("--friction", action="store_true", help="include friction parameters")

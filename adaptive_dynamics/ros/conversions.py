@@ -80,7 +80,11 @@ __all__ = [
     "joint_state_msg",
     "float64_array_msg",
     "command_from_msg",
+    "stamped_command_msg",
+    "command_stamp",
+    "COMMAND_STAMP_PREFIX",
     "reference_msg",
+    "reference_batch_msg",
     "Reference",
     "ReferenceBuffer",
     "stamped_matrix_msg",
@@ -329,6 +333,33 @@ def float64_array_msg(values, label: str = "joints") -> Float64MultiArray:
     return msg
 
 
+COMMAND_STAMP_PREFIX = "joints@"
+
+
+def stamped_command_msg(values, stamp_ns: Optional[int] = None) -> Float64MultiArray:
+    """An effort command; with ``stamp_ns`` its one layout dimension is labelled
+    ``joints@<stamp_ns>``: the ``joint_states`` stamp the command answers.
+
+    ros2_control's ``forward_command_controller`` reads only ``data`` (it ignores the
+    layout), so the label is invisible to a real robot, while the lockstep bridge uses
+    it to pair each command with the step it was computed for (a stray or duplicate
+    command can never shift the lockstep sequence).
+    """
+    msg = float64_array_msg(values, label="joints" if stamp_ns is None else f"{COMMAND_STAMP_PREFIX}{int(stamp_ns)}")
+    return msg
+
+
+def command_stamp(msg: Float64MultiArray) -> Optional[int]:
+    """The stamp a command answers (see :func:`stamped_command_msg`), or None."""
+    dims = msg.layout.dim
+    if dims and dims[0].label.startswith(COMMAND_STAMP_PREFIX):
+        try:
+            return int(dims[0].label[len(COMMAND_STAMP_PREFIX):])
+        except ValueError:
+            return None
+    return None
+
+
 def command_from_msg(msg: Float64MultiArray, n: int, *, where: str = "command") -> np.ndarray:
     """Validated copy of a 1-D command: exactly ``n`` finite values.
 
@@ -366,6 +397,29 @@ def reference_msg(stamp_ns: StampLike, names: Sequence[str], q, qd=None, qdd=Non
         setattr(pt, fname, arr)
     pt.time_from_start = Duration(sec=0, nanosec=0)
     msg.points = [pt]
+    return msg
+
+
+def reference_batch_msg(stamp0_ns: int, dt_ns: int, names: Sequence[str], Q, QD=None, QDD=None) -> JointTrajectory:
+    """Several references in one ``JointTrajectory``: point ``i`` applies at
+    ``header.stamp + time_from_start = stamp0 + i dt`` (how joint_trajectory_controller
+    reads points).  Rows of ``Q``/``QD``/``QDD`` are the points."""
+    msg = JointTrajectory()
+    msg.header.stamp = from_ns(stamp0_ns)
+    msg.joint_names = list(names)
+    Q = np.asarray(Q, dtype=float)
+    pts = []
+    for i in range(Q.shape[0]):
+        pt = JointTrajectoryPoint()
+        pt.positions = Q[i].tolist()
+        if QD is not None:
+            pt.velocities = QD[i].tolist()
+        if QDD is not None:
+            pt.accelerations = QDD[i].tolist()
+        off = i * int(dt_ns)
+        pt.time_from_start = Duration(sec=off // 1_000_000_000, nanosec=off % 1_000_000_000)
+        pts.append(pt)
+    msg.points = pts
     return msg
 
 

@@ -62,7 +62,8 @@ from rclpy.qos import (
     ReliabilityPolicy,
 )
 
-__all__ = ["STREAM_QOS", "LATCHED_QOS", "COMMAND_QOS", "CLOCK_QOS", "describe_qos"]
+__all__ = ["STREAM_QOS", "LATCHED_QOS", "COMMAND_QOS", "CLOCK_QOS", "RELIABLE_STREAM_QOS",
+           "REFERENCE_QOS", "PUBLISHER_STREAM_QOS", "stream_qos", "describe_qos"]
 
 STREAM_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
@@ -91,6 +92,43 @@ CLOCK_QOS = QoSProfile(
     reliability=ReliabilityPolicy.BEST_EFFORT,
     durability=DurabilityPolicy.VOLATILE,
 )
+
+
+# Lockstep: every step's joint_states must reach the controller (a lost sample stalls
+# the loop until the bridge's timeout and breaks run-to-run determinism), so lockstep
+# graphs subscribe reliably.  A reliable publisher serves best-effort readers too.
+RELIABLE_STREAM_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=10,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
+
+# References are published ahead of the instant they apply to: a reliable queue deep
+# enough for the look-ahead horizon, so none is lost or overwritten before use, and
+# transient-local so a controller that joins late still receives the window ahead.
+REFERENCE_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=200,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+
+
+# Publishers of 1 kHz streams in lockstep: a deep reliable writer history, so a slower
+# reader (the recorder) is never overrun (a reliable writer only re-sends what is still
+# in its history); ~5 s of samples at 1 kHz.
+PUBLISHER_STREAM_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=5000,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
+
+
+def stream_qos(reliable: bool) -> QoSProfile:
+    """QoS for a 1 kHz stream: reliable in lockstep, best effort in real time."""
+    return RELIABLE_STREAM_QOS if reliable else STREAM_QOS
 
 
 def describe_qos(profile: QoSProfile) -> str:

@@ -1,0 +1,114 @@
+"""The node graph of each scenario, in one place (no ROS import).
+
+Both the ROS 2 launch files (``launch/*.launch.py``, for a full ROS 2 install) and the
+pip-path launcher (``adaptive-dynamics launch``) build their processes from
+:func:`build_graph`, so they start the same nodes with the same parameter files.
+
+Parameter files are ROS 2 parameter YAMLs under ``config/``; later files win:
+``<robot>.yaml`` (robot description, simulator "reality"), ``sim.yaml`` or
+``real.yaml`` (scenario defaults for every node), then explicit overrides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .robots import ROBOT_NAMES, share_dir
+
+CONTROLLERS = ("pd", "computed_torque")
+LEARNERS = ("none",)
+MODES = ("lockstep", "realtime")
+SCENARIOS = ("sim", "real")
+
+# Presets for real-robot stacks: (namespace, remappings).  The topic names the nodes
+# use are relative, so a namespace retargets the whole graph.
+REAL_PRESETS = {
+    # franka_ros2: joint_state_broadcaster on joint_states, an effort
+    # forward_command_controller named effort_controller.
+    "franka": ("", []),
+    # lbr_fri_ros2_stack (KUKA FRI, ros2_control): everything under /lbr.
+    "lbr": ("lbr", []),
+    # gz_ros2_control in Gazebo with the same controller names.
+    "gazebo": ("", []),
+}
+
+
+@dataclass
+class NodeSpec:
+    """One node process: what both launchers need to start it."""
+
+    name: str                       # node name
+    executable: str                 # console script == module adaptive_dynamics.nodes.<executable>
+    param_files: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    remappings: list[tuple[str, str]] = field(default_factory=list)
+    namespace: str = ""
+    required: bool = False          # the graph ends when a required node exits
+    drains: bool = False            # at the end, let it finish by itself (recorder emptying its queue)
+
+    @property
+    def module(self) -> str:
+        return f"adaptive_dynamics.nodes.{self.executable}"
+
+
+def config_path(name: str) -> str:
+    path = share_dir() / "config" / name
+    if not path.exists():
+        raise FileNotFoundError(f"parameter file {name!r} not found in {path.parent}")
+    return str(path)
+
+
+def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str = "computed_torque",
+                learner: str = "none", use_sim_time: bool | None = None, record: bool = False,
+                mode: str = "lockstep", duration: float = 0.0, namespace: str = "",
+                preset: str = "franka", bag: str | None = None,
+                overrides: dict[str, dict[str, Any]] | None = None) -> list[NodeSpec]:
+    """The nodes of ``scenario`` ("sim": MuJoCo bridge + trajectory + controller; "real":
+    trajectory + controller against a robot's ros2_control stack).
+
+    ``duration`` > 0 stops the simulation after that much sim time (the bridge exits
+    cleanly and the launcher stops the rest).  ``overrides`` maps node name -> params.
+    """
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; available: {list(SCENARIOS)}")
+    if robot not in ROBOT_NAMES:
+        raise ValueError(f"unknown robot {robot!r}; available: {list(ROBOT_NAMES)}")
+    if controller not in CONTROLLERS:
+        raise ValueError(f"unknown controller {controller!r}; available: {list(CONTROLLERS)}")
+    if learner not in LEARNERS:
+        raise ValueError(f"unknown learner {learner!r}; available: {list(LEARNERS)}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; available: {list(MODES)}")
+    sim = scenario == "sim"
+    if use_sim_time is None:
+        use_sim_time = sim
+    if not sim:
+        if preset not in REAL_PRESETS:
+            raise ValueError(f"unknown real-robot preset {preset!r}; available: {list(REAL_PRESETS)}")
+        ns, remaps = REAL_PRESETS[preset]
+        namespace = namespace or ns
+    else:
+        remaps = []
+    files = [config_path(f"{robot}.yaml"), config_path("sim.yaml" if sim else "real.yaml")]
+    common = {"use_sim_time": bool(use_sim_time)}
+    overrides = overrides or {}
+    nodes: list[NodeSpec] = []
+    if sim:
+        # the bridge *is* the clock: it never runs on sim time itself
+        nodes.append(NodeSpec("mujoco_bridge", "mujoco_bridge", files,
+                              {"use_sim_time": False, "mode": mode, "max_sim_time": float(duration),
+                               "wait_for_nodes": 3 if record else 2,
+                               "wait_for_state_subscribers": 2 if record else 1},
+                              namespace=namespace, required=True))
+    nodes.append(NodeSpec("trajectory", "trajectory", files, dict(common), list(remaps), namespace))
+    nodes.append(NodeSpec("controller", "controller", files, {**common, "law": controller},
+                          list(remaps), namespace))
+    if record:
+        rec = {**common, **({"bag": bag} if bag else {})}
+        if sim and duration > 0:
+            rec["exit_when_idle"] = 2.0  # drain the queue, close the bag, exit 0
+        nodes.append(NodeSpec("recorder", "recorder", files, rec, list(remaps), namespace,
+                              drains=sim and duration > 0))
+    for spec in nodes:
+        spec.params.update(overrides.get(spec.name, {}))
+    return nodes

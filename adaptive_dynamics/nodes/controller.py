@@ -1,0 +1,258 @@
+"""``controller`` node: joint-space control law -> ``effort_controller/commands``.
+
+Thin adapter over :mod:`adaptive_dynamics.control`.  Event driven: every
+``joint_states`` message (matched by joint name) is answered by exactly one command,
+computed for the reference stamped with the state's time (references arrive ahead of
+time; the node never uses "the latest").  In lockstep the command carries the state
+stamp (see :func:`adaptive_dynamics.ros.conversions.stamped_command_msg`).
+
+Safety: NaN/inf or mismatched joint states are rejected (logged, counted) and
+answered with the safe command; no state for ``state_timeout`` s (wall clock) after
+the first one -> the safe command is published by the watchdog; the safe command is
+also sent on shutdown (ros2_control's effort controller holds the last command
+forever); torques are clipped to the URDF effort limits (counted); a non-finite
+torque is never published.
+
+Parameters (live-tunable unless read-only): see ``specs()`` below or
+``ros2 param describe /controller <name>``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
+
+from ..control.baseline import LAWS, make_controller, saturate
+from ..ros.conversions import (
+    JointStateMapper,
+    ReferenceBuffer,
+    joint_state_msg,
+    stamped_command_msg,
+)
+from ..ros.node_base import Counters, diagnostic_array, run_node
+from ..ros.params import ParamSpec, declare_params
+from ..ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE_STREAM_QOS, stream_qos
+from .common import Throttle, load_robot, robot_specs
+
+
+def specs() -> list[ParamSpec]:
+    return robot_specs() + [
+        ParamSpec("law", "computed_torque", "control law", choices=sorted(LAWS)),
+        ParamSpec("kp", [100.0], "position gains [1/s^2 for computed_torque, Nm/rad for pd];"
+                  " one value for all joints or one per joint", min=0.0, max=1e5, type="float[]"),
+        ParamSpec("kd", [20.0], "velocity gains [1/s or Nm s/rad], > 0", min=1e-6, max=1e4, type="float[]"),
+        ParamSpec("gravity_compensation", False, "pd: add the nominal model's g(q)"),
+        ParamSpec("robot_compensates_gravity", False, "the robot adds g(q) itself (franka_ros2):"
+                  " the model's gravity is removed from the command"),
+        ParamSpec("reliable_streams", True, "subscribe to joint_states reliably (lockstep);"
+                  " false = best effort (real-time streams)", read_only=True),
+        ParamSpec("reference_tolerance", 0.0005, "max |reference stamp - state stamp| [s] for an exact"
+                  " reference match", min=0.0, max=1.0),
+        ParamSpec("reference_staleness", 0.02, "hold the last reference at most this long [s] when none"
+                  " is stamped for the state's instant", min=0.0, max=10.0),
+        ParamSpec("reference_wait", 1.0, "wall time [s] to wait for a missing reference before"
+                  " answering a state with the safe command", min=0.0, max=60.0),
+        ParamSpec("state_timeout", 0.1, "watchdog: wall time [s] without joint_states before the"
+                  " safe command is published", min=0.001, max=60.0),
+        ParamSpec("safe_mode", "damping", "safe command: zero torque, or zero + joint damping",
+                  choices=["zero", "damping"]),
+        ParamSpec("safe_damping", 5.0, "joint damping of the safe command [Nm s/rad]", min=0.0, max=1e3),
+        ParamSpec("publish_tracking_error", False, "publish controller/tracking_error (JointState:"
+                  " position = q_d - q, velocity = qd_d - qd, effort = command) every cycle"),
+        ParamSpec("diagnostics_period", 1.0, "diagnostics publishing period [s] (wall)", min=0.05, max=60.0),
+    ]
+
+
+class ControllerNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("controller", **kwargs)
+        self.p = declare_params(self, specs())
+        self.model, self.joint_names = load_robot(self.p)
+        n = self.n = self.model.n
+        self.cmd_index = self.model.joint_index(self.joint_names)  # model joint k -> command slot
+        self.limit = self.model.effort_limit.copy()
+        self.mapper = JointStateMapper(self.model.joint_names)
+        self.refs = ReferenceBuffer(self.model.joint_names, capacity=4096,
+                                    max_staleness_ns=int(self.p["reference_staleness"] * 1e9))
+        self.counters = Counters("controller", self.get_fully_qualified_name())
+        self.sat = np.zeros(n, dtype=np.int64)
+        self._lock = threading.Lock()
+        self._pending = None  # (stamp, q, v) waiting for its reference
+        self._pending_since = 0.0
+        self._last_state_wall = None
+        self._last_q = None
+        self._last_v = np.zeros(n)
+        self.log_throttle = Throttle(1.0)
+        self.ctl = None
+        self._build_controller()
+        for name in ("law", "kp", "kd", "gravity_compensation"):
+            self.p.on_change(name, lambda *_: self._build_controller())
+        self.p.add_validator(self._validate_gains)
+        self.p.on_change("reference_staleness",
+                         lambda _n, v: setattr(self.refs, "max_staleness_ns", int(v * 1e9)))
+
+        # lockstep: deep history so a recorder never misses a command; real time: depth 1
+        self.pub_cmd = self.create_publisher(Float64MultiArray, "effort_controller/commands",
+                                             PUBLISHER_STREAM_QOS if self.p["reliable_streams"] else COMMAND_QOS)
+        self.pub_err = self.create_publisher(JointState, "controller/tracking_error", RELIABLE_STREAM_QOS)
+        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS)
+        self.create_subscription(JointState, "joint_states", self._on_state,
+                                 stream_qos(self.p["reliable_streams"]))
+        self._wall = self.create_timer(
+            0.01, self._watchdog, clock=rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME))
+        self._diag_last = time.monotonic()
+        self.get_logger().info(
+            f"law={self.p['law']} joints={self.joint_names} kp={self.ctl.kp} kd={self.ctl.kd}")
+
+    # ----------------------------------------------------------- parameters
+    def _gain(self, name, values):
+        arr = np.asarray(values, dtype=float)
+        if arr.size == 1:
+            return np.full(self.n, float(arr[0]))
+        if arr.size != self.n:
+            raise ValueError(f"{name} needs 1 or {self.n} values, got {arr.size}")
+        return arr
+
+    def _validate_gains(self, cand) -> str | None:
+        try:
+            self._gain("kp", cand["kp"])
+            self._gain("kd", cand["kd"])
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _build_controller(self) -> None:
+        kw = dict(kp=self._gain("kp", self.p["kp"]), kd=self._gain("kd", self.p["kd"]))
+        if self.p["law"] == "pd":
+            kw["gravity_compensation"] = self.p["gravity_compensation"]
+        ctl = make_controller(self.p["law"], self.model, **kw)
+        with self._lock:
+            self.ctl = ctl
+
+    # ------------------------------------------------------------- callbacks
+    def _on_reference(self, msg: JointTrajectory) -> None:
+        try:
+            self.refs.add(msg)
+        except ValueError as exc:
+            self.counters.inc("reference_rejected")
+            if self.log_throttle("ref"):
+                self.get_logger().error(f"reference rejected: {exc}")
+            return
+        if self._pending is not None:
+            self._try_pending()
+
+    def _on_state(self, msg: JointState) -> None:
+        self._last_state_wall = time.monotonic()
+        try:
+            stamp, q, v, _ = self.mapper.map(msg)
+            if v is None:
+                raise ValueError("joint_states carries no velocities")
+        except ValueError as exc:
+            self.counters.inc("state_rejected")
+            if self.log_throttle("state"):
+                self.get_logger().error(f"joint_states rejected ({exc}); sending the safe command")
+            self._publish(self._safe_command(), self._stamp_of(msg))
+            return
+        self.counters.inc("states")
+        self._last_q, self._last_v = q, v
+        if self._pending is not None:  # a newer state supersedes one still waiting
+            self.counters.inc("reference_missed")
+            self._publish(self._safe_command(), self._pending[0])
+        self._pending = (stamp, q, v)
+        self._pending_since = time.monotonic()
+        self._try_pending()
+
+    @staticmethod
+    def _stamp_of(msg) -> int:
+        return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+
+    def _try_pending(self, allow_stale: bool = False) -> bool:
+        """Answer the pending state if its reference is here.  Only an exact stamp match
+        is used while waiting (so lockstep results never depend on arrival timing); after
+        ``reference_wait`` the last reference within ``reference_staleness`` is held."""
+        stamp, q, v = self._pending
+        ref = self.refs.lookup(stamp, int(self.p["reference_tolerance"] * 1e9),
+                               max_staleness_ns=None if allow_stale else -1)
+        if ref is None:
+            return False  # wait for it (the watchdog gives up after reference_wait)
+        self._pending = None
+        qd = ref.qd if ref.qd is not None else np.zeros(self.n)
+        qdd = ref.qdd if ref.qdd is not None else np.zeros(self.n)
+        with self._lock:
+            tau = self.ctl.compute(q, v, ref.q, qd, qdd)
+        if self.p["robot_compensates_gravity"]:
+            tau = tau - self.model.gravity(q)
+        if not np.all(np.isfinite(tau)):
+            self.counters.inc("nonfinite_torque")
+            if self.log_throttle("nan"):
+                self.get_logger().error("control law produced a non-finite torque; sending the safe command")
+            tau = self._safe_command()
+        saturate(tau, self.limit, self.sat)
+        self._publish(tau, stamp)
+        if self.p["publish_tracking_error"]:
+            self.pub_err.publish(joint_state_msg(stamp, self.model.joint_names, ref.q - q, qd - v, tau))
+        return True
+
+    def _safe_command(self) -> np.ndarray:
+        if self.p["safe_mode"] == "damping" and self._last_v is not None:
+            return -self.p["safe_damping"] * np.clip(self._last_v, -10, 10)
+        return np.zeros(self.n)
+
+    def _publish(self, tau_model: np.ndarray, stamp) -> None:
+        out = np.empty(self.n)
+        out[self.cmd_index] = tau_model
+        self.pub_cmd.publish(stamped_command_msg(out, stamp))
+
+    def _watchdog(self) -> None:
+        now = time.monotonic()
+        if self._pending is not None and now - self._pending_since > self.p["reference_wait"]:
+            stamp = self._pending[0]
+            if self._try_pending(allow_stale=True):
+                self.counters.inc("reference_held")
+                return
+            self._pending = None
+            self.counters.inc("reference_missed")
+            if self.log_throttle("miss"):
+                self.get_logger().warning(f"no reference for t={stamp * 1e-9:.4f} s within"
+                                          f" {self.p['reference_wait']} s; safe command sent")
+            self._publish(self._safe_command(), stamp)
+        if self._last_state_wall is not None and now - self._last_state_wall > self.p["state_timeout"]:
+            self.counters.inc("state_timeouts")
+            if self.log_throttle("timeout"):
+                self.get_logger().warning(f"no joint_states for {self.p['state_timeout']} s: safe command")
+            self._publish(np.zeros(self.n), None)
+            self._last_state_wall = now
+        if now - self._diag_last >= self.p["diagnostics_period"]:
+            self._diag_last = now
+            self.counters.set("saturated_steps", int(self.sat.sum()))
+            for k, val in self.refs.counters.items():
+                self.counters.set(f"ref_{k}", val)
+            self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(),
+                                                   [self.counters.status()]))
+
+    def send_safe_and_stop(self) -> None:
+        """Shutdown hook: leave the robot with a zero torque command."""
+        try:
+            self._publish(np.zeros(self.n), None)
+        except Exception:  # context may already be gone
+            pass
+
+    def destroy_node(self):
+        self.send_safe_and_stop()
+        return super().destroy_node()
+
+
+def main(args=None) -> int:
+    return run_node(ControllerNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

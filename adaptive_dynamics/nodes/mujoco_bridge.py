@@ -1,0 +1,381 @@
+"""``mujoco_bridge`` node: the simulated robot (core: :class:`adaptive_dynamics.sim.plant.MujocoPlant`).
+
+Publishes ``joint_states`` (position [rad], velocity [rad/s], effort = *measured*
+joint torque [Nm]: the commanded torque after the URDF effort limits, plus the
+configured sensor bias and noise — friction acts inside the joint and is not
+subtracted) and ``/clock``; subscribes ``effort_controller/commands``
+(Float64MultiArray in the configured joint order).
+
+Modes
+* ``lockstep`` — deterministic and faster than real time: the bridge publishes the
+  state of step k and advances exactly one step when the command answering that state
+  arrives (commands carry the state stamp in their layout label, see
+  ``stamped_command_msg``; unstamped commands are accepted as the current step's).
+  No answer within ``lockstep_timeout`` wall seconds: one step with the safe action,
+  logged and counted.
+* ``realtime`` — a 1 kHz (``rate_hz``) wall-clock loop applies the latest valid
+  command; no valid command for ``command_timeout`` sim seconds -> the safe action.
+  Late steps and commands that miss their cycle are counted; cycle latency
+  (state published -> its command received) is measured.
+
+Malformed commands (wrong length, NaN/inf) are rejected with a log line and a counter;
+the safe action (``safe_mode``: ``damping`` = zero torque + joint damping, or ``hold``
+= PD to the position where commands went bad) covers the step.  Never crashes on input.
+
+Services: ``~/reset`` (Trigger: back to the start state), ``~/toggle_payload``
+(Trigger) and ``~/set_payload`` (SetBool): the sudden dynamics change of pick-and-place.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import SetBool, Trigger
+
+from ..sim.plant import MujocoPlant, RealityConfig
+from ..ros.conversions import command_from_msg, command_stamp, from_ns, joint_state_msg
+from ..ros.node_base import Counters, diagnostic_array, run_node
+from ..ros.params import ParamSpec, declare_params
+from ..ros.qos import CLOCK_QOS, COMMAND_QOS, PUBLISHER_STREAM_QOS
+from .common import Throttle, resolve_urdf, robot_specs
+
+
+def specs() -> list[ParamSpec]:
+    return robot_specs() + [
+        ParamSpec("mode", "lockstep", "lockstep | realtime", choices=["lockstep", "realtime"], read_only=True),
+        ParamSpec("rate_hz", 1000.0, "simulation / joint_states rate [Hz]", min=10.0, max=10000.0, read_only=True),
+        ParamSpec("integrator", "implicitfast", "MuJoCo integrator", choices=["implicitfast", "implicit",
+                  "euler", "rk4"], read_only=True),
+        ParamSpec("lockstep_timeout", 0.5, "lockstep: wall s to wait for the command of a step", min=0.001, max=600.0),
+        ParamSpec("command_timeout", 0.05, "realtime: sim s without a valid command before the safe"
+                  " action", min=0.001, max=60.0),
+        ParamSpec("safe_mode", "damping", "safe action: damping (zero torque + joint damping) | hold",
+                  choices=["damping", "hold"]),
+        ParamSpec("safe_damping", 5.0, "joint damping of the safe action [Nm s/rad]", min=0.0, max=1e4),
+        ParamSpec("reliable_streams", True, "(kept for symmetry: joint_states is always published"
+                  " reliably, which also serves best-effort readers)", read_only=True),
+        ParamSpec("wait_for_nodes", 1, "lockstep: start only when this many other nodes subscribe to"
+                  " /clock (every use_sim_time node does) and a command publisher is matched", min=0,
+                  max=100, read_only=True),
+        ParamSpec("wait_for_state_subscribers", 1, "lockstep: start only when this many joint_states"
+                  " subscribers are matched (controller, recorder, ...)", min=0, max=100, read_only=True),
+        ParamSpec("clock_decimation", 1, "publish /clock every k-th step (joint_states carry exact"
+                  " stamps; sim-time nodes then tick at rate_hz / k)", min=1, max=1000, read_only=True),
+        ParamSpec("max_sim_time", 0.0, "> 0: exit (code 0) after this much simulated time [s]", min=0.0),
+        ParamSpec("q0", [0.0], "start configuration [rad] in joint_names order; [0.0] = mid-range",
+                  type="float[]", read_only=True),
+        ParamSpec("stats_file", "", "write the final counters/latency statistics as JSON here on exit",
+                  read_only=True),
+        ParamSpec("diagnostics_period", 1.0, "diagnostics period [s] (wall)", min=0.05, max=60.0),
+        # "reality" (RealityConfig): the controller's model never sees these
+        ParamSpec("friction_viscous", [0.0], "joint viscous friction [Nm s/rad], 1 or n values", min=0.0,
+                  type="float[]", read_only=True),
+        ParamSpec("friction_coulomb", [0.0], "joint Coulomb friction [Nm], 1 or n values", min=0.0,
+                  type="float[]", read_only=True),
+        ParamSpec("coulomb_smoothing", 0.01, "Coulomb friction f_c tanh(v/eps): eps [rad/s]", min=1e-6,
+                  read_only=True),
+        ParamSpec("payload_mass", 0.0, "unknown payload mass [kg] on payload_frame", min=0.0, read_only=True),
+        ParamSpec("payload_com", [0.0, 0.0, 0.0], "payload CoM in payload_frame [m]", type="float[]",
+                  length=3, read_only=True),
+        ParamSpec("payload_inertia", [0.0], "payload inertia about its CoM: [] / [0.0] = sphere r=2 cm,"
+                  " 3 (diagonal), 6 (URDF order) or 9 values [kg m^2]", type="float[]", read_only=True),
+        ParamSpec("payload_frame", "", "frame carrying the payload; empty = end effector", read_only=True),
+        ParamSpec("payload_enabled", False, "payload attached at start (toggle with ~/toggle_payload)",
+                  read_only=True),
+        ParamSpec("link_scale", 1.0, "scale of every link's mass and inertia (model mismatch)", min=0.0,
+                  read_only=True),
+        ParamSpec("link_scales", [""], "per-link scale overrides 'link:factor'", type="str[]", read_only=True),
+        ParamSpec("noise_std_q", [0.0], "position noise std [rad], 1 or n values", min=0.0, type="float[]",
+                  read_only=True),
+        ParamSpec("noise_std_v", [0.0], "velocity noise std [rad/s]", min=0.0, type="float[]", read_only=True),
+        ParamSpec("noise_std_tau", [0.0], "measured torque noise std [Nm]", min=0.0, type="float[]",
+                  read_only=True),
+        ParamSpec("tau_bias", [0.0], "torque-sensor bias [Nm], 1 or n values", type="float[]", read_only=True),
+        ParamSpec("seed", 0, "noise seed (same seed + same commands = same run)", min=0, read_only=True),
+    ]
+
+
+def _one_or_n(values):
+    arr = list(values)
+    return arr[0] if len(arr) == 1 else arr
+
+
+def reality_from_store(p) -> RealityConfig:
+    scales: dict = {"*": float(p["link_scale"])}
+    for item in p["link_scales"]:
+        if item:
+            link, _, factor = item.partition(":")
+            scales[link.strip()] = float(factor)
+    inertia = list(p["payload_inertia"])
+    return RealityConfig.from_params({
+        "friction_viscous": _one_or_n(p["friction_viscous"]),
+        "friction_coulomb": _one_or_n(p["friction_coulomb"]),
+        "coulomb_smoothing": p["coulomb_smoothing"],
+        "payload_mass": p["payload_mass"], "payload_com": list(p["payload_com"]),
+        "payload_inertia": [] if inertia in ([], [0.0]) else inertia,
+        "payload_frame": p["payload_frame"], "payload_enabled": p["payload_enabled"],
+        "link_scale": scales if len(scales) > 1 else scales["*"],
+        "noise_std_q": _one_or_n(p["noise_std_q"]), "noise_std_v": _one_or_n(p["noise_std_v"]),
+        "noise_std_tau": _one_or_n(p["noise_std_tau"]), "tau_bias": _one_or_n(p["tau_bias"]),
+        "seed": int(p["seed"]),
+    })
+
+
+class MujocoBridgeNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("mujoco_bridge", **kwargs)
+        p = self.p = declare_params(self, specs())
+        names = [n for n in p["joint_names"] if n] or None
+        q0 = None if list(p["q0"]) == [0.0] else np.asarray(p["q0"], dtype=float)
+        self.dt = 1.0 / p["rate_hz"]
+        self.plant = MujocoPlant(resolve_urdf(p), joint_names=names, reality=reality_from_store(p),
+                                 timestep=self.dt, integrator=p["integrator"], q0=q0)
+        self.n = self.plant.n
+        self.names = list(self.plant.joint_names)
+        self.counters = Counters("mujoco_bridge", self.get_fully_qualified_name())
+        self.throttle = Throttle(1.0)
+        self.lock = threading.RLock()
+        self.lockstep = p["mode"] == "lockstep"
+        self.pub_state = self.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
+        self.pub_clock = self.create_publisher(Clock, "/clock", CLOCK_QOS)
+        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(Float64MultiArray, "effort_controller/commands", self._on_command, COMMAND_QOS)
+        self.create_service(Trigger, "~/reset", self._srv_reset)
+        self.create_service(Trigger, "~/toggle_payload", self._srv_toggle)
+        self.create_service(SetBool, "~/set_payload", self._srv_set_payload)
+        steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
+        self._diag_last = time.monotonic()
+        self.latency_ns: list[int] = []
+        self._published_at: dict[int, int] = {}
+        self._done = False
+        # lockstep state
+        self._stamp = 0          # stamp (ns) of the state awaiting its command
+        self._sent_wall = 0.0
+        # realtime state
+        self._latest_cmd = None
+        self._latest_cmd_time = -np.inf
+        self._started = False
+        self._start_wall = time.monotonic()
+        if self.lockstep:
+            self.create_timer(0.002, self._lockstep_watchdog, clock=steady)
+        else:
+            self._start()
+        self.create_timer(0.05, self._housekeeping, clock=steady)
+        self.get_logger().info(f"{p['mode']} at {p['rate_hz']:.0f} Hz, joints {self.names},"
+                               f" reality {self.plant.reality}")
+
+    # ----------------------------------------------------------------- helpers
+    def _ready(self) -> bool:
+        """Lockstep start condition: the graph is connected, so step 0 is not lost."""
+        clock_subs = self.count_subscribers("/clock")
+        state_subs = self.pub_state.get_subscription_count()
+        cmd_pubs = self.count_publishers(self.resolve_topic_name("effort_controller/commands"))
+        return (clock_subs >= self.p["wait_for_nodes"] and cmd_pubs >= 1
+                and state_subs >= max(1, self.p["wait_for_state_subscribers"]))
+
+    def _start(self) -> None:
+        self._started = True
+        self._run_wall0 = time.monotonic()
+        self._publish_state()
+        if not self.lockstep:
+            self._rt_thread = threading.Thread(target=self._realtime_loop, daemon=True)
+            self._rt_thread.start()
+        self.get_logger().info(f"started after {time.monotonic() - self._start_wall:.2f} s (wall)")
+
+    def _now_ns(self) -> int:
+        return int(round(self.plant.time * 1e9))
+
+    def _publish_state(self) -> None:
+        t, q, v, tau = self.plant.state()
+        stamp = int(round(t * 1e9))
+        if self.plant.steps % self.p["clock_decimation"] == 0:
+            self.pub_clock.publish(Clock(clock=from_ns(stamp)))
+        self._stamp = stamp
+        self._sent_wall = time.monotonic()
+        self._published_at[stamp] = time.perf_counter_ns()
+        if len(self._published_at) > 2000:
+            for k in sorted(self._published_at)[:1000]:
+                del self._published_at[k]
+        self.pub_state.publish(joint_state_msg(stamp, self.names, q, v, tau))
+
+    def _safe_step(self) -> None:
+        mode = "hold" if self.p["safe_mode"] == "hold" else "damp"
+        gains = {} if mode == "hold" else {"damping": self.p["safe_damping"]}
+        self.plant.step_safe(mode, **gains)
+        self.counters.inc("safe_steps")
+
+    def _after_step(self) -> None:
+        if self.p["max_sim_time"] > 0 and self.plant.time >= self.p["max_sim_time"] - 1e-12:
+            self._finish()
+            return
+        self._publish_state()
+
+    def _finish(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.get_logger().info(f"max_sim_time {self.p['max_sim_time']} s reached after"
+                               f" {self.plant.steps} steps; exiting")
+        self._write_stats()
+        rclpy.try_shutdown()
+
+    # ---------------------------------------------------------------- commands
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        with self.lock:
+            if self._done or not self._started:
+                return
+            stamp = command_stamp(msg)
+            if stamp is not None:
+                sent = self._published_at.get(stamp)
+                if sent is not None:
+                    lat = time.perf_counter_ns() - sent
+                    self.latency_ns.append(lat)
+                    if lat > self.dt * 1e9:
+                        self.counters.inc("deadline_misses")
+            try:
+                tau = command_from_msg(msg, self.n)
+            except ValueError as exc:
+                self.counters.inc("rejected_commands")
+                if self.throttle("bad"):
+                    self.get_logger().error(f"command rejected ({exc}); safe action ({self.p['safe_mode']})")
+                if self.lockstep and (stamp is None or stamp == self._stamp):
+                    self._safe_step()
+                    self._after_step()
+                return
+            if self.lockstep:
+                if stamp is not None and stamp != self._stamp:
+                    self.counters.inc("stale_commands")
+                    if self.throttle("stale"):
+                        self.get_logger().warning(f"command for t={stamp * 1e-9:.4f} s ignored: waiting for"
+                                                  f" t={self._stamp * 1e-9:.4f} s")
+                    return
+                if stamp is None:
+                    self.counters.inc("unstamped_commands")
+                self.plant.step(tau)
+                self.counters.inc("steps")
+                self._after_step()
+            else:
+                self._latest_cmd = tau
+                self._latest_cmd_time = self.plant.time
+
+    def _lockstep_watchdog(self) -> None:
+        with self.lock:
+            if self._done:
+                return
+            if not self._started:
+                if self._ready():
+                    time.sleep(0.2)  # let the matched readers finish their handshake
+                    self._start()
+                elif self.throttle("waiting") and time.monotonic() - self._start_wall > 5.0:
+                    self.get_logger().info("lockstep: waiting for the controller and"
+                                           f" {self.p['wait_for_nodes']} /clock subscribers")
+                return
+            if time.monotonic() - self._sent_wall > self.p["lockstep_timeout"]:
+                self.counters.inc("lockstep_timeouts")
+                if self.throttle("lockstep"):
+                    self.get_logger().warning(
+                        f"no command for t={self._stamp * 1e-9:.4f} s within {self.p['lockstep_timeout']} s"
+                        f" (wall); stepping with the safe action")
+                self._safe_step()
+                self._after_step()
+
+    def _realtime_loop(self) -> None:
+        period = self.dt
+        nxt = time.perf_counter() + period
+        while rclpy.ok() and not self._done:
+            now = time.perf_counter()
+            if now < nxt:
+                time.sleep(max(0.0, nxt - now - 2e-4))
+                while time.perf_counter() < nxt:
+                    pass
+            elif now - nxt > period:
+                self.counters.inc("late_steps")
+            nxt += period
+            if time.perf_counter() - nxt > 10 * period:  # far behind: resynchronise
+                nxt = time.perf_counter() + period
+            with self.lock:
+                fresh = self.plant.time - self._latest_cmd_time <= self.p["command_timeout"]
+                if self._latest_cmd is not None and fresh:
+                    self.plant.step(self._latest_cmd)
+                    self.counters.inc("steps")
+                else:
+                    if self._latest_cmd is not None and self.throttle("rt_timeout"):
+                        self.get_logger().warning(f"no valid command for {self.p['command_timeout']} s:"
+                                                  f" safe action ({self.p['safe_mode']})")
+                    self.counters.inc("command_timeouts" if self._latest_cmd is not None else "startup_steps")
+                    self._safe_step()
+                self._after_step()
+
+    # ---------------------------------------------------------------- services
+    def _srv_reset(self, req, res):
+        with self.lock:
+            self.plant.reset()
+            self._latest_cmd = None
+        res.success, res.message = True, f"reset at t={self.plant.time:.3f} s"
+        return res
+
+    def _srv_toggle(self, req, res):
+        with self.lock:
+            on = not bool(self.plant.reality.payload_enabled) if not hasattr(self.plant, "payload_enabled") \
+                else not self.plant.payload_enabled
+            self.plant.set_payload_enabled(on)
+        res.success, res.message = True, f"payload {'attached' if on else 'removed'}"
+        self.get_logger().info(res.message)
+        return res
+
+    def _srv_set_payload(self, req, res):
+        with self.lock:
+            self.plant.set_payload_enabled(bool(req.data))
+        res.success, res.message = True, f"payload {'attached' if req.data else 'removed'}"
+        return res
+
+    # ------------------------------------------------------------- diagnostics
+    def stats(self) -> dict:
+        lat = np.array(self.latency_ns[-100000:], dtype=float) * 1e-6
+        out = dict(self.counters.as_dict())
+        wall = (time.monotonic() - self._run_wall0) if self._started else 0.0
+        out.update({"wall_time": wall, "sim_per_wall": (self.plant.time / wall) if wall > 0 else 0.0,
+                    "sim_time": self.plant.time, "plant_steps": int(self.plant.steps),
+                    "saturation_count": self.plant.saturation_count.tolist(),
+                    "latency_samples": int(lat.size)})
+        if lat.size:
+            out.update({"latency_p50_ms": float(np.percentile(lat, 50)),
+                        "latency_p99_ms": float(np.percentile(lat, 99)),
+                        "latency_max_ms": float(lat.max())})
+        return out
+
+    def _write_stats(self) -> None:
+        if self.p["stats_file"]:
+            with open(self.p["stats_file"], "w") as fh:
+                json.dump(self.stats(), fh, indent=1)
+
+    def _housekeeping(self) -> None:
+        if time.monotonic() - self._diag_last >= self.p["diagnostics_period"]:
+            self._diag_last = time.monotonic()
+            st = self.stats()
+            for k in ("latency_p50_ms", "latency_p99_ms", "sim_time"):
+                if k in st:
+                    self.counters.set(k, round(st[k], 4))
+            self.counters.set("saturated_steps", int(np.sum(st["saturation_count"])))
+            self.pub_diag.publish(diagnostic_array(from_ns(self._now_ns()), [self.counters.status()]))
+
+    def destroy_node(self):
+        self._done = True
+        self._write_stats()
+        return super().destroy_node()
+
+
+def main(args=None) -> int:
+    return run_node(MujocoBridgeNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

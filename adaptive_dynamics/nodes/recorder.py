@@ -1,0 +1,108 @@
+"""``recorder`` node: live topics -> rosbag2 MCAP bag (via ``rosbags``).
+
+Subscribes to each configured topic with raw (serialized) delivery and writes the
+CDR bytes unchanged, stamped with the node's clock (sim time when ``use_sim_time``).
+Streams are subscribed RELIABLE with KEEP_ALL history, so in lockstep nothing is
+dropped (back-pressure slows the loop instead).  The bag is closed (``metadata.yaml``
+written) on shutdown, also on SIGINT/SIGTERM.
+
+Parameters: ``bag`` (directory to create; default ``bags/run_<wall time>``),
+``topics`` (relative names are resolved in the node's namespace).
+"""
+from __future__ import annotations
+
+import time
+
+import rclpy
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from ..evaluation.bags import BagWriter, ros_type_name
+from ..ros.node_base import run_node
+from ..ros.params import ParamSpec, declare_params
+from ..ros.qos import CLOCK_QOS, LATCHED_QOS
+
+DEFAULT_TOPICS = ["joint_states", "reference", "effort_controller/commands",
+                  "controller/tracking_error", "/clock"]
+
+_RECORD_QOS = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.VOLATILE)
+# references are published ahead and transient-local: a late recorder still gets the window
+_RECORD_LATCHED_QOS = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def _msg_class(topic: str):
+    from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+    from trajectory_msgs.msg import JointTrajectory
+    from diagnostic_msgs.msg import DiagnosticArray
+    known = {
+        "joint_states": JointState, "reference": JointTrajectory,
+        "effort_controller/commands": Float64MultiArray, "controller/tracking_error": JointState,
+        "/clock": Clock, "/diagnostics": DiagnosticArray,
+        "feedforward/residual": JointState, "adaptive/parameters": JointState,
+        "adaptive/parameter_update": JointState, "adaptive/parametric_torque": JointState,
+    }
+    return known.get(topic)
+
+
+class RecorderNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("recorder", **kwargs)
+        self.p = declare_params(self, [
+            ParamSpec("bag", "", "bag directory to create (must not exist); empty ="
+                      " bags/run_<YYYYmmdd_HHMMSS>", read_only=True),
+            ParamSpec("topics", DEFAULT_TOPICS, "topics to record", read_only=True, type="str[]"),
+            ParamSpec("exit_when_idle", 0.0, "> 0: after the first message, close the bag and exit (code 0)"
+                      " once nothing arrived for this many wall seconds (used at the end of a"
+                      " fixed-duration simulation so the queue is drained)", min=0.0, read_only=True),
+        ])
+        self._last_msg = None
+        if self.p["exit_when_idle"] > 0:
+            steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
+            self.create_timer(0.2, self._idle_check, clock=steady)
+        path = self.p["bag"] or time.strftime("bags/run_%Y%m%d_%H%M%S")
+        self.writer = BagWriter(path)
+        self._subs = []
+        for topic in self.p["topics"]:
+            cls = _msg_class(topic)
+            if cls is None:
+                raise ValueError(f"recorder: unknown message type for topic {topic!r};"
+                                 f" known: {DEFAULT_TOPICS + ['/diagnostics', 'feedforward/residual']}")
+            resolved = self.resolve_topic_name(topic)
+            self.writer.add_topic(resolved, ros_type_name(cls))
+            qos = CLOCK_QOS if topic == "/clock" else (
+                LATCHED_QOS if topic.startswith("adaptive/parameters") else
+                _RECORD_LATCHED_QOS if topic == "reference" else _RECORD_QOS)
+            self._subs.append(self.create_subscription(
+                cls, topic, lambda data, t=resolved: self._write(t, data), qos, raw=True))
+        self.get_logger().info(f"recording {[self.resolve_topic_name(t) for t in self.p['topics']]}"
+                               f" to {self.writer.path}")
+
+    def _idle_check(self) -> None:
+        if self._last_msg is not None and time.monotonic() - self._last_msg > self.p["exit_when_idle"]:
+            self.get_logger().info("idle: closing the bag and exiting")
+            self.writer.close()
+            rclpy.try_shutdown()
+
+    def _write(self, topic: str, data: bytes) -> None:
+        # the idle timer is armed by the streams, not by latched/transient-local history
+        if self._last_msg is not None or not topic.endswith(("reference", "parameters")):
+            self._last_msg = time.monotonic()
+        if not self.writer.closed:
+            self.writer.write(topic, self.get_clock().now().nanoseconds, data)
+
+    def destroy_node(self):
+        self.writer.close()
+        self.get_logger().info(f"bag closed: {self.writer.path} {self.writer.counts}")
+        return super().destroy_node()
+
+
+def main(args=None) -> int:
+    return run_node(RecorderNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

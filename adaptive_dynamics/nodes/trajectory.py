@@ -1,0 +1,200 @@
+"""``trajectory`` node: publishes ``reference`` (JointTrajectory, one point per message,
+``header.stamp`` = the instant it applies to) on a ``rate_hz`` grid, ``lookahead``
+seconds ahead of the current ROS time, so consumers always find the reference of
+their control instant by stamp.  In simulation it is driven by ``/clock`` (every
+tick extends the window: deterministic in lockstep); otherwise by a steady timer on
+the node's clock.  The trajectory is validated against the URDF's position and
+velocity limits (and ``acceleration_limit``) at start, with a clear error.
+``speed`` is live: the phase is integrated, so changing it never makes q jump; a
+speed whose scaled trajectory would violate a limit is refused with the reason.
+
+Core: :mod:`adaptive_dynamics.trajectories`.
+"""
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+import rclpy
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from trajectory_msgs.msg import JointTrajectory
+
+from ..ros.conversions import JointStateMapper, reference_batch_msg, to_ns
+from ..ros.node_base import run_node
+from ..ros.params import ParamSpec, declare_params
+from ..ros.qos import CLOCK_QOS, REFERENCE_QOS, STREAM_QOS
+from ..trajectories import (
+    CartesianTrajectory,
+    ModifiedFourier,
+    MultiSine,
+    PickAndPlace,
+    ScaledTrajectory,
+    figure_eight,
+    lissajous,
+)
+from .common import load_robot, robot_specs
+
+TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous"]
+
+
+def specs() -> list[ParamSpec]:
+    return robot_specs() + [
+        ParamSpec("type", "fourier", "trajectory type", choices=TYPES, read_only=True),
+        ParamSpec("rate_hz", 1000.0, "reference rate [Hz] (= control rate)", min=1.0, max=10000.0, read_only=True),
+        ParamSpec("lookahead", 0.05, "publish references this far ahead of their stamp [s]", min=0.0,
+                  max=5.0, read_only=True),
+        ParamSpec("speed", 1.0, "speed scaling (phase rate); live, validated against the limits",
+                  min=0.0, max=3.0),
+        ParamSpec("start_time", 0.0, "ROS time [s] at which the trajectory starts (sim)", min=0.0,
+                  read_only=True),
+        ParamSpec("start_from_current", False, "use the first joint_states position as the start/centre"
+                  " (real robots)", read_only=True),
+        ParamSpec("q_center", [0.0], "centre / start configuration [rad]; [0.0] = middle of the limits",
+                  type="float[]", read_only=True),
+        ParamSpec("seed", 0, "random seed of the excitation coefficients", min=0, read_only=True),
+        ParamSpec("amplitude", 0.4, "fourier / multisine amplitude [rad]", min=0.0, max=3.0, read_only=True),
+        ParamSpec("base_frequency", 0.1, "fourier fundamental / multisine base frequency [Hz]", min=1e-3,
+                  max=10.0, read_only=True),
+        ParamSpec("harmonics", 4, "fourier harmonics / multisine components", min=1, max=20, read_only=True),
+        ParamSpec("acceleration_limit", 10.0, "joint acceleration limit used for validation [rad/s^2]",
+                  min=0.0, read_only=True),
+        ParamSpec("q_pick", [0.0], "pick_place: pick configuration [rad]", type="float[]", read_only=True),
+        ParamSpec("q_place", [0.0], "pick_place: place configuration [rad]", type="float[]", read_only=True),
+        ParamSpec("move_time", 2.0, "pick_place: nominal move time [s] at speed 1", min=0.1, read_only=True),
+        ParamSpec("dwell_time", 0.5, "pick_place: dwell at each end [s]", min=0.0, read_only=True),
+        ParamSpec("cartesian_size", 0.1, "figure8 / lissajous: path size [m]", min=0.0, max=1.0, read_only=True),
+        ParamSpec("cartesian_period", 4.0, "figure8 / lissajous: period [s]", min=0.1, read_only=True),
+        ParamSpec("cartesian_plane", "xy", "figure8 / lissajous: plane of the base frame",
+                  choices=["xy", "xz", "yz"], read_only=True),
+    ]
+
+
+def build_trajectory(p, model, q_center: np.ndarray):
+    """The (unscaled) trajectory described by the node's parameters."""
+    kind, n = p["type"], model.n
+    lo, hi, vmax = model.lower, model.upper, model.velocity_limit
+    amax = np.full(n, p["acceleration_limit"]) if p["acceleration_limit"] > 0 else None
+    if kind == "fourier":
+        rng = np.random.default_rng(p["seed"])
+        return ModifiedFourier.random(n, rng, q_center=q_center, amplitude=p["amplitude"],
+                                      w_f=2 * math.pi * p["base_frequency"], L=p["harmonics"],
+                                      lower=lo, upper=hi, vel_limit=vmax, acc_limit=amax,
+                                      joint_names=model.joint_names)
+    if kind == "multisine":
+        rng = np.random.default_rng(p["seed"])
+        k = p["harmonics"]
+        freqs = p["base_frequency"] * rng.integers(1, 4 * k, size=(n, k))
+        amps = p["amplitude"] / k * np.ones((n, k))
+        return MultiSine(q_center, amps, freqs, rng.uniform(0, 2 * np.pi, (n, k)))
+    if kind == "pick_place":
+        pick = np.asarray(p["q_pick"]) if len(p["q_pick"]) == n else q_center - 0.3 * np.minimum(hi - lo, 1.0)
+        place = np.asarray(p["q_place"]) if len(p["q_place"]) == n else q_center + 0.3 * np.minimum(hi - lo, 1.0)
+        return PickAndPlace(pick, place, move_time=p["move_time"], dwell_time=p["dwell_time"])
+    size, period, plane = p["cartesian_size"], p["cartesian_period"], p["cartesian_plane"]
+    path = figure_eight(size, period, plane) if kind == "figure8" else \
+        lissajous([size / 2, size / 2], [3, 2], period=period, plane=plane)
+    return CartesianTrajectory(model, q_center, path)
+
+
+class TrajectoryNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("trajectory", **kwargs)
+        p = self.p = declare_params(self, specs())
+        self.model, _ = load_robot(p)
+        self.names = self.model.joint_names
+        self.dt_ns = int(round(1e9 / p["rate_hz"]))
+        self.lookahead_ns = int(round(p["lookahead"] * 1e9))
+        self.lock = threading.Lock()
+        self.traj = None
+        self.last_ns = None  # stamp of the last published reference
+        self.pub = self.create_publisher(JointTrajectory, "reference", REFERENCE_QOS)
+        self.p.add_validator(self._validate_speed)
+        self.p.on_change("speed", self._on_speed)
+        self.use_sim_time = self.get_parameter("use_sim_time").value
+        if p["start_from_current"]:
+            self._mapper = JointStateMapper(self.names)
+            self._js_sub = self.create_subscription(JointState, "joint_states", self._on_first_state, STREAM_QOS)
+        else:
+            qc = np.asarray(p["q_center"], dtype=float)
+            self._setup(qc if qc.size == self.model.n else 0.5 * (self.model.lower + self.model.upper))
+        if self.use_sim_time:
+            self.create_subscription(Clock, "/clock", self._on_clock, CLOCK_QOS)
+        else:
+            self.create_timer(1.0 / p["rate_hz"], self._on_timer)
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self, q_center) -> None:
+        base = build_trajectory(self.p, self.model, q_center)
+        base.check_limits(self.model.lower, self.model.upper, self.model.velocity_limit,
+                          np.full(self.model.n, self.p["acceleration_limit"]) if self.p["acceleration_limit"] > 0
+                          else None)
+        t0 = self.p["start_time"]
+        if not self.use_sim_time:  # real robot: start 1 s from now on the node's clock
+            t0 = self.get_clock().now().nanoseconds * 1e-9 + 1.0
+        traj = ScaledTrajectory(base, speed=self.p["speed"], t0=t0)
+        with self.lock:
+            self.base, self.traj, self.t0 = base, traj, t0
+        self.get_logger().info(f"{self.p['type']} trajectory, start {t0:.3f} s, speed {self.p['speed']},"
+                               f" limits checked")
+        self._extend(int(t0 * 1e9))
+
+    def _on_first_state(self, msg: JointState) -> None:
+        if self.traj is not None:
+            return
+        try:
+            _, q, _, _ = self._mapper.map(msg)
+        except ValueError as exc:
+            self.get_logger().error(f"joint_states rejected: {exc}")
+            return
+        self._setup(q)
+        self.destroy_subscription(self._js_sub)
+
+    def _validate_speed(self, cand) -> str | None:
+        if self.traj is None or cand["speed"] == self.p["speed"]:
+            return None
+        try:
+            self.traj.check_limits(self.model.lower, self.model.upper, self.model.velocity_limit,
+                                   np.full(self.model.n, self.p["acceleration_limit"])
+                                   if self.p["acceleration_limit"] > 0 else None, speed=cand["speed"])
+        except ValueError as exc:
+            return f"speed {cand['speed']} violates the limits: {exc}"
+        return None
+
+    def _on_speed(self, _name, value) -> None:
+        with self.lock:
+            if self.traj is not None and self.last_ns is not None:
+                # takes effect after the references already published (keeps them valid)
+                self.traj.set_speed(value, t=self.last_ns * 1e-9)
+
+    # -------------------------------------------------------------- publishing
+    def _extend(self, now_ns: int) -> None:
+        with self.lock:
+            if self.traj is None:
+                return
+            horizon = now_ns + self.lookahead_ns
+            k = (self.last_ns + self.dt_ns) if self.last_ns is not None else \
+                int(math.ceil(max(now_ns, int(self.t0 * 1e9)) / self.dt_ns)) * self.dt_ns
+            if k > horizon:
+                return
+            stamps = np.arange(k, horizon + 1, self.dt_ns, dtype=np.int64)
+            Q, QD, QDD = self.traj.sample_many(stamps * 1e-9)
+            # one message for the whole new window (points at stamp0 + i dt)
+            self.pub.publish(reference_batch_msg(int(stamps[0]), self.dt_ns, self.names, Q, QD, QDD))
+            self.last_ns = int(stamps[-1])
+
+    def _on_clock(self, msg: Clock) -> None:
+        self._extend(to_ns(msg.clock))
+
+    def _on_timer(self) -> None:
+        self._extend(self.get_clock().now().nanoseconds)
+
+
+def main(args=None) -> int:
+    return run_node(TrajectoryNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""Shared helper of the launch files: turn adaptive_dynamics.launch_graph into Node actions."""
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+from adaptive_dynamics.launch_graph import build_graph
+
+ARGS = {
+    "robot": ("panda", "panda | iiwa14 | planar2"),
+    "controller": ("computed_torque", "pd | computed_torque"),
+    "learner": ("none", "residual learner (later issues)"),
+    "use_sim_time": ("", "default: true in sim, false on a real robot"),
+    "record": ("false", "record an MCAP bag"),
+    "mode": ("lockstep", "sim: lockstep | realtime"),
+    "duration": ("0.0", "sim: stop after this much sim time (0 = run forever)"),
+    "namespace": ("", "namespace of every node/topic (e.g. fr3, lbr)"),
+    "preset": ("franka", "real: franka | lbr | gazebo"),
+}
+
+
+def generate(scenario):
+    def make(context):
+        a = {k: LaunchConfiguration(k).perform(context) for k in ARGS}
+        ust = None if a["use_sim_time"] == "" else a["use_sim_time"].lower() == "true"
+        nodes = build_graph(scenario, robot=a["robot"], controller=a["controller"], learner=a["learner"],
+                            use_sim_time=ust, record=a["record"].lower() == "true", mode=a["mode"],
+                            duration=float(a["duration"]), namespace=a["namespace"], preset=a["preset"])
+        return [Node(package="adaptive_dynamics", executable=s.executable, name=s.name,
+                     namespace=s.namespace or None, parameters=[*s.param_files, s.params],
+                     remappings=s.remappings, output="screen") for s in nodes]
+
+    return LaunchDescription([DeclareLaunchArgument(k, default_value=d, description=h)
+                              for k, (d, h) in ARGS.items()] + [OpaqueFunction(function=make)])
