@@ -2,10 +2,11 @@
 
 Sub-commands (``adaptive-dynamics <cmd> --help`` for each):
 
-* ``demo``   the README's main job.  Until the closed-loop simulation graph exists it
-             is a smoke run of the dynamics core on the Panda: every regressor
-             checked against pinocchio's RNEA, the filtered regressor against a
-             numerically filtered torque, base parameters, timings, and a plot.
+* ``demo``       the README's main job: Panda sim + trajectory + controller in lockstep
+                 over DDS for a fixed sim time; per-joint tracking table, plots, bag.
+* ``launch``     start a scenario's nodes as processes (pip path of ``ros2 launch``).
+* ``selfcheck``  dynamics-core smoke run: every regressor against pinocchio's RNEA, the
+                 filtered regressor against the filtered torque, base parameters, plot.
 * ``info``   a robot's joints, limits, frames and parameter layout.
 """
 from __future__ import annotations
@@ -35,6 +36,94 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_demo(args) -> int:
+    """Closed loop: MuJoCo bridge + trajectory + controller (+ recorder) in lockstep over
+    DDS for a fixed sim time; then a per-joint tracking table and plots from the bag."""
+    import numpy as np
+
+    from .evaluation.bags import read_messages
+    from .launch_graph import build_graph
+    from .launcher import GraphProcess
+
+    os.makedirs(args.out, exist_ok=True)
+    bag = os.path.join(args.out, time.strftime("bag_%Y%m%d_%H%M%S"))
+    stats_file = os.path.join(args.out, "bridge_stats.json")
+    nodes = build_graph("sim", robot=args.robot, controller=args.controller, duration=args.duration,
+                        record=True, bag=bag, overrides={"mujoco_bridge": {"stats_file": stats_file}})
+    print(f"demo: {args.robot}, {args.controller}, lockstep, {args.duration:g} s sim time;"
+          f" nodes {[s.name for s in nodes]}", flush=True)
+    t0 = time.perf_counter()
+    graph = GraphProcess(nodes, echo=args.verbose)
+    rc, why = graph.wait(timeout=max(120.0, 30 * args.duration))
+    if rc != 0:
+        for name, lines in graph.logs.items():
+            print(f"--- {name} (last lines)", file=sys.stderr)
+            print("\n".join(lines[-10:]), file=sys.stderr)
+        print(f"demo: {why}", file=sys.stderr)
+        return rc
+    wall = time.perf_counter() - t0
+    states, refs, names = {}, {}, None
+    for topic, _, msg in read_messages(bag, ["/joint_states", "/reference"]):
+        if topic == "/joint_states":
+            t = msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
+            states[t] = (np.asarray(msg.position), np.asarray(msg.effort))
+            names = names or list(msg.name)
+        else:
+            t0r = msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
+            for pt in msg.points:
+                refs[t0r + pt.time_from_start.sec * 10**9 + pt.time_from_start.nanosec] = np.asarray(pt.positions)
+    ts = np.array(sorted(t for t in states if t in refs))
+    Q = np.array([states[t][0] for t in ts])
+    QD = np.array([refs[t] for t in ts])
+    TAU = np.array([states[t][1] for t in ts])
+    E = QD - Q
+    rmse = np.sqrt(np.mean(E ** 2, axis=0))
+    emax = np.abs(E).max(axis=0)
+    tsec = ts * 1e-9
+    with open(stats_file) as fh:
+        stats = json.load(fh)
+    print(f"\n{'joint':16s} {'RMSE [rad]':>11s} {'max |e| [rad]':>14s} {'RMS tau [Nm]':>13s}")
+    for j, nm in enumerate(names):
+        print(f"{nm:16s} {rmse[j]:11.5f} {emax[j]:14.5f} {np.sqrt(np.mean(TAU[:, j] ** 2)):13.3f}")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    n = len(names)
+    fig, axes = plt.subplots(n, 1, figsize=(10, 1.6 * n + 1), sharex=True)
+    for j, ax in enumerate(np.atleast_1d(axes)):
+        ax.plot(tsec, QD[:, j], "k--", lw=1, label="reference")
+        ax.plot(tsec, Q[:, j], lw=1, label="measured")
+        ax.set_ylabel(names[j].split("_")[-1], fontsize=8)
+    np.atleast_1d(axes)[0].legend(loc="upper right", fontsize=7)
+    np.atleast_1d(axes)[-1].set_xlabel("sim time [s]")
+    fig.suptitle(f"{args.robot}: {args.controller} tracking (lockstep MuJoCo, unmodelled friction)")
+    fig.tight_layout()
+    p1 = os.path.join(args.out, "tracking.png")
+    fig.savefig(p1, dpi=100)
+    fig, ax = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    ax[0].plot(tsec, E, lw=0.8)
+    ax[0].set_ylabel("q_d - q [rad]")
+    ax[0].legend(names, fontsize=6, ncol=4)
+    ax[1].plot(tsec, TAU, lw=0.8)
+    ax[1].set_ylabel("measured torque [Nm]")
+    ax[1].set_xlabel("sim time [s]")
+    fig.tight_layout()
+    p2 = os.path.join(args.out, "errors_torques.png")
+    fig.savefig(p2, dpi=100)
+    summary = {"robot": args.robot, "controller": args.controller, "sim_time_s": float(tsec[-1] + 1e-3),
+               "wall_time_s": round(wall, 2), "steps": int(stats.get("plant_steps", 0)),
+               "sim_per_wall": round(stats.get("sim_per_wall", 0.0), 3),
+               "lockstep_timeouts": int(stats.get("lockstep_timeouts", 0)),
+               "rmse_rad": dict(zip(names, np.round(rmse, 6).tolist())),
+               "max_error_rad": dict(zip(names, np.round(emax, 6).tolist())),
+               "bag": bag, "plots": [p1, p2]}
+    with open(os.path.join(args.out, "demo.json"), "w") as fh:
+        json.dump(summary, fh, indent=2)
+    print(f"\nbag: {bag}\nplots: {p1}, {p2}")
+    print(json.dumps(summary))
+    return 0
+
+
+def _cmd_selfcheck(args) -> int:
     import numpy as np
 
     from .dynamics import RobotModel
@@ -89,7 +178,7 @@ def _cmd_demo(args) -> int:
     png = os.path.join(args.out, "filtered_regressor.png")
     fig.savefig(png, dpi=110)
     summary["plot"] = png
-    with open(os.path.join(args.out, "demo.json"), "w") as fh:
+    with open(os.path.join(args.out, "selfcheck.json"), "w") as fh:
         json.dump(summary, fh, indent=2)
     print(f"{args.robot}: {rm.n} DoF, {rm.n_params} inertial parameters, {base.n_base} base parameters")
     print(f"  |Y pi - rnea|            max {worst['standard']:.2e} Nm")
@@ -150,11 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="adaptive-dynamics",
                                  description="Learn a torque-controlled robot's dynamics online while controlling it.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("demo", help="the main job (currently a dynamics-core smoke run on the Panda)")
+    p = sub.add_parser("demo", help="the main job: closed-loop lockstep simulation, tracking table, plots, bag")
     p.add_argument("--robot", default="panda", help="panda | iiwa14 | planar2 (default panda)")
-    p.add_argument("--out", default="out/demo", help="directory for plots and the JSON summary")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--controller", default="computed_torque", help="pd | computed_torque")
+    p.add_argument("--duration", type=float, default=10.0, help="sim seconds (default 10)")
+    p.add_argument("--out", default="out/demo", help="directory for the bag, plots and demo.json")
+    p.add_argument("-v", "--verbose", action="store_true", help="forward the nodes' logs")
     p.set_defaults(fn=_cmd_demo)
+    p = sub.add_parser("selfcheck", help="dynamics-core smoke run (regressors vs RNEA, filtered regressor)")
+    p.add_argument("--robot", default="panda", help="panda | iiwa14 | planar2 (default panda)")
+    p.add_argument("--out", default="out/selfcheck", help="directory for the plot and JSON summary")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=_cmd_selfcheck)
     p = sub.add_parser("launch", help="start a scenario's nodes as processes (pip path of ros2 launch)")
     p.add_argument("scenario", choices=["sim", "real"], help="sim: MuJoCo bridge + trajectory + controller;"
                    " real: trajectory + controller against a ros2_control robot")

@@ -15,15 +15,29 @@ def run(*args, timeout=300):
     return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def test_demo_runs_and_prints_json(tmp_path):
-    out = tmp_path / "demo"
-    r = run("demo", "--out", str(out))
+def test_selfcheck_runs_and_prints_json(tmp_path):
+    out = tmp_path / "selfcheck"
+    r = run("selfcheck", "--out", str(out))
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["dof"] == 7 and summary["base_parameters"] == 43
     assert summary["max_abs_error_Nm"]["standard"] < 1e-8
     assert (out / "filtered_regressor.png").stat().st_size > 10_000
-    assert json.loads((out / "demo.json").read_text())["robot"] == "panda"
+    assert json.loads((out / "selfcheck.json").read_text())["robot"] == "panda"
+
+
+@pytest.mark.ros
+def test_demo_closed_loop(tmp_path):
+    """The README's main job, shortened: lockstep loop over DDS, table, plots, bag."""
+    out = tmp_path / "demo"
+    r = run("demo", "--out", str(out), "--duration", "3", timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 3000 and summary["lockstep_timeouts"] == 0
+    assert max(summary["rmse_rad"].values()) < 0.2
+    assert "panda_joint7" in r.stdout  # the per-joint table
+    for png in summary["plots"]:
+        assert os.path.getsize(png) > 10_000
 
 
 def test_info_and_clear_error():
