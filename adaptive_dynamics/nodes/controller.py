@@ -35,6 +35,7 @@ from ..ros.conversions import (
     ReferenceBuffer,
     joint_state_msg,
     stamped_command_msg,
+    to_ns,
 )
 from ..ros.node_base import Counters, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
@@ -159,7 +160,7 @@ class ControllerNode(Node):
             self.counters.inc("state_rejected")
             if self.log_throttle("state"):
                 self.get_logger().error(f"joint_states rejected ({exc}); sending the safe command")
-            self._publish(self._safe_command(), self._stamp_of(msg))
+            self._publish(self._safe_command(), to_ns(msg.header.stamp))
             return
         self.counters.inc("states")
         self._last_q, self._last_v = q, v
@@ -169,10 +170,6 @@ class ControllerNode(Node):
         self._pending = (stamp, q, v)
         self._pending_since = time.monotonic()
         self._try_pending()
-
-    @staticmethod
-    def _stamp_of(msg) -> int:
-        return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
 
     def _try_pending(self, allow_stale: bool = False) -> bool:
         """Answer the pending state if its reference is here.  Only an exact stamp match
@@ -217,14 +214,18 @@ class ControllerNode(Node):
             stamp = self._pending[0]
             if self._try_pending(allow_stale=True):
                 self.counters.inc("reference_held")
-                return
-            self._pending = None
-            self.counters.inc("reference_missed")
-            if self.log_throttle("miss"):
-                self.get_logger().warning(f"no reference for t={stamp * 1e-9:.4f} s within"
-                                          f" {self.p['reference_wait']} s; safe command sent")
-            self._publish(self._safe_command(), stamp)
-        if self._last_state_wall is not None and now - self._last_state_wall > self.p["state_timeout"]:
+            else:
+                self._pending = None
+                self.counters.inc("reference_missed")
+                if self.log_throttle("miss"):
+                    self.get_logger().warning(f"no reference for t={stamp * 1e-9:.4f} s within"
+                                              f" {self.p['reference_wait']} s; safe command sent")
+                self._publish(self._safe_command(), stamp)
+        # a state still waiting for its reference is our silence, not the robot's: in
+        # lockstep the bridge is waiting for us, and an unsolicited zero command would
+        # be taken as that step's command
+        if self._pending is None and self._last_state_wall is not None \
+                and now - self._last_state_wall > self.p["state_timeout"]:
             self.counters.inc("state_timeouts")
             if self.log_throttle("timeout"):
                 self.get_logger().warning(f"no joint_states for {self.p['state_timeout']} s: safe command")

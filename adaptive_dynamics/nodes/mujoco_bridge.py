@@ -324,8 +324,7 @@ class MujocoBridgeNode(Node):
 
     def _srv_toggle(self, req, res):
         with self.lock:
-            on = not bool(self.plant.reality.payload_enabled) if not hasattr(self.plant, "payload_enabled") \
-                else not self.plant.payload_enabled
+            on = not self.plant.payload_enabled
             self.plant.set_payload_enabled(on)
         res.success, res.message = True, f"payload {'attached' if on else 'removed'}"
         self.get_logger().info(res.message)
