@@ -7,7 +7,8 @@ Sub-commands (``adaptive-dynamics <cmd> --help`` for each):
 * ``launch``     start a scenario's nodes as processes (pip path of ``ros2 launch``).
 * ``selfcheck``  dynamics-core smoke run: every regressor against pinocchio's RNEA, the
                  filtered regressor against the filtered torque, base parameters, plot.
-* ``info``   a robot's joints, limits, frames and parameter layout.
+* ``info``       a robot's joints, limits, frames and parameter layout.
+* ``experiment`` reproduce a paper's tables and figures (``experiment --list``).
 """
 from __future__ import annotations
 
@@ -235,6 +236,16 @@ def _cmd_launch(args) -> int:
     return run_graph(nodes)
 
 
+def _cmd_experiment(args) -> int:
+    from .experiments import EXPERIMENTS, run
+
+    if args.list or not args.name:
+        for name, (_, what) in EXPERIMENTS.items():
+            print(f"{name:12s} {what}")
+        return 0
+    return run(args.name, args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="adaptive-dynamics",
                                  description="Learn a torque-controlled robot's dynamics online while controlling it.")
@@ -261,6 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--friction", action="store_true", help="include friction parameters")
     p.add_argument("-v", "--verbose", action="store_true", help="list the base-parameter combinations")
     p.set_defaults(fn=_cmd_info)
+    p = sub.add_parser("experiment", help="reproduce a paper's tables and figures (--out DIR; JSON last line)",
+                       description="adaptive-dynamics experiment NAME --out DIR [--quick] [...];"
+                       " `adaptive-dynamics experiment NAME --help` lists an experiment's options")
+    p.add_argument("name", nargs="?", help="experiment name (see --list)")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the experiment's own arguments")
+    p.add_argument("--list", action="store_true", help="list the experiments")
+    p.set_defaults(fn=_cmd_experiment)
     return ap
 
 

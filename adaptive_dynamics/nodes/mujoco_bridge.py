@@ -10,7 +10,10 @@ Modes
 * ``lockstep`` — deterministic and faster than real time: the bridge publishes the
   state of step k and advances exactly one step when the command answering that state
   arrives (commands carry the state stamp in their layout label, see
-  ``stamped_command_msg``; unstamped commands are accepted as the current step's).
+  ``stamped_command_msg``).  Unstamped commands are ignored and counted (a controller's
+  watchdog or shutdown zero must not be taken as a step's answer: that would make runs
+  depend on timing) unless ``lockstep_accept_unstamped`` is set for a controller that
+  cannot stamp its commands.
   No answer within ``lockstep_timeout`` wall seconds: one step with the safe action,
   logged and counted.
 * ``realtime`` — a 1 kHz (``rate_hz``) wall-clock loop applies the latest valid
@@ -55,6 +58,9 @@ def specs() -> list[ParamSpec]:
         ParamSpec("integrator", "implicitfast", "MuJoCo integrator", choices=["implicitfast", "implicit",
                   "euler", "rk4"], read_only=True),
         ParamSpec("lockstep_timeout", 0.5, "lockstep: wall s to wait for the command of a step", min=0.001, max=600.0),
+        ParamSpec("lockstep_accept_unstamped", False, "lockstep: take a command without a state stamp"
+                  " as the current step's (for controllers that cannot stamp; not deterministic)",
+                  read_only=True),
         ParamSpec("command_timeout", 0.05, "realtime: sim s without a valid command before the safe"
                   " action", min=0.001, max=60.0),
         ParamSpec("safe_mode", "damping", "safe action: damping (zero torque + joint damping) | hold",
@@ -144,6 +150,7 @@ class MujocoBridgeNode(Node):
         self.throttle = Throttle(1.0)
         self.lock = threading.RLock()
         self.lockstep = p["mode"] == "lockstep"
+        self._accept_unstamped = bool(p["lockstep_accept_unstamped"])
         self.pub_state = self.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
         self.pub_clock = self.create_publisher(Clock, "/clock", CLOCK_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -246,7 +253,7 @@ class MujocoBridgeNode(Node):
                 self.counters.inc("rejected_commands")
                 if self.throttle("bad"):
                     self.get_logger().error(f"command rejected ({exc}); safe action ({self.p['safe_mode']})")
-                if self.lockstep and (stamp is None or stamp == self._stamp):
+                if self.lockstep and (stamp == self._stamp or (stamp is None and self._accept_unstamped)):
                     self._safe_step()
                     self._after_step()
                 return
@@ -259,6 +266,12 @@ class MujocoBridgeNode(Node):
                     return
                 if stamp is None:
                     self.counters.inc("unstamped_commands")
+                    if not self._accept_unstamped:
+                        if self.throttle("unstamped"):
+                            self.get_logger().warning(
+                                "unstamped command ignored in lockstep (commands must carry the stamp"
+                                " of the state they answer; set lockstep_accept_unstamped to accept them)")
+                        return
                 self.plant.step(tau)
                 self.counters.inc("steps")
                 self._after_step()

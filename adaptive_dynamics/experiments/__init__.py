@@ -1,0 +1,26 @@
+"""Experiment commands: reproductions of the papers' tables and figures.
+
+``adaptive-dynamics experiment NAME --out DIR [...]`` imports
+``adaptive_dynamics.experiments.<module>`` and calls its ``main(argv) -> int``.
+Each experiment writes its PNG plots and ``<name>.json`` (its table) into ``--out``
+and prints that JSON as the **last line** of its output.  Every experiment has a
+``--quick`` flag (short version used by the tests).
+"""
+from __future__ import annotations
+
+import importlib
+
+#: experiment name -> (module, one-line description)
+EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "ardl": ("adaptive_dynamics.experiments.ardl",
+             "ARDL §4.1: PD / computed torque / direct / composite adaptive control (Panda, KUKA)"),
+    "consistency": ("adaptive_dynamics.experiments.consistency",
+                    "Smith & Mistry 2020: consistency transform, virtual-model table and 4-phase online run"),
+}
+
+
+def run(name: str, argv: list[str]) -> int:
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; choose from {sorted(EXPERIMENTS)}")
+    module = importlib.import_module(EXPERIMENTS[name][0])
+    return int(module.main(argv) or 0)
