@@ -13,16 +13,12 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 
 import numpy as np
 import pytest
 import rclpy
 from rcl_interfaces.msg import ParameterType
 from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
-from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, qos_profile_system_default
 from rosgraph_msgs.msg import Clock
@@ -55,65 +51,10 @@ from adaptive_dynamics.ros import (
     vector_from_msg,
 )
 from adaptive_dynamics.ros.node_base import ERROR, OK, WARN, Counters, diagnostic_array
+from conftest import TIMEOUT, uniq
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
 
 JOINTS = ["fr3_joint1", "fr3_joint2", "fr3_joint3"]
-TIMEOUT = 5.0
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-# ------------------------------------------------------------------ fixtures
-
-
-@pytest.fixture
-def ctx():
-    context = Context()
-    rclpy.init(context=context)
-    yield context
-    rclpy.try_shutdown(context=context)
-
-
-@pytest.fixture
-def ros(ctx):
-    """Factory for nodes in a private context plus one executor spinning them all."""
-
-    class Ros:
-        def __init__(self):
-            self.executor = SingleThreadedExecutor(context=ctx)
-            self.nodes = []
-
-        def node(self, prefix="ad_test", **kw):
-            n = Node(uniq(prefix), context=ctx, **kw)
-            self.nodes.append(n)
-            self.executor.add_node(n)
-            return n
-
-        def spin_until(self, cond, timeout=TIMEOUT):
-            deadline = time.monotonic() + timeout
-            while not cond() and time.monotonic() < deadline:
-                self.executor.spin_once(timeout_sec=0.02)
-            return cond()
-
-        def spin_for(self, seconds):
-            deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
-                self.executor.spin_once(timeout_sec=0.02)
-
-        def call(self, client, request):
-            assert client.wait_for_service(timeout_sec=TIMEOUT), f"{client.srv_name} not available"
-            fut = client.call_async(request)
-            self.executor.spin_until_future_complete(fut, timeout_sec=TIMEOUT)
-            assert fut.done(), f"{client.srv_name} did not answer within {TIMEOUT}s"
-            return fut.result()
-
-    r = Ros()
-    yield r
-    r.executor.shutdown(timeout_sec=1.0)
-    for n in r.nodes:
-        n.destroy_node()
 
 
 # ----------------------------------------------------------------------- QoS
@@ -630,7 +571,6 @@ def test_counters_diagnostics():
 
 _RUN_NODE_SCRIPT = """
 import sys
-from rclpy.node import Node
 from adaptive_dynamics.ros.node_base import run_node
 
 class Ready(Node):

@@ -232,7 +232,7 @@ class MujocoBridgeNode(Node):
         self.get_logger().info(f"max_sim_time {self.p['max_sim_time']} s reached after"
                                f" {self.plant.steps} steps; exiting")
         self._write_stats()
-        rclpy.try_shutdown()
+        rclpy.try_shutdown(context=self.context)
 
     # ---------------------------------------------------------------- commands
     def _on_command(self, msg: Float64MultiArray) -> None:
@@ -303,7 +303,7 @@ class MujocoBridgeNode(Node):
     def _realtime_loop(self) -> None:
         period = self.dt
         nxt = time.perf_counter() + period
-        while rclpy.ok() and not self._done:
+        while self.context.ok() and not self._done:
             now = time.perf_counter()
             if now < nxt:
                 time.sleep(max(0.0, nxt - now - 2e-4))
@@ -381,6 +381,9 @@ class MujocoBridgeNode(Node):
 
     def destroy_node(self):
         self._done = True
+        rt = getattr(self, "_rt_thread", None)
+        if rt is not None and rt is not threading.current_thread():
+            rt.join(timeout=1.0)  # the loop checks _done every step
         self._write_stats()
         return super().destroy_node()
 

@@ -85,7 +85,7 @@ class RecorderNode(Node):
         if self._last_msg is not None and time.monotonic() - self._last_msg > self.p["exit_when_idle"]:
             self.get_logger().info("idle: closing the bag and exiting")
             self.writer.close()
-            rclpy.try_shutdown()
+            rclpy.try_shutdown(context=self.context)
 
     def _write(self, topic: str, data: bytes) -> None:
         # the idle timer is armed by the streams, not by latched/transient-local history

@@ -38,11 +38,10 @@ _LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR", STALE: "STALE"}
 def make_executor(*, multithreaded: bool = False, num_threads: Optional[int] = None):
     """The executor for a node process.
 
-    ``AD_EXECUTOR=events|single|multi`` selects it; the default is rclpy's
-    ``EventsExecutor`` (``rclpy.experimental``, C++ event queue: several times less
-    overhead per callback than the wait-set executors, which is what lets three
-    Python processes close a 1 kHz lockstep loop faster than real time), falling back
-    to ``SingleThreadedExecutor`` where it is unavailable.
+    ``AD_EXECUTOR=single|multi|events`` selects it; the default is rclpy's
+    ``SingleThreadedExecutor`` (``MultiThreadedExecutor`` when ``multithreaded``).
+    ``events`` is rclpy's experimental ``EventsExecutor`` (less overhead per callback,
+    but it busy-loops in our graph on this rclpy version, see the README).
     """
     import os
     choice = os.environ.get("AD_EXECUTOR", "multi" if multithreaded else "single")
