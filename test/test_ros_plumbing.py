@@ -571,6 +571,7 @@ def test_counters_diagnostics():
 
 _RUN_NODE_SCRIPT = """
 import sys
+from rclpy.node import Node
 from adaptive_dynamics.ros.node_base import run_node
 
 class Ready(Node):
