@@ -106,7 +106,7 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     if record:
         rec = {**common, **({"bag": bag} if bag else {})}
         if sim and duration > 0:
-            rec["exit_when_idle"] = 2.0  # drain the queue, close the bag, exit 0
+            rec["exit_when_idle"] = 1.0  # bridge gone + 1 s quiet: queue drained, close the bag, exit 0
         nodes.append(NodeSpec("recorder", "recorder", files, rec, list(remaps), namespace,
                               drains=sim and duration > 0))
     for spec in nodes:

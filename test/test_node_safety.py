@@ -90,11 +90,10 @@ def test_bridge_lockstep_bad_commands(ros):
     assert c["rejected_commands"] == 2 and c["safe_steps"] == 2 and c["steps"] == 1
 
     # a stale stamp and an unstamped command do not step the lockstep simulation
-    # (one at a time: the command subscription keeps only the latest, like ros2_control's)
+    # (back to back: the lockstep command queue must not let one displace the other)
     probe.cmd.publish(stamped_command_msg(np.zeros(n), 1 * MS))
-    ros.spin_for(0.1)
     probe.cmd.publish(stamped_command_msg(np.zeros(n), None))
-    ros.spin_for(0.1)
+    ros.spin_for(0.2)
     assert len(probe.states) == 4
     c = bridge.counters.as_dict()
     assert c["stale_commands"] == 1 and c["unstamped_commands"] == 1

@@ -37,7 +37,7 @@ from ..ros.conversions import (
     stamped_command_msg,
     to_ns,
 )
-from ..ros.node_base import Counters, diagnostic_array, run_node
+from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE_STREAM_QOS, stream_qos
 from .common import Throttle, load_robot, robot_specs
@@ -68,6 +68,8 @@ def specs() -> list[ParamSpec]:
         ParamSpec("publish_tracking_error", False, "publish controller/tracking_error (JointState:"
                   " position = q_d - q, velocity = qd_d - qd, effort = command) every cycle"),
         ParamSpec("diagnostics_period", 1.0, "diagnostics publishing period [s] (wall)", min=0.05, max=60.0),
+        ParamSpec("hot_path_thread", True, "take joint_states and references on a lean companion node"
+                  " (<name>_io) with its own executor thread (lower latency; see HotPath)", read_only=True),
     ]
 
 
@@ -104,14 +106,17 @@ class ControllerNode(Node):
                                              PUBLISHER_STREAM_QOS if self.p["reliable_streams"] else COMMAND_QOS)
         self.pub_err = self.create_publisher(JointState, "controller/tracking_error", RELIABLE_STREAM_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS)
-        self.create_subscription(JointState, "joint_states", self._on_state,
-                                 stream_qos(self.p["reliable_streams"]))
+        self._cb_lock = threading.RLock()  # state/reference (io thread) vs watchdog (main thread)
+        self.io = HotPath(self, enabled=self.p["hot_path_thread"])
+        self.io.node.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS)
+        self.io.node.create_subscription(JointState, "joint_states", self._on_state,
+                                         stream_qos(self.p["reliable_streams"]))
         self._wall = self.create_timer(
             0.01, self._watchdog, clock=rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME))
         self._diag_last = time.monotonic()
         self.get_logger().info(
             f"law={self.p['law']} joints={self.joint_names} kp={self.ctl.kp} kd={self.ctl.kd}")
+        self.io.start()
 
     # ----------------------------------------------------------- parameters
     def _gain(self, name, values):
@@ -140,6 +145,10 @@ class ControllerNode(Node):
 
     # ------------------------------------------------------------- callbacks
     def _on_reference(self, msg: JointTrajectory) -> None:
+        with self._cb_lock:
+            self._on_reference_locked(msg)
+
+    def _on_reference_locked(self, msg: JointTrajectory) -> None:
         try:
             self.refs.add(msg)
         except ValueError as exc:
@@ -151,6 +160,10 @@ class ControllerNode(Node):
             self._try_pending()
 
     def _on_state(self, msg: JointState) -> None:
+        with self._cb_lock:
+            self._on_state_locked(msg)
+
+    def _on_state_locked(self, msg: JointState) -> None:
         self._last_state_wall = time.monotonic()
         try:
             stamp, q, v, _ = self.mapper.map(msg)
@@ -209,6 +222,10 @@ class ControllerNode(Node):
         self.pub_cmd.publish(stamped_command_msg(out, stamp))
 
     def _watchdog(self) -> None:
+        with self._cb_lock:
+            self._watchdog_locked()
+
+    def _watchdog_locked(self) -> None:
         now = time.monotonic()
         if self._pending is not None and now - self._pending_since > self.p["reference_wait"]:
             stamp = self._pending[0]
@@ -247,6 +264,7 @@ class ControllerNode(Node):
             pass
 
     def destroy_node(self):
+        self.io.stop()
         self.send_safe_and_stop()
         return super().destroy_node()
 

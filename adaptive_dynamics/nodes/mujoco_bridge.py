@@ -45,9 +45,9 @@ from std_srvs.srv import SetBool, Trigger
 
 from ..sim.plant import MujocoPlant, RealityConfig
 from ..ros.conversions import command_from_msg, command_stamp, from_ns, joint_state_msg
-from ..ros.node_base import Counters, diagnostic_array, run_node
+from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
-from ..ros.qos import CLOCK_QOS, COMMAND_QOS, PUBLISHER_STREAM_QOS
+from ..ros.qos import CLOCK_QOS, COMMAND_QOS, LOCKSTEP_COMMAND_QOS, PUBLISHER_STREAM_QOS
 from .common import Throttle, resolve_urdf, robot_specs
 
 
@@ -81,6 +81,8 @@ def specs() -> list[ParamSpec]:
         ParamSpec("stats_file", "", "write the final counters/latency statistics as JSON here on exit",
                   read_only=True),
         ParamSpec("diagnostics_period", 1.0, "diagnostics period [s] (wall)", min=0.05, max=60.0),
+        ParamSpec("hot_path_thread", True, "take commands on a lean companion node (<name>_io) with its"
+                  " own executor thread (faster lockstep; see HotPath)", read_only=True),
         # "reality" (RealityConfig): the controller's model never sees these
         ParamSpec("friction_viscous", [0.0], "joint viscous friction [Nm s/rad], 1 or n values", min=0.0,
                   type="float[]", read_only=True),
@@ -154,7 +156,9 @@ class MujocoBridgeNode(Node):
         self.pub_state = self.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
         self.pub_clock = self.create_publisher(Clock, "/clock", CLOCK_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(Float64MultiArray, "effort_controller/commands", self._on_command, COMMAND_QOS)
+        self.io = HotPath(self, enabled=p["hot_path_thread"])
+        self.io.node.create_subscription(Float64MultiArray, "effort_controller/commands", self._on_command,
+                                         LOCKSTEP_COMMAND_QOS if self.lockstep else COMMAND_QOS)
         self.create_service(Trigger, "~/reset", self._srv_reset)
         self.create_service(Trigger, "~/toggle_payload", self._srv_toggle)
         self.create_service(SetBool, "~/set_payload", self._srv_set_payload)
@@ -172,12 +176,13 @@ class MujocoBridgeNode(Node):
         self._started = False
         self._start_wall = time.monotonic()
         if self.lockstep:
-            self.create_timer(0.002, self._lockstep_watchdog, clock=steady)
+            self.create_timer(0.01, self._lockstep_watchdog, clock=steady)
         else:
             self._start()
         self.create_timer(0.05, self._housekeeping, clock=steady)
         self.get_logger().info(f"{p['mode']} at {p['rate_hz']:.0f} Hz, joints {self.names},"
                                f" reality {self.plant.reality}")
+        self.io.start()
 
     # ----------------------------------------------------------------- helpers
     def _ready(self) -> bool:
@@ -384,6 +389,7 @@ class MujocoBridgeNode(Node):
         rt = getattr(self, "_rt_thread", None)
         if rt is not None and rt is not threading.current_thread():
             rt.join(timeout=1.0)  # the loop checks _done every step
+        self.io.stop()
         self._write_stats()
         return super().destroy_node()
 

@@ -56,8 +56,9 @@ class RecorderNode(Node):
                       " bags/run_<YYYYmmdd_HHMMSS>", read_only=True),
             ParamSpec("topics", DEFAULT_TOPICS, "topics to record", read_only=True, type="str[]"),
             ParamSpec("exit_when_idle", 0.0, "> 0: after the first message, close the bag and exit (code 0)"
-                      " once nothing arrived for this many wall seconds (used at the end of a"
-                      " fixed-duration simulation so the queue is drained)", min=0.0, read_only=True),
+                      " once the joint_states publisher is gone (the simulation ended) and nothing"
+                      " arrived for this many wall seconds (the queue is drained); a stalled but"
+                      " living graph never ends the recording", min=0.0, read_only=True),
         ])
         self._last_msg = None
         if self.p["exit_when_idle"] > 0:
@@ -82,7 +83,9 @@ class RecorderNode(Node):
                                f" to {self.writer.path}")
 
     def _idle_check(self) -> None:
-        if self._last_msg is not None and time.monotonic() - self._last_msg > self.p["exit_when_idle"]:
+        if self._last_msg is None or time.monotonic() - self._last_msg <= self.p["exit_when_idle"]:
+            return
+        if self.count_publishers(self.resolve_topic_name("joint_states")) == 0:
             self.get_logger().info("idle: closing the bag and exiting")
             self.writer.close()
             rclpy.try_shutdown(context=self.context)

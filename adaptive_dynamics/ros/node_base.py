@@ -26,7 +26,7 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, Si
 
 from .conversions import from_ns
 
-__all__ = ["run_node", "Counters", "diagnostic_array", "OK", "WARN", "ERROR", "STALE"]
+__all__ = ["run_node", "Counters", "HotPath", "diagnostic_array", "OK", "WARN", "ERROR", "STALE"]
 
 OK = DiagnosticStatus.OK
 WARN = DiagnosticStatus.WARN
@@ -100,6 +100,78 @@ def run_node(node_cls, args: Optional[Sequence[str]] = None, *, multithreaded: b
                 pass
         rclpy.try_shutdown()
     return 0
+
+
+class HotPath:
+    """A lean companion node that carries a node's per-cycle subscriptions, spun by its
+    own executor thread.
+
+    rclpy's wait-set executors rebuild and scan the wait set of *every* entity of the
+    nodes they spin on each ``spin_once``: the parameter services (6), the type
+    description service, user services and timers.  At 1 kHz that is most of a
+    Python node's cycle.  The companion ``<owner name>_io`` has none of these
+    (``start_parameter_services=False``, no rosout, no type description service), so
+    its executor's wait set holds only the hot subscriptions; it measured ~1.6x more
+    round trips per second here.  It inherits the owner's namespace and topic remaps
+    (not ``use_sim_time``: use the owner's clock); its node name is ``<owner name>_io`` even under a global
+    ``__node:=`` remap (a node-local remap wins).
+
+    Callbacks then run on the companion's thread while the owner's timers, services and
+    parameter callbacks run on the main executor: guard shared state with a lock.
+    ``enabled=False`` returns the owner itself (no thread; everything on one executor).
+    """
+
+    def __init__(self, owner, *, enabled: bool = True):
+        from rclpy.node import Node
+        from rclpy.parameter import Parameter
+
+        self.owner = owner
+        self.enabled = bool(enabled)
+        self._thread = None
+        if not self.enabled:
+            self.node = owner
+            self.executor = None
+            return
+        name = f"{owner.get_name()}_io"
+        # no use_sim_time: the companion only carries callbacks (time comes from the owner),
+        # and a /clock subscription of its own would count as one more sim-time node
+        overrides = [Parameter("start_type_description_service", value=False)]
+        self.node = Node(name, namespace=owner.get_namespace(), context=owner.context,
+                         cli_args=["--ros-args", "-r", f"__node:={name}"],
+                         start_parameter_services=False, enable_rosout=False,
+                         parameter_overrides=overrides)
+        self.executor = SingleThreadedExecutor(context=owner.context)
+        self.executor.add_node(self.node)
+
+    def start(self) -> None:
+        if self.executor is None or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._spin, name=self.node.get_name(), daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        try:
+            self.executor.spin()
+        except (KeyboardInterrupt, ExternalShutdownException):
+            pass
+        except Exception:
+            if self.owner.context.ok():
+                raise
+
+    def stop(self) -> None:
+        if self.executor is None:
+            return
+        try:
+            self.executor.shutdown(timeout_sec=1.0)
+        except Exception:
+            pass
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+        try:
+            self.node.destroy_node()
+        except Exception:
+            pass
+        self.executor = None
 
 
 class Counters:

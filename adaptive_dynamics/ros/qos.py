@@ -62,7 +62,7 @@ from rclpy.qos import (
     ReliabilityPolicy,
 )
 
-__all__ = ["STREAM_QOS", "LATCHED_QOS", "COMMAND_QOS", "CLOCK_QOS", "RELIABLE_STREAM_QOS",
+__all__ = ["STREAM_QOS", "LATCHED_QOS", "COMMAND_QOS", "LOCKSTEP_COMMAND_QOS", "CLOCK_QOS", "RELIABLE_STREAM_QOS",
            "REFERENCE_QOS", "PUBLISHER_STREAM_QOS", "stream_qos", "describe_qos"]
 
 STREAM_QOS = QoSProfile(
@@ -82,6 +82,16 @@ LATCHED_QOS = QoSProfile(
 COMMAND_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
     depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
+
+# The lockstep bridge's command subscription: a queue, not "the latest".  With depth 1
+# a controller's unstamped watchdog zero, arriving while the bridge is starved, would
+# overwrite the stamped answer still waiting in the reader and stall the loop.
+LOCKSTEP_COMMAND_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=100,
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.VOLATILE,
 )
