@@ -7,6 +7,8 @@ Every test runs on the Panda, the KUKA iiwa 14 and the planar 2-DoF arm.
 """
 from __future__ import annotations
 
+import warnings
+
 import mujoco
 import numpy as np
 import pinocchio as pin
@@ -129,6 +131,153 @@ def test_slotine_li_regressor(robot):
         close(Ysl @ pi, expect)
         # with vr = v, ar = a it is the standard regressor, column by column
         close(robot.slotine_li_regressor(q, v, v, a), robot.regressor(q, v, a))
+
+
+
+# ------------------------------------------- compiled (numba) Slotine-Li regressor
+def _tree_with_every_joint_type(gravity=(0.7, -1.3, -9.5)):
+    """A 9-DoF tree (two branches at joint 3, joints numbered depth-first as pinocchio's
+    algorithms require) with every joint type the compiled kernel handles: RX, RY, RZ,
+    revolute about a skew axis, PX, PY, PZ, prismatic along a skew axis; random joint
+    placements and random (physical) link inertias."""
+    rng = np.random.default_rng(42)
+    m = pin.Model()
+    m.gravity.linear = np.asarray(gravity, dtype=float)
+    ax1 = rng.standard_normal(3)
+    ax2 = rng.standard_normal(3)
+    joints = [pin.JointModelRX(), pin.JointModelRY(), pin.JointModelRZ(),
+              pin.JointModelRevoluteUnaligned(ax1 / np.linalg.norm(ax1)), pin.JointModelPX(),
+              pin.JointModelPY(), pin.JointModelPZ(),
+              pin.JointModelPrismaticUnaligned(ax2 / np.linalg.norm(ax2)), pin.JointModelRZ()]
+    parents = [0, 1, 2, 3, 4, 3, 6, 7, 8]
+    lim = np.ones(1)
+    for k, (jm, parent) in enumerate(zip(joints, parents)):
+        place = pin.SE3(pin.exp3(rng.standard_normal(3)), 0.3 * rng.standard_normal(3))
+        jid = m.addJoint(parent, jm, place, f"j{k}", 50 * lim, 5 * lim, -1.5 * lim, 1.5 * lim)
+        L = rng.standard_normal((3, 3))
+        inertia = pin.Inertia(rng.uniform(0.5, 3.0), 0.2 * rng.standard_normal(3), L @ L.T + 0.1 * np.eye(3))
+        m.appendBodyToJoint(jid, inertia, pin.SE3.Identity())
+        m.addBodyFrame(f"link{k}", jid, pin.SE3.Identity(), m.addJointFrame(jid))
+    return m
+
+
+def _slotine_li_models():
+    yield "panda", RobotModel("panda")
+    yield "iiwa14", RobotModel("iiwa14")
+    yield "planar2", RobotModel("planar2")
+    rm = RobotModel("panda", friction=True)
+    rm.set_friction(np.linspace(0.1, 0.7, 7), np.linspace(0.2, 0.8, 7))
+    yield "panda+friction", rm
+    rm = RobotModel("iiwa14", friction=True, coulomb_smoothing=0.05)
+    rm.set_friction(np.linspace(0.3, 0.9, 7), np.linspace(0.5, 0.1, 7))
+    yield "iiwa14+smooth friction", rm
+    tree = _tree_with_every_joint_type()
+    yield "tree", RobotModel(tree, gravity=tree.gravity.linear)
+
+
+def test_compiled_slotine_li_matches_polarised_and_christoffel_identity():
+    """Compiled single pass == two-call polarisation (to 1e-12) and Y pi = M ar + C vr + g
+    (+ friction) with M, C (Christoffel, pinocchio's computeCoriolisMatrix), g from an
+    independent pinocchio model; also for a random non-physical pi (every column)."""
+    for name, rm in _slotine_li_models():
+        assert rm.slotine_li_implementation == "compiled", name
+        ref = rm.model.copy()
+        d = ref.createData()
+        rng = np.random.default_rng(1)
+        pi_rand = rng.standard_normal(rm.n_params)
+        other = RobotModel(rm.model, friction=rm.friction, coulomb_smoothing=rm.coulomb_smoothing,
+                           gravity=rm.model.gravity.linear)
+        other.set_parameters(pi_rand, check=False)
+        pi = rm.parameters
+        fv, fc = pi[rm.n_inertial: rm.n_inertial + rm.n], pi[rm.n_inertial + rm.n:]
+        for q, v, a, vr, ar in states(rm, k=8, seed=3):
+            Y = rm.slotine_li_regressor(q, v, vr, ar)
+            assert Y.shape == (rm.n, rm.n_params)
+            close(Y, rm._slotine_li_polarised(q, v, vr, ar), rtol=1e-12)
+            expect = _sym_full(pin.crba(ref, d, q)) @ ar
+            expect = expect + pin.computeCoriolisMatrix(ref, d, q, v) @ vr
+            expect = expect + pin.computeGeneralizedGravity(ref, d, q)
+            if rm.friction:
+                coul = np.tanh(v / rm.coulomb_smoothing) if rm.coulomb_smoothing > 0 else np.sign(v)
+                expect = expect + fv * v + fc * coul
+            close(Y @ pi, expect)
+            close(Y @ pi, rm.mass_matrix(q) @ ar + rm.coriolis_matrix(q, v) @ vr + rm.gravity(q)
+                  + (rm.friction_torque(v) if rm.friction else 0.0))
+            f_rand = other.friction_torque(v) if rm.friction else 0.0
+            close(Y @ pi_rand, other.mass_matrix(q) @ ar + other.coriolis_matrix(q, v) @ vr
+                  + other.gravity(q) + f_rand)
+            # vr = v, ar = a: the standard regressor
+            close(rm.slotine_li_regressor(q, v, v, a), rm.regressor(q, v, a), rtol=1e-12)
+            # a fresh array every call
+            assert not np.shares_memory(Y, rm.slotine_li_regressor(q, v, vr, ar))
+
+
+def _sym_full(M):
+    M = np.triu(M)
+    return M + np.triu(M, 1).T
+
+
+def test_compiled_slotine_li_accepts_what_the_api_accepts():
+    """Lists, integer arrays, (n, 1) columns, strided views and read-only arrays go
+    through the validating slow path and give the same Y."""
+    rm = RobotModel("panda")
+    rng = np.random.default_rng(4)
+    q, v, _ = rm.random_state(rng)
+    vr, ar = rng.standard_normal(7), rng.standard_normal(7)
+    Y = rm.slotine_li_regressor(q, v, vr, ar)
+    ro = vr.copy()
+    ro.flags.writeable = False
+    strided = np.repeat(ar, 2)[::2]
+    np.testing.assert_array_equal(rm.slotine_li_regressor(list(q), v.reshape(7, 1), ro, strided), Y)
+    qi = np.arange(7) % 2
+    close(rm.slotine_li_regressor(qi, v, vr, ar), rm._slotine_li_polarised(qi, v, vr, ar), rtol=1e-12)
+    with pytest.raises(ValueError, match="non-finite result"):
+        rm.slotine_li_regressor(q, np.full(7, 1e200), np.full(7, 1e200), ar)  # overflows
+
+
+def test_slotine_li_fallback_when_numba_fails(monkeypatch):
+    """numba import/compilation failure: one RuntimeWarning per process, then the
+    two-call implementation, with the same results and the same input validation."""
+    from adaptive_dynamics.dynamics import _slotine_li_compiled as slc
+
+    compiled = RobotModel("panda")
+    assert compiled.slotine_li_implementation == "compiled"
+
+    def broken(cache=True):
+        raise ImportError("No module named 'numba' (simulated)")
+
+    monkeypatch.setattr(slc, "_build_kernel", broken)
+    monkeypatch.setattr(slc, "_kernel", None)
+    monkeypatch.setattr(slc, "_load_error", None)
+    monkeypatch.setattr(slc, "_warned", False)
+    rm = RobotModel("panda")
+    with pytest.warns(RuntimeWarning, match="compiled Slotine-Li regressor unavailable"):
+        rm.warm_up()  # the kernel is loaded on first use
+    assert rm.slotine_li_implementation == "polarised"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rm2 = RobotModel("panda", friction=True)  # no second warning
+        assert rm2.slotine_li_implementation == "polarised"
+    for q, v, _, vr, ar in states(rm, k=5):
+        close(rm.slotine_li_regressor(q, v, vr, ar), compiled.slotine_li_regressor(q, v, vr, ar),
+              rtol=1e-12)
+    bad = np.full(7, 0.1)
+    bad[2] = np.nan
+    with pytest.raises(ValueError, match=r"^vr: entry 2"):
+        rm.slotine_li_regressor(np.zeros(7), np.zeros(7), bad, np.zeros(7))
+    with pytest.raises(ValueError, match=r"^ar\b"):
+        rm.slotine_li_regressor(np.zeros(7), np.zeros(7), np.zeros(7), np.zeros(1))
+
+
+def test_slotine_li_numba_disabled_by_environment(monkeypatch):
+    from adaptive_dynamics.dynamics import _slotine_li_compiled as slc
+
+    monkeypatch.setenv(slc.ENV_DISABLE, "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rm = RobotModel("planar2")
+        assert rm.slotine_li_implementation == "polarised"
+    assert rm.slotine_li_regressor is rm._slotine_li_polarised
 
 
 def test_regressor_derivatives_finite_difference(robot):

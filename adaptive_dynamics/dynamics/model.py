@@ -11,6 +11,11 @@ Conventions (all documented in the README "Dynamics core" section):
   ``computeCoriolisMatrix``): C(q, v) w = C(q, w) v, Mdot = C + C^T, and
   Mdot - 2C is skew-symmetric.  The Slotine-Li regressor uses the same C.
 
+The Slotine-Li regressor runs as one compiled (numba) Newton-Euler pass when numba is
+available (:mod:`._slotine_li_compiled`), else as two calls of pinocchio's regressor
+(polarisation); both give the same Y to rounding.  The kernel is loaded on first use
+(or by :meth:`RobotModel.warm_up`).
+
 Hot-path functions call pinocchio's C++ regressor directly and check for NaN/inf by
 inspecting a few output entries that together depend on every input (see
 ``_choose_probes``); on any
@@ -410,10 +415,15 @@ class RobotModel:
     def slotine_li_regressor(self, q, v, vr, ar) -> np.ndarray:
         """Slotine-Li regressor: Y pi = M(q) ar + C(q, v) vr + g(q) (+ friction at v).
 
-        Uses the polarisation identity of the Christoffel-consistent C,
-        C(q, v) vr = N((v + vr)/2) - N((v - vr)/2) with N(w) = C(q, w) w, so
-        Y_SL = Y_g(q, (v+vr)/2, ar) - Y_0(q, (v-vr)/2, 0), where Y_0 is the regressor
-        with gravity switched off: two calls of pinocchio's regressor, exact.
+        C is the Christoffel-consistent C of :meth:`coriolis_matrix`.  Default
+        implementation (``slotine_li_implementation == "compiled"``): one numba-compiled
+        Newton-Euler pass carrying both velocity fields, with every velocity product
+        symmetrised, ``(V x S vr + Vr x S v)/2`` and ``(V x* I Vr + Vr x* I V)/2``
+        (see :mod:`._slotine_li_compiled`).  Fallback (``"polarised"``, when numba is
+        unavailable): the polarisation identity C(q, v) vr = N((v + vr)/2) - N((v - vr)/2)
+        with N(w) = C(q, w) w, i.e. Y_SL = Y_g(q, (v+vr)/2, ar) - Y_0(q, (v-vr)/2, 0),
+        where Y_0 is the regressor with gravity switched off: two calls of pinocchio's
+        regressor.  Both are exact and agree to rounding.
         Returns a new ``n x n_params`` array.
         """
         return self._slotine_li_fast(q, v, vr, ar)
@@ -500,7 +510,80 @@ class RobotModel:
         regressor.__doc__ = RobotModel.regressor.__doc__
         slotine_li.__doc__ = RobotModel.slotine_li_regressor.__doc__
         self._regressor_fast = self.regressor = regressor
-        self._slotine_li_fast = self.slotine_li_regressor = slotine_li
+        self._slotine_li_polarised = slotine_li
+        self._sl_impl = None
+
+        def slotine_li_first_call(q, v, vr, ar):
+            return self._resolve_slotine_li()(q, v, vr, ar)
+
+        slotine_li_first_call.__doc__ = RobotModel.slotine_li_regressor.__doc__
+        self._slotine_li_fast = self.slotine_li_regressor = slotine_li_first_call
+
+    def _resolve_slotine_li(self):
+        """Load the compiled Slotine-Li kernel (numba import + cached compile, ~1-2 s once
+        per process) on first use, so processes that never need it do not pay."""
+        if self._sl_impl is None:
+            compiled = self._compiled_slotine_li(self._slotine_li_polarised)
+            self._sl_impl = "polarised" if compiled is None else "compiled"
+            self._slotine_li_fast = self.slotine_li_regressor = compiled or self._slotine_li_polarised
+        return self._slotine_li_fast
+
+    @property
+    def slotine_li_implementation(self) -> str:
+        """``"compiled"`` (single numba pass) or ``"polarised"`` (two pinocchio calls)."""
+        self._resolve_slotine_li()
+        return self._sl_impl
+
+    def warm_up(self) -> None:
+        """Load every lazily built hot path now (call before a control loop starts, so
+        the first cycle does not pay for loading the compiled kernel)."""
+        self._resolve_slotine_li()
+
+    def _compiled_slotine_li(self, reference):
+        """The single-pass compiled Slotine-Li regressor as a closure, or ``None``
+        (numba unavailable or disabled, a joint type the kernel does not know, or a
+        construction-time cross-check against ``reference`` failing)."""
+        from . import _slotine_li_compiled as slc
+
+        kernel = slc.load_kernel()
+        if kernel is None:
+            return None
+        mode = (2 if self.coulomb_smoothing > 0 else 1) if self.friction else 0
+        geo = slc.geometry(self._mg, mode, self.coulomb_smoothing)
+        if geo is None:
+            return None
+        work = slc.workspace(self._mg)
+        empty, copy = np.empty, np.array
+        shape = (self.n, self.n_params)
+        check = self._state
+
+        def slotine_li(q, v, vr, ar):
+            Y = empty(shape)
+            try:
+                kernel(q, v, vr, ar, geo, work, Y)
+            except Exception:  # wrong type/length/layout, NaN/inf: name the argument
+                q, v, vr, ar = check(q=q, v=v, vr=vr, ar=ar)
+                kernel(copy(q), copy(v), copy(vr), copy(ar), geo, work, Y)  # (copies: writable)
+            return Y
+
+        slotine_li.__doc__ = RobotModel.slotine_li_regressor.__doc__
+        # cross-check against the two-call implementation (guards conventions the
+        # kernel might not share with this pinocchio build)
+        rng = np.random.default_rng(7)
+        for _ in range(2):
+            q, v, _a = self.random_state(rng)
+            vr, ar = rng.standard_normal(self.n), rng.standard_normal(self.n)
+            Yp = reference(q, v, vr, ar)
+            try:
+                err = float(np.abs(slotine_li(q, v, vr, ar) - Yp).max())
+            except Exception as exc:  # pragma: no cover - a numba/runtime failure
+                err, why = math.inf, f"{type(exc).__name__}: {exc}"
+            else:
+                why = f"construction-time cross-check failed (max |dY| = {err:.3g})"
+            if not err <= 1e-9 * max(1.0, float(np.abs(Yp).max())):
+                slc.warn_fallback(why)  # pragma: no cover
+                return None  # pragma: no cover
+        return slotine_li
 
     def momentum_regressor(self, q, v) -> np.ndarray:
         """Y_p(q, v) with Y_p pi = M(q) v (generalised momentum; friction columns zero)."""

@@ -1,0 +1,378 @@
+"""Single-pass Slotine-Li regressor compiled with numba.
+
+Computes, in one forward and one backward pass over the kinematic tree,
+
+    Y(q, v, vr, ar) pi = M(q) ar + C(q, v) vr + g(q)  (+ friction columns at v)
+
+with C the Christoffel-consistent Coriolis matrix (pinocchio's
+``computeCoriolisMatrix``, the C of :meth:`RobotModel.coriolis_matrix`).
+
+Why this C.  The Newton-Euler regressor Y(q, w, a) is affine in a and *quadratic* in
+w: its velocity part is B(w, w) for a unique symmetric bilinear form B, and
+B(w, w) = C(q, w) w.  For the Christoffel C, C(q, v) vr = C(q, vr) v, so
+C(q, v) vr = B_sym(v, vr) = (B(v, vr) + B(vr, v)) / 2 -- the symmetrised form (which is
+what the two-call polarisation ``Y_g(q, (v+vr)/2, ar) - Y_0(q, (v-vr)/2, 0)`` computes).
+Here every quadratic velocity product of the recursion is replaced by its symmetric
+bilinear version in the two velocity fields V (from v) and Vr (from vr):
+
+* forward pass (link frames, pinocchio's conventions, gravity as base acceleration):
+  ``V_i = X_i V_p + S_i v_i``, ``Vr_i = X_i Vr_p + S_i vr_i``,
+  ``A_i = X_i A_p + S_i ar_i + (V_i x S_i vr_i + Vr_i x S_i v_i) / 2``;
+* link force regressor (6 x 10, linear in the inertial parameters):
+  ``F_i pi_i = I_i A_i + (V_i x* I_i Vr_i + Vr_i x* I_i V_i) / 2``;
+* backward pass: ``Y[j, block i] = (S_j expressed in frame i)^T F_i`` for every
+  ancestor-or-self j of i (the axis of j is carried down the chain in the forward pass,
+  so the 6 x 10 blocks are never transformed).
+
+This is *not* the Niemeyer-Slotine split ``V x* I Vr`` (another skew-admissible C);
+with V = Vr it reduces to pinocchio's standard regressor.
+
+Compilation: the kernel has an explicit signature (C-contiguous float64 vectors, output
+preallocated by the caller), is compiled by the first :func:`load_kernel` call (i.e. the
+first ``RobotModel`` construction of a process) and cached on disk (``cache=True``, in
+``__pycache__`` next to this file or numba's user cache dir): the very first compilation
+takes ~3-4.5 s on the dev VM, later processes import numba and load the cache in
+~0.7 s.  Arguments of another type or layout raise ``TypeError`` instead of triggering a
+new compilation; the caller then validates and converts them.  If numba is missing or
+compilation fails, :func:`load_kernel` returns ``None`` after one ``RuntimeWarning`` per
+process and the caller keeps the two-call implementation;
+``ADAPTIVE_DYNAMICS_NO_NUMBA=1`` selects that implementation silently.
+"""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+
+import numpy as np
+
+# joint kinds (geometry table column 1)
+_RX, _RY, _RZ, _RU, _PRISMATIC = 0, 1, 2, 3, 4
+_SUPPORTED = {
+    "JointModelRX": (_RX, (1.0, 0.0, 0.0)),
+    "JointModelRY": (_RY, (0.0, 1.0, 0.0)),
+    "JointModelRZ": (_RZ, (0.0, 0.0, 1.0)),
+    "JointModelRevoluteUnaligned": (_RU, None),
+    "JointModelPX": (_PRISMATIC, (1.0, 0.0, 0.0)),
+    "JointModelPY": (_PRISMATIC, (0.0, 1.0, 0.0)),
+    "JointModelPZ": (_PRISMATIC, (0.0, 0.0, 1.0)),
+    "JointModelPrismaticUnaligned": (_PRISMATIC, None),
+}
+# geometry table: row 0 = header, row j = joint j (pinocchio joint index)
+_HDR_N, _HDR_NCOLS, _HDR_FRIC, _HDR_EPS, _HDR_G = 0, 1, 2, 3, 4   # g: 6 entries (linear, angular)
+_COL_PARENT, _COL_KIND, _COL_IDXV, _COL_R, _COL_P, _COL_AXIS = 0, 1, 2, 3, 12, 15
+_GEO_WIDTH = 18
+
+ENV_DISABLE = "ADAPTIVE_DYNAMICS_NO_NUMBA"
+
+_kernel = None
+act_inv = inertia_col = None  # numba helpers, defined by _build_kernel
+_load_error: str | None = None
+_warned = False
+
+
+def _build_kernel(cache: bool = True):
+    # The helpers become module globals (a closure cell holding a dispatcher would be
+    # part of numba's cache key and defeat the on-disk cache).
+    global act_inv, inertia_col
+    import numba as nb
+
+    @nb.njit(inline="always")
+    def act_inv(r00, r01, r02, r10, r11, r12, r20, r21, r22, px, py, pz, m):
+        """liMi.actInv(m) for a motion m = [linear; angular]: (R^T (m_l - p x m_w), R^T m_w)."""
+        m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
+        lx = m0 - (py * m5 - pz * m4)
+        ly = m1 - (pz * m3 - px * m5)
+        lz = m2 - (px * m4 - py * m3)
+        return (r00 * lx + r10 * ly + r20 * lz, r01 * lx + r11 * ly + r21 * lz,
+                r02 * lx + r12 * ly + r22 * lz, r00 * m3 + r10 * m4 + r20 * m5,
+                r01 * m3 + r11 * m4 + r21 * m5, r02 * m3 + r12 * m4 + r22 * m5)
+
+    @nb.njit(inline="always")
+    def inertia_col(w0, w1, w2, u0, u1, u2, ju0, ju1, ju2, jw0, jw1, jw2, ja0, ja1, ja2):
+        """Angular part of a rotational-inertia column: J aw + (w x J u + u x J w) / 2."""
+        return (ja0 + 0.5 * ((w1 * ju2 - w2 * ju1) + (u1 * jw2 - u2 * jw1)),
+                ja1 + 0.5 * ((w2 * ju0 - w0 * ju2) + (u2 * jw0 - u0 * jw2)),
+                ja2 + 0.5 * ((w0 * ju1 - w1 * ju0) + (u0 * jw1 - u1 * jw0)))
+
+    vec, mat = nb.float64[::1], nb.float64[:, ::1]
+    sig = nb.void(vec, vec, vec, vec, mat, vec, mat)
+
+    # the GIL is kept (no nogil): the workspace is per model, as pinocchio's Data is
+    @nb.njit(sig, cache=cache, error_model="numpy")
+    def kernel(q, v, vr, ar, geo, work, Y):  # pragma: no cover - compiled (tested through the API)
+        n = int(geo[0, _HDR_N])
+        ncols = int(geo[0, _HDR_NCOLS])
+        fric = int(geo[0, _HDR_FRIC])
+        if (q.shape[0] != n or v.shape[0] != n or vr.shape[0] != n or ar.shape[0] != n
+                or Y.shape[0] != n or Y.shape[1] != ncols):
+            raise ValueError("slotine_li_regressor: wrong input length")
+        nj = n + 1
+        if geo.shape[0] != nj or geo.shape[1] < _GEO_WIDTH or work.shape[0] < 18 * nj + 6 * nj * nj:
+            raise ValueError("slotine_li_regressor: geometry/workspace do not match")  # (no bounds checks below)
+        s_in = 0.0
+        for k in range(n):
+            s_in += (q[k] + v[k]) + (vr[k] + ar[k])
+        if not math.isfinite(s_in):
+            raise ValueError("slotine_li_regressor: non-finite input")
+        # workspace: V, Vr, A per joint (row 0 = base); W[i, j] = axis of joint j in frame i
+        V = work[0: 6 * nj].reshape((nj, 6))
+        Vr = work[6 * nj: 12 * nj].reshape((nj, 6))
+        A = work[12 * nj: 18 * nj].reshape((nj, 6))
+        W = work[18 * nj: 18 * nj + 6 * nj * nj].reshape((nj, nj, 6))
+        for k in range(6):
+            V[0, k] = 0.0
+            Vr[0, k] = 0.0
+            A[0, k] = -geo[0, _HDR_G + k]
+        for r in range(n):
+            for c in range(ncols):
+                Y[r, c] = 0.0
+
+        s_out = 0.0
+        for i in range(1, nj):
+            g = geo[i]
+            p = int(g[_COL_PARENT])
+            kind = int(g[_COL_KIND])
+            iv = int(g[_COL_IDXV])
+            ax, ay, az = g[_COL_AXIS], g[_COL_AXIS + 1], g[_COL_AXIS + 2]
+            qi = q[iv]
+            # ---- liMi = jointPlacement * joint transform (rotation r, translation p)
+            P00, P01, P02 = g[_COL_R], g[_COL_R + 1], g[_COL_R + 2]
+            P10, P11, P12 = g[_COL_R + 3], g[_COL_R + 4], g[_COL_R + 5]
+            P20, P21, P22 = g[_COL_R + 6], g[_COL_R + 7], g[_COL_R + 8]
+            px, py, pz = g[_COL_P], g[_COL_P + 1], g[_COL_P + 2]
+            if kind == _PRISMATIC:
+                r00, r01, r02, r10, r11, r12, r20, r21, r22 = P00, P01, P02, P10, P11, P12, P20, P21, P22
+                px += qi * (P00 * ax + P01 * ay + P02 * az)
+                py += qi * (P10 * ax + P11 * ay + P12 * az)
+                pz += qi * (P20 * ax + P21 * ay + P22 * az)
+                S0, S1, S2, S3, S4, S5 = ax, ay, az, 0.0, 0.0, 0.0
+            else:
+                c, s = math.cos(qi), math.sin(qi)
+                if kind == _RX:
+                    J00, J01, J02, J10, J11, J12, J20, J21, J22 = 1.0, 0.0, 0.0, 0.0, c, -s, 0.0, s, c
+                elif kind == _RY:
+                    J00, J01, J02, J10, J11, J12, J20, J21, J22 = c, 0.0, s, 0.0, 1.0, 0.0, -s, 0.0, c
+                elif kind == _RZ:
+                    J00, J01, J02, J10, J11, J12, J20, J21, J22 = c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0
+                else:  # Rodrigues about a unit axis (Eigen's AngleAxis)
+                    t = 1.0 - c
+                    J00, J01, J02 = c + t * ax * ax, t * ax * ay - s * az, t * ax * az + s * ay
+                    J10, J11, J12 = t * ax * ay + s * az, c + t * ay * ay, t * ay * az - s * ax
+                    J20, J21, J22 = t * ax * az - s * ay, t * ay * az + s * ax, c + t * az * az
+                r00 = P00 * J00 + P01 * J10 + P02 * J20
+                r01 = P00 * J01 + P01 * J11 + P02 * J21
+                r02 = P00 * J02 + P01 * J12 + P02 * J22
+                r10 = P10 * J00 + P11 * J10 + P12 * J20
+                r11 = P10 * J01 + P11 * J11 + P12 * J21
+                r12 = P10 * J02 + P11 * J12 + P12 * J22
+                r20 = P20 * J00 + P21 * J10 + P22 * J20
+                r21 = P20 * J01 + P21 * J11 + P22 * J21
+                r22 = P20 * J02 + P21 * J12 + P22 * J22
+                S0, S1, S2, S3, S4, S5 = 0.0, 0.0, 0.0, ax, ay, az
+
+            # ---- forward pass (motion subspace S = [linear; angular])
+            k = p
+            while k > 0:
+                o = W[i, k]
+                o[0], o[1], o[2], o[3], o[4], o[5] = act_inv(
+                    r00, r01, r02, r10, r11, r12, r20, r21, r22, px, py, pz, W[p, k])
+                k = int(geo[k, _COL_PARENT])
+            o = W[i, i]
+            o[0], o[1], o[2], o[3], o[4], o[5] = S0, S1, S2, S3, S4, S5
+
+            vi, vri, ai = v[iv], vr[iv], ar[iv]
+            l0, l1, l2, w0, w1, w2 = act_inv(r00, r01, r02, r10, r11, r12, r20, r21, r22, px, py, pz, V[p])
+            l0 += S0 * vi
+            l1 += S1 * vi
+            l2 += S2 * vi
+            w0 += S3 * vi
+            w1 += S4 * vi
+            w2 += S5 * vi
+            u0l, u1l, u2l, u0, u1, u2 = act_inv(r00, r01, r02, r10, r11, r12, r20, r21, r22, px, py, pz, Vr[p])
+            u0l += S0 * vri
+            u1l += S1 * vri
+            u2l += S2 * vri
+            u0 += S3 * vri
+            u1 += S4 * vri
+            u2 += S5 * vri
+            al0, al1, al2, aw0, aw1, aw2 = act_inv(r00, r01, r02, r10, r11, r12, r20, r21, r22, px, py, pz, A[p])
+            # A_i += S ar_i + (V_i x S vr_i + Vr_i x S v_i) / 2 with the motion cross
+            # (l, w) x (ml, mw) = (w x ml + l x mw, w x mw); S vr_i, S v_i are parallel
+            # to S, so the velocity product is b x S with b = (V_i vr_i + Vr_i v_i) / 2.
+            bl0 = 0.5 * (l0 * vri + u0l * vi)
+            bl1 = 0.5 * (l1 * vri + u1l * vi)
+            bl2 = 0.5 * (l2 * vri + u2l * vi)
+            bw0 = 0.5 * (w0 * vri + u0 * vi)
+            bw1 = 0.5 * (w1 * vri + u1 * vi)
+            bw2 = 0.5 * (w2 * vri + u2 * vi)
+            al0 += S0 * ai + ((bw1 * S2 - bw2 * S1) + (bl1 * S5 - bl2 * S4))
+            al1 += S1 * ai + ((bw2 * S0 - bw0 * S2) + (bl2 * S3 - bl0 * S5))
+            al2 += S2 * ai + ((bw0 * S1 - bw1 * S0) + (bl0 * S4 - bl1 * S3))
+            aw0 += S3 * ai + (bw1 * S5 - bw2 * S4)
+            aw1 += S4 * ai + (bw2 * S3 - bw0 * S5)
+            aw2 += S5 * ai + (bw0 * S4 - bw1 * S3)
+            o = V[i]
+            o[0], o[1], o[2], o[3], o[4], o[5] = l0, l1, l2, w0, w1, w2
+            o = Vr[i]
+            o[0], o[1], o[2], o[3], o[4], o[5] = u0l, u1l, u2l, u0, u1, u2
+            o = A[i]
+            o[0], o[1], o[2], o[3], o[4], o[5] = al0, al1, al2, aw0, aw1, aw2
+
+            # ---- link force regressor F (6 x 10, kept in scalars), pinocchio parameter
+            # order [m, hx, hy, hz, Ixx, Ixy, Iyy, Ixz, Iyz, Izz] about the link origin;
+            # V = (l, w), Vr = (ul, u), A = (al, aw).
+            # mass column: (al + (w x ul + u x l) / 2, 0)
+            m0 = al0 + 0.5 * ((w1 * u2l - w2 * u1l) + (u1 * l2 - u2 * l1))
+            m1 = al1 + 0.5 * ((w2 * u0l - w0 * u2l) + (u2 * l0 - u0 * l2))
+            m2 = al2 + 0.5 * ((w0 * u1l - w1 * u0l) + (u0 * l1 - u1 * l0))
+            # first-moment columns h_k: linear aw x e_k + (u w_k + w u_k) / 2 - e_k (w . u),
+            # angular e_k x al + (u l_k + w ul_k - ul w_k - l u_k) / 2 (k-th entry: 0)
+            wu = w0 * u0 + w1 * u1 + w2 * u2
+            x0 = w0 * u0 - wu
+            x1 = aw2 + 0.5 * (u1 * w0 + w1 * u0)
+            x2 = -aw1 + 0.5 * (u2 * w0 + w2 * u0)
+            x4 = -al2 + 0.5 * (u1 * l0 + w1 * u0l - u1l * w0 - l1 * u0)
+            x5 = al1 + 0.5 * (u2 * l0 + w2 * u0l - u2l * w0 - l2 * u0)
+            y0 = -aw2 + 0.5 * (u0 * w1 + w0 * u1)
+            y1 = w1 * u1 - wu
+            y2 = aw0 + 0.5 * (u2 * w1 + w2 * u1)
+            y3 = al2 + 0.5 * (u0 * l1 + w0 * u1l - u0l * w1 - l0 * u1)
+            y5 = -al0 + 0.5 * (u2 * l1 + w2 * u1l - u2l * w1 - l2 * u1)
+            z0 = aw1 + 0.5 * (u0 * w2 + w0 * u2)
+            z1 = -aw0 + 0.5 * (u1 * w2 + w1 * u2)
+            z2 = w2 * u2 - wu
+            z3 = -al1 + 0.5 * (u0 * l2 + w0 * u2l - u0l * w2 - l0 * u2)
+            z4 = al0 + 0.5 * (u1 * l2 + w1 * u2l - u1l * w2 - l1 * u2)
+            # rotational-inertia columns (angular only), basis J_k x:
+            # Ixx (x0,0,0), Ixy (x1,x0,0), Iyy (0,x1,0), Ixz (x2,0,x0), Iyz (0,x2,x1), Izz (0,0,x2)
+            ixx0, ixx1, ixx2 = inertia_col(w0, w1, w2, u0, u1, u2, u0, 0.0, 0.0, w0, 0.0, 0.0, aw0, 0.0, 0.0)
+            ixy0, ixy1, ixy2 = inertia_col(w0, w1, w2, u0, u1, u2, u1, u0, 0.0, w1, w0, 0.0, aw1, aw0, 0.0)
+            iyy0, iyy1, iyy2 = inertia_col(w0, w1, w2, u0, u1, u2, 0.0, u1, 0.0, 0.0, w1, 0.0, 0.0, aw1, 0.0)
+            ixz0, ixz1, ixz2 = inertia_col(w0, w1, w2, u0, u1, u2, u2, 0.0, u0, w2, 0.0, w0, aw2, 0.0, aw0)
+            iyz0, iyz1, iyz2 = inertia_col(w0, w1, w2, u0, u1, u2, 0.0, u2, u1, 0.0, w2, w1, 0.0, aw2, aw1)
+            izz0, izz1, izz2 = inertia_col(w0, w1, w2, u0, u1, u2, 0.0, 0.0, u2, 0.0, 0.0, w2, 0.0, 0.0, aw2)
+
+            # ---- backward accumulation: Y[j, block i] = (S_j in frame i) . F[:, c] for
+            # j = i and its ancestors
+            base = 10 * (i - 1)
+            j = i
+            while j > 0:
+                t = W[i, j]
+                t0, t1, t2, t3, t4, t5 = t[0], t[1], t[2], t[3], t[4], t[5]
+                c0 = t0 * m0 + t1 * m1 + t2 * m2
+                c1 = (t0 * x0 + t1 * x1 + t2 * x2) + (t4 * x4 + t5 * x5)
+                c2 = (t0 * y0 + t1 * y1 + t2 * y2) + (t3 * y3 + t5 * y5)
+                c3 = (t0 * z0 + t1 * z1 + t2 * z2) + (t3 * z3 + t4 * z4)
+                c4 = t3 * ixx0 + t4 * ixx1 + t5 * ixx2
+                c5 = t3 * ixy0 + t4 * ixy1 + t5 * ixy2
+                c6 = t3 * iyy0 + t4 * iyy1 + t5 * iyy2
+                c7 = t3 * ixz0 + t4 * ixz1 + t5 * ixz2
+                c8 = t3 * iyz0 + t4 * iyz1 + t5 * iyz2
+                c9 = t3 * izz0 + t4 * izz1 + t5 * izz2
+                row = Y[int(geo[j, _COL_IDXV])]
+                row[base] = c0
+                row[base + 1] = c1
+                row[base + 2] = c2
+                row[base + 3] = c3
+                row[base + 4] = c4
+                row[base + 5] = c5
+                row[base + 6] = c6
+                row[base + 7] = c7
+                row[base + 8] = c8
+                row[base + 9] = c9
+                # finiteness probe (balanced: a serial sum would be a long latency chain)
+                s_out += ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)) + (c8 + c9)
+                j = int(geo[j, _COL_PARENT])
+
+        # ---- friction columns (viscous v, Coulomb sign(v) or tanh(v / eps))
+        if fric > 0:
+            P0 = 10 * n
+            eps = geo[0, _HDR_EPS]
+            for k in range(n):
+                vk = v[k]
+                Y[k, P0 + k] = vk
+                if fric == 2:
+                    Y[k, P0 + n + k] = math.tanh(vk / eps)
+                else:
+                    Y[k, P0 + n + k] = 1.0 if vk > 0.0 else (-1.0 if vk < 0.0 else 0.0)
+        if not math.isfinite(s_out):
+            raise ValueError("slotine_li_regressor: non-finite result")
+
+    return kernel
+
+
+def load_kernel():
+    """The compiled kernel, or ``None`` (with a one-time warning) when numba is
+    unavailable, disabled by ``ADAPTIVE_DYNAMICS_NO_NUMBA=1`` or fails to compile."""
+    global _kernel, _load_error
+    if os.environ.get(ENV_DISABLE, "").strip() not in ("", "0"):
+        return None
+    if _kernel is not None:
+        return _kernel
+    if _load_error is None:
+        try:
+            try:
+                _kernel = _build_kernel(cache=True)
+            except ImportError:
+                raise
+            except Exception:  # e.g. no writable cache location: compile in memory
+                _kernel = _build_kernel(cache=False)
+            return _kernel
+        except Exception as exc:  # ImportError, numba TypingError/LoweringError, ...
+            _load_error = f"{type(exc).__name__}: {exc}"
+    warn_fallback(_load_error)
+    return None
+
+
+def warn_fallback(reason: str) -> None:
+    """Warn once per process that the two-call Slotine-Li implementation is used."""
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn("compiled Slotine-Li regressor unavailable (" + reason.splitlines()[0][:300]
+                      + "); using the two-call polarisation implementation", RuntimeWarning,
+                      stacklevel=3)
+
+
+def geometry(model, friction_mode: int = 0, eps: float = 0.0):
+    """Geometry table for :func:`kernel` from a ``pinocchio.Model`` of 1-DoF joints, or
+    ``None`` if some joint type is not supported (revolute/prismatic, aligned or not).
+
+    ``friction_mode``: 0 no friction columns, 1 Coulomb ``sign(v)``, 2 ``tanh(v / eps)``.
+    """
+    n = model.nv
+    geo = np.zeros((model.njoints, _GEO_WIDTH))
+    geo[0, _HDR_N] = n
+    geo[0, _HDR_NCOLS] = 10 * n + (2 * n if friction_mode else 0)
+    geo[0, _HDR_FRIC] = friction_mode
+    geo[0, _HDR_EPS] = eps
+    geo[0, _HDR_G: _HDR_G + 3] = model.gravity.linear
+    geo[0, _HDR_G + 3: _HDR_G + 6] = model.gravity.angular
+    for j in range(1, model.njoints):
+        jm = model.joints[j]
+        spec = _SUPPORTED.get(jm.shortname())
+        if spec is None or jm.nv != 1 or jm.nq != 1:
+            return None
+        kind, axis = spec
+        if axis is None:
+            axis = np.asarray(jm.extract().axis, dtype=float).reshape(3)
+            if abs(np.linalg.norm(axis) - 1.0) > 1e-12:
+                return None
+        M = model.jointPlacements[j]
+        geo[j, _COL_PARENT] = model.parents[j]
+        geo[j, _COL_KIND] = kind
+        geo[j, _COL_IDXV] = model.idx_vs[j]
+        geo[j, _COL_R: _COL_R + 9] = np.asarray(M.rotation).reshape(9)  # row-major
+        geo[j, _COL_P: _COL_P + 3] = M.translation
+        geo[j, _COL_AXIS: _COL_AXIS + 3] = axis
+    return geo
+
+
+def workspace(model) -> np.ndarray:
+    """Scratch buffer for :func:`kernel` (reused by every call on one model)."""
+    nj = model.njoints
+    return np.zeros(18 * nj + 6 * nj * nj)
+
+
+__all__ = ["load_kernel", "geometry", "workspace", "warn_fallback", "ENV_DISABLE"]
