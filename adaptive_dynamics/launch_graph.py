@@ -15,7 +15,9 @@ from typing import Any
 
 from .robots import ROBOT_NAMES, share_dir
 
-CONTROLLERS = ("pd", "computed_torque")
+CONTROLLERS = ("pd", "computed_torque", "direct", "composite")
+#: laws served by the adaptive_controller node (the lean baseline `controller` serves the rest)
+ADAPTIVE_LAWS = ("direct", "composite")
 LEARNERS = ("none",)
 MODES = ("lockstep", "realtime")
 SCENARIOS = ("sim", "real")
@@ -101,8 +103,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
                                "wait_for_state_subscribers": 2 if record else 1},
                               namespace=namespace, required=True))
     nodes.append(NodeSpec("trajectory", "trajectory", files, dict(common), list(remaps), namespace))
-    nodes.append(NodeSpec("controller", "controller", files, {**common, "law": controller},
-                          list(remaps), namespace))
+    ctl = "adaptive_controller" if controller in ADAPTIVE_LAWS else "controller"
+    nodes.append(NodeSpec(ctl, ctl, files, {**common, "law": controller}, list(remaps), namespace))
     if record:
         rec = {**common, **({"bag": bag} if bag else {})}
         if sim and duration > 0:

@@ -8,7 +8,8 @@ from adaptive_dynamics.launch_graph import build_graph
 
 ARGS = {
     "robot": ("panda", "panda | iiwa14 | planar2"),
-    "controller": ("computed_torque", "pd | computed_torque"),
+    "controller": ("computed_torque", "pd | computed_torque (node controller) | direct | composite"
+                   " (node adaptive_controller)"),
     "learner": ("none", "residual learner (later issues)"),
     "use_sim_time": ("", "default: true in sim, false on a real robot"),
     "record": ("false", "record an MCAP bag"),

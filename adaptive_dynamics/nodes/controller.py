@@ -43,15 +43,9 @@ from ..ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE
 from .common import Throttle, load_robot, robot_specs
 
 
-def specs() -> list[ParamSpec]:
+def shell_specs() -> list[ParamSpec]:
+    """Parameters every joint controller node shares (matching, safety, diagnostics)."""
     return robot_specs() + [
-        ParamSpec("law", "computed_torque", "control law", choices=sorted(LAWS)),
-        ParamSpec("kp", [100.0], "position gains [1/s^2 for computed_torque, Nm/rad for pd];"
-                  " one value for all joints or one per joint", min=0.0, max=1e5, type="float[]"),
-        ParamSpec("kd", [20.0], "velocity gains [1/s or Nm s/rad], > 0", min=1e-6, max=1e4, type="float[]"),
-        ParamSpec("gravity_compensation", False, "pd: add the nominal model's g(q)"),
-        ParamSpec("robot_compensates_gravity", False, "the robot adds g(q) itself (franka_ros2):"
-                  " the model's gravity is removed from the command"),
         ParamSpec("reliable_streams", True, "subscribe to joint_states reliably (lockstep);"
                   " false = best effort (real-time streams)", read_only=True),
         ParamSpec("reference_tolerance", 0.0005, "max |reference stamp - state stamp| [s] for an exact"
@@ -73,31 +67,50 @@ def specs() -> list[ParamSpec]:
     ]
 
 
-class ControllerNode(Node):
-    def __init__(self, **kwargs):
-        super().__init__("controller", **kwargs)
-        self.p = declare_params(self, specs())
-        self.model, self.joint_names = load_robot(self.p)
+def specs() -> list[ParamSpec]:
+    return shell_specs() + [
+        ParamSpec("law", "computed_torque", "control law", choices=sorted(LAWS)),
+        ParamSpec("kp", [100.0], "position gains [1/s^2 for computed_torque, Nm/rad for pd];"
+                  " one value for all joints or one per joint", min=0.0, max=1e5, type="float[]"),
+        ParamSpec("kd", [20.0], "velocity gains [1/s or Nm s/rad], > 0", min=1e-6, max=1e4, type="float[]"),
+        ParamSpec("gravity_compensation", False, "pd: add the nominal model's g(q)"),
+        ParamSpec("robot_compensates_gravity", False, "the robot adds g(q) itself (franka_ros2):"
+                  " the model's gravity is removed from the command"),
+    ]
+
+
+class JointControllerShell(Node):
+    """Everything a joint-space controller node does except its law: joint matching by
+    name, stamp-matched references, the safe command, saturation, the watchdog,
+    diagnostics, the zero command on shutdown and the lean hot path.
+
+    Subclasses implement :meth:`_setup_law` (build the core, register parameter
+    listeners/validators) and :meth:`_control` (one cycle: torque in model joint order
+    or ``None`` for the safe command), and may extend :meth:`_after_command`,
+    :meth:`_setup_topics`, :meth:`_diagnostics` and :meth:`_shutdown`.
+    """
+
+    def __init__(self, node_name: str, param_specs, **kwargs):
+        super().__init__(node_name, **kwargs)
+        self.p = declare_params(self, param_specs)
+        self.model, self.joint_names = load_robot(self.p, **self._model_kwargs())
         n = self.n = self.model.n
         self.cmd_index = self.model.joint_index(self.joint_names)  # model joint k -> command slot
         self.limit = self.model.effort_limit.copy()
         self.mapper = JointStateMapper(self.model.joint_names)
         self.refs = ReferenceBuffer(self.model.joint_names, capacity=4096,
                                     max_staleness_ns=int(self.p["reference_staleness"] * 1e9))
-        self.counters = Counters("controller", self.get_fully_qualified_name())
+        self.counters = Counters(node_name, self.get_fully_qualified_name())
         self.sat = np.zeros(n, dtype=np.int64)
-        self._lock = threading.Lock()
-        self._pending = None  # (stamp, q, v) waiting for its reference
+        self._lock = threading.Lock()  # the law's core (cycle vs parameter callbacks)
+        self._pending = None  # (stamp, q, v, effort) waiting for its reference
         self._pending_since = 0.0
         self._last_state_wall = None
         self._last_q = None
         self._last_v = np.zeros(n)
+        self._zeros = np.zeros(n)
         self.log_throttle = Throttle(1.0)
-        self.ctl = None
-        self._build_controller()
-        for name in ("law", "kp", "kd", "gravity_compensation"):
-            self.p.on_change(name, lambda *_: self._build_controller())
-        self.p.add_validator(self._validate_gains)
+        self._setup_law()
         self.p.on_change("reference_staleness",
                          lambda _n, v: setattr(self.refs, "max_staleness_ns", int(v * 1e9)))
 
@@ -108,17 +121,180 @@ class ControllerNode(Node):
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._cb_lock = threading.RLock()  # state/reference (io thread) vs watchdog (main thread)
         self.io = HotPath(self, enabled=self.p["hot_path_thread"])
+        self._setup_topics()
         self.io.node.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS)
         self.io.node.create_subscription(JointState, "joint_states", self._on_state,
                                          stream_qos(self.p["reliable_streams"]))
         self._wall = self.create_timer(
             0.01, self._watchdog, clock=rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME))
         self._diag_last = time.monotonic()
-        self.get_logger().info(
-            f"law={self.p['law']} joints={self.joint_names} kp={self.ctl.kp} kd={self.ctl.kd}")
+        self.get_logger().info(f"{self._describe()}; joints {self.joint_names}")
         self.io.start()
 
-    # ----------------------------------------------------------- parameters
+    # ------------------------------------------------------------ subclass hooks
+    def _model_kwargs(self) -> dict:
+        return {}
+
+    def _setup_law(self) -> None:
+        raise NotImplementedError
+
+    def _setup_topics(self) -> None:
+        """Extra publishers/subscriptions (hot ones on ``self.io.node``)."""
+
+    def _describe(self) -> str:
+        return f"law={self.p['law']}"
+
+    def _control(self, stamp: int, q, v, effort, ref, qd, qdd):
+        """Torque (model joint order) for this state and reference, or ``None`` to
+        answer with the safe command.  Called with ``self._cb_lock`` held."""
+        raise NotImplementedError
+
+    def _after_command(self, stamp: int, q, v, ref, qd, tau) -> None:
+        if self.p["publish_tracking_error"]:
+            self.pub_err.publish(joint_state_msg(stamp, self.model.joint_names, ref.q - q, qd - v, tau))
+
+    def _diagnostics(self) -> None:
+        """Update gauges in ``self.counters`` before diagnostics are published."""
+
+    def _shutdown(self) -> None:
+        """Called on destroy, before the zero command."""
+
+    # ------------------------------------------------------------- callbacks
+    def _on_reference(self, msg: JointTrajectory) -> None:
+        with self._cb_lock:
+            try:
+                self.refs.add(msg)
+            except ValueError as exc:
+                self.counters.inc("reference_rejected")
+                if self.log_throttle("ref"):
+                    self.get_logger().error(f"reference rejected: {exc}")
+                return
+            if self._pending is not None:
+                self._try_pending()
+
+    def _on_state(self, msg: JointState) -> None:
+        with self._cb_lock:
+            self._last_state_wall = time.monotonic()
+            try:
+                stamp, q, v, effort = self.mapper.map(msg)
+                if v is None:
+                    raise ValueError("joint_states carries no velocities")
+            except ValueError as exc:
+                self.counters.inc("state_rejected")
+                if self.log_throttle("state"):
+                    self.get_logger().error(f"joint_states rejected ({exc}); sending the safe command")
+                self._publish(self._safe_command(), to_ns(msg.header.stamp))
+                return
+            self.counters.inc("states")
+            self._last_q, self._last_v = q, v
+            if self._pending is not None:  # a newer state supersedes one still waiting
+                self.counters.inc("reference_missed")
+                self._publish(self._safe_command(), self._pending[0])
+            self._pending = (stamp, q, v, effort)
+            self._pending_since = time.monotonic()
+            self._try_pending()
+
+    def _try_pending(self, allow_stale: bool = False) -> bool:
+        """Answer the pending state if its reference is here.  Only an exact stamp match
+        is used while waiting (so lockstep results never depend on arrival timing); after
+        ``reference_wait`` the last reference within ``reference_staleness`` is held."""
+        stamp, q, v, effort = self._pending
+        ref = self.refs.lookup(stamp, int(self.p["reference_tolerance"] * 1e9),
+                               max_staleness_ns=None if allow_stale else -1)
+        if ref is None:
+            return False  # wait for it (the watchdog gives up after reference_wait)
+        self._pending = None
+        qd = ref.qd if ref.qd is not None else self._zeros
+        qdd = ref.qdd if ref.qdd is not None else self._zeros
+        tau = self._control(stamp, q, v, effort, ref, qd, qdd)
+        if tau is None:
+            tau = self._safe_command()
+        elif not np.all(np.isfinite(tau)):
+            self.counters.inc("nonfinite_torque")
+            if self.log_throttle("nan"):
+                self.get_logger().error("control law produced a non-finite torque; sending the safe command")
+            tau = self._safe_command()
+        saturate(tau, self.limit, self.sat)
+        self._publish(tau, stamp)
+        self._after_command(stamp, q, v, ref, qd, tau)
+        return True
+
+    def _safe_command(self) -> np.ndarray:
+        if self.p["safe_mode"] == "damping" and self._last_v is not None:
+            return -self.p["safe_damping"] * np.clip(self._last_v, -10, 10)
+        return np.zeros(self.n)
+
+    def _publish(self, tau_model: np.ndarray, stamp) -> None:
+        out = np.empty(self.n)
+        out[self.cmd_index] = tau_model
+        self.pub_cmd.publish(stamped_command_msg(out, stamp))
+
+    def _watchdog(self) -> None:
+        with self._cb_lock:
+            now = time.monotonic()
+            if self._pending is not None and now - self._pending_since > self.p["reference_wait"]:
+                stamp = self._pending[0]
+                if self._try_pending(allow_stale=True):
+                    self.counters.inc("reference_held")
+                else:
+                    self._pending = None
+                    self.counters.inc("reference_missed")
+                    if self.log_throttle("miss"):
+                        self.get_logger().warning(f"no reference for t={stamp * 1e-9:.4f} s within"
+                                                  f" {self.p['reference_wait']} s; safe command sent")
+                    self._publish(self._safe_command(), stamp)
+            # a state still waiting for its reference is our silence, not the robot's: in
+            # lockstep the bridge is waiting for us
+            if self._pending is None and self._last_state_wall is not None \
+                    and now - self._last_state_wall > self.p["state_timeout"]:
+                self.counters.inc("state_timeouts")
+                if self.log_throttle("timeout"):
+                    self.get_logger().warning(f"no joint_states for {self.p['state_timeout']} s: safe command")
+                self._publish(np.zeros(self.n), None)
+                self._last_state_wall = now
+            if now - self._diag_last >= self.p["diagnostics_period"]:
+                self._diag_last = now
+                self.counters.set("saturated_steps", int(self.sat.sum()))
+                for k, val in self.refs.counters.items():
+                    self.counters.set(f"ref_{k}", val)
+                self._diagnostics()
+                self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(),
+                                                       [self.counters.status()]))
+
+    def send_safe_and_stop(self) -> None:
+        """Shutdown hook: leave the robot with a zero torque command."""
+        try:
+            self._publish(np.zeros(self.n), None)
+        except Exception:  # context may already be gone
+            pass
+
+    def destroy_node(self):
+        if not hasattr(self, "pub_cmd"):  # construction failed half way: nothing to stop
+            return super().destroy_node()
+        self.io.stop()
+        try:
+            self._shutdown()
+        finally:
+            self.send_safe_and_stop()
+        return super().destroy_node()
+
+
+class ControllerNode(JointControllerShell):
+    """The baseline: PD or computed torque with the nominal model."""
+
+    def __init__(self, **kwargs):
+        super().__init__("controller", specs(), **kwargs)
+
+    def _setup_law(self) -> None:
+        self.ctl = None
+        self._build_controller()
+        for name in ("law", "kp", "kd", "gravity_compensation"):
+            self.p.on_change(name, lambda *_: self._build_controller())
+        self.p.add_validator(self._validate_gains)
+
+    def _describe(self) -> str:
+        return f"law={self.p['law']} kp={self.ctl.kp} kd={self.ctl.kd}"
+
     def _gain(self, name, values):
         arr = np.asarray(values, dtype=float)
         if arr.size == 1:
@@ -143,130 +319,12 @@ class ControllerNode(Node):
         with self._lock:
             self.ctl = ctl
 
-    # ------------------------------------------------------------- callbacks
-    def _on_reference(self, msg: JointTrajectory) -> None:
-        with self._cb_lock:
-            self._on_reference_locked(msg)
-
-    def _on_reference_locked(self, msg: JointTrajectory) -> None:
-        try:
-            self.refs.add(msg)
-        except ValueError as exc:
-            self.counters.inc("reference_rejected")
-            if self.log_throttle("ref"):
-                self.get_logger().error(f"reference rejected: {exc}")
-            return
-        if self._pending is not None:
-            self._try_pending()
-
-    def _on_state(self, msg: JointState) -> None:
-        with self._cb_lock:
-            self._on_state_locked(msg)
-
-    def _on_state_locked(self, msg: JointState) -> None:
-        self._last_state_wall = time.monotonic()
-        try:
-            stamp, q, v, _ = self.mapper.map(msg)
-            if v is None:
-                raise ValueError("joint_states carries no velocities")
-        except ValueError as exc:
-            self.counters.inc("state_rejected")
-            if self.log_throttle("state"):
-                self.get_logger().error(f"joint_states rejected ({exc}); sending the safe command")
-            self._publish(self._safe_command(), to_ns(msg.header.stamp))
-            return
-        self.counters.inc("states")
-        self._last_q, self._last_v = q, v
-        if self._pending is not None:  # a newer state supersedes one still waiting
-            self.counters.inc("reference_missed")
-            self._publish(self._safe_command(), self._pending[0])
-        self._pending = (stamp, q, v)
-        self._pending_since = time.monotonic()
-        self._try_pending()
-
-    def _try_pending(self, allow_stale: bool = False) -> bool:
-        """Answer the pending state if its reference is here.  Only an exact stamp match
-        is used while waiting (so lockstep results never depend on arrival timing); after
-        ``reference_wait`` the last reference within ``reference_staleness`` is held."""
-        stamp, q, v = self._pending
-        ref = self.refs.lookup(stamp, int(self.p["reference_tolerance"] * 1e9),
-                               max_staleness_ns=None if allow_stale else -1)
-        if ref is None:
-            return False  # wait for it (the watchdog gives up after reference_wait)
-        self._pending = None
-        qd = ref.qd if ref.qd is not None else np.zeros(self.n)
-        qdd = ref.qdd if ref.qdd is not None else np.zeros(self.n)
+    def _control(self, stamp, q, v, effort, ref, qd, qdd):
         with self._lock:
             tau = self.ctl.compute(q, v, ref.q, qd, qdd)
         if self.p["robot_compensates_gravity"]:
             tau = tau - self.model.gravity(q)
-        if not np.all(np.isfinite(tau)):
-            self.counters.inc("nonfinite_torque")
-            if self.log_throttle("nan"):
-                self.get_logger().error("control law produced a non-finite torque; sending the safe command")
-            tau = self._safe_command()
-        saturate(tau, self.limit, self.sat)
-        self._publish(tau, stamp)
-        if self.p["publish_tracking_error"]:
-            self.pub_err.publish(joint_state_msg(stamp, self.model.joint_names, ref.q - q, qd - v, tau))
-        return True
-
-    def _safe_command(self) -> np.ndarray:
-        if self.p["safe_mode"] == "damping" and self._last_v is not None:
-            return -self.p["safe_damping"] * np.clip(self._last_v, -10, 10)
-        return np.zeros(self.n)
-
-    def _publish(self, tau_model: np.ndarray, stamp) -> None:
-        out = np.empty(self.n)
-        out[self.cmd_index] = tau_model
-        self.pub_cmd.publish(stamped_command_msg(out, stamp))
-
-    def _watchdog(self) -> None:
-        with self._cb_lock:
-            self._watchdog_locked()
-
-    def _watchdog_locked(self) -> None:
-        now = time.monotonic()
-        if self._pending is not None and now - self._pending_since > self.p["reference_wait"]:
-            stamp = self._pending[0]
-            if self._try_pending(allow_stale=True):
-                self.counters.inc("reference_held")
-            else:
-                self._pending = None
-                self.counters.inc("reference_missed")
-                if self.log_throttle("miss"):
-                    self.get_logger().warning(f"no reference for t={stamp * 1e-9:.4f} s within"
-                                              f" {self.p['reference_wait']} s; safe command sent")
-                self._publish(self._safe_command(), stamp)
-        # a state still waiting for its reference is our silence, not the robot's: in
-        # lockstep the bridge is waiting for us, and an unsolicited zero command would
-        # be taken as that step's command
-        if self._pending is None and self._last_state_wall is not None \
-                and now - self._last_state_wall > self.p["state_timeout"]:
-            self.counters.inc("state_timeouts")
-            if self.log_throttle("timeout"):
-                self.get_logger().warning(f"no joint_states for {self.p['state_timeout']} s: safe command")
-            self._publish(np.zeros(self.n), None)
-            self._last_state_wall = now
-        if now - self._diag_last >= self.p["diagnostics_period"]:
-            self._diag_last = now
-            self.counters.set("saturated_steps", int(self.sat.sum()))
-            for k, val in self.refs.counters.items():
-                self.counters.set(f"ref_{k}", val)
-            self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(),
-                                                   [self.counters.status()]))
-
-    def send_safe_and_stop(self) -> None:
-        """Shutdown hook: leave the robot with a zero torque command."""
-        try:
-            self._publish(np.zeros(self.n), None)
-        except Exception:  # context may already be gone
-            pass
-
-    def destroy_node(self):
-        self.io.stop()
-        self.send_safe_and_stop()
-        return super().destroy_node()
+        return tau
 
 
 def main(args=None) -> int:

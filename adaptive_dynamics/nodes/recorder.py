@@ -23,7 +23,8 @@ from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import CLOCK_QOS, LATCHED_QOS
 
 DEFAULT_TOPICS = ["joint_states", "reference", "effort_controller/commands",
-                  "controller/tracking_error", "/clock"]
+                  "controller/tracking_error", "/clock", "adaptive/parametric_torque",
+                  "adaptive/parameter_update", "adaptive/parameters", "feedforward/residual"]
 
 _RECORD_QOS = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.VOLATILE)

@@ -1,0 +1,355 @@
+"""``adaptive_controller`` node: PD, computed torque, direct and composite adaptive control.
+
+Thin adapter over :class:`adaptive_dynamics.control.AdaptiveController` (Slotine & Li
+1987/1989, ARDL Listing 1), on the shell shared with the baseline ``controller`` node
+(:class:`~adaptive_dynamics.nodes.controller.JointControllerShell`: joints by name,
+stamp-matched references, safe command, saturation, watchdog, zero on shutdown).
+
+Laws (``law``, live): ``pd`` (tau = -K_D s = K_D (e_dot + Lambda e)), ``computed_torque``
+(tau = Y(q, qd, qd_r, qdd_r) pi_nominal - K_D s: the nominal URDF model), ``direct`` and
+``composite`` (tau = Y pi_hat - K_D s with the estimate learned online; the composite law
+uses the measured torque in ``joint_states.effort``).  All four share Lambda and K_D, so
+switching law live keeps the feedback identical.  The estimate persists across law
+switches, ``learning`` toggles, and node restarts (``estimate_file``).
+
+Feed-forward: any ``feedforward/residual`` (stamped vector, JointState ``effort`` by
+joint name, stamped with the instant it applies to) is added when ``feedforward`` is
+on: the exact stamp is used, else the newest within ``residual_staleness``.
+
+Publishes, besides ``effort_controller/commands`` (stamped) and ``/diagnostics``:
+
+* ``adaptive/parametric_torque`` -- JointState, ``effort`` = Y pi_hat [Nm] by joint,
+  stamped with the state it was computed for (every cycle);
+* ``adaptive/parameter_update`` -- JointState, ``name`` = the FULL parameter names,
+  ``position`` = the sum of the estimate's updates Delta pi_hat since the previous
+  message (full coordinates: Y_full(x) Delta pi = Y_b(x) Delta theta), stamp = the last
+  cycle included; every ``update_decimation`` cycles that changed the estimate.
+  Reliable with a deep queue: the consistency transform must see every update;
+* ``adaptive/parameters`` -- JointState, ``name`` = the adapted parameter names (base
+  combinations by default), ``position`` = pi_hat; every ``parameters_decimation``
+  cycles, reliable + transient local (late joiners get the latest).
+
+Services: ``~/save_estimate`` and ``~/reset_estimate`` (std_srvs/Trigger).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
+
+from ..control.adaptive import AdaptiveController, spd_gain
+from ..ros.conversions import joint_state_msg, vector_from_msg
+from ..ros.node_base import run_node
+from ..ros.params import ParamSpec
+from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, RELIABLE_STREAM_QOS
+from .controller import JointControllerShell, shell_specs
+
+LAWS = ("pd", "computed_torque", "direct", "composite")
+_GAIN_PARAMS = ("lam", "kd", "gamma", "p0", "r", "filter_lambda", "lambda0", "k0", "k1", "max_tracking_error")
+
+
+def specs() -> list[ParamSpec]:
+    return shell_specs() + [
+        ParamSpec("law", "composite", "pd | computed_torque (nominal model) | direct | composite",
+                  choices=list(LAWS)),
+        ParamSpec("lam", [10.0], "Lambda [1/s] of the sliding variable: 1 or n values (diagonal), or n*n"
+                  " (symmetric positive definite)", type="float[]"),
+        ParamSpec("kd", [20.0], "K_D [Nm s/rad]: 1, n or n*n values (SPD)", type="float[]"),
+        ParamSpec("gamma", [1.0], "direct law: Gamma, 1, b or b*b values (SPD; b = adapted parameters)",
+                  type="float[]"),
+        ParamSpec("gamma_scaling", "nominal", "direct law: Gamma = gamma * diag(s_i^2), s_i = |base parameter"
+                  " i of the URDF| (floored at 1 % of the largest; friction: 1) -- each parameter moves"
+                  " relative to its own size | none (Gamma = gamma as given)", choices=["nominal", "none"],
+                  read_only=True),
+        ParamSpec("p0", [1.0], "composite law: initial P, 1, b or b*b values (SPD); setting it resets P",
+                  type="float[]"),
+        ParamSpec("r", [1.0], "composite law: prediction-error weight R, 1, n or n*n values (SPD)",
+                  type="float[]"),
+        ParamSpec("filter_lambda", 20.0, "composite law: filter bandwidth of W and tau_f [rad/s]",
+                  min=1e-3, max=1e4),
+        ParamSpec("lambda0", 0.1, "composite law: maximum forgetting rate [1/s] (bounded-gain forgetting)",
+                  min=0.0, max=1e3),
+        ParamSpec("k0", 1000.0, "composite law: |P| at which forgetting would vanish", min=1e-9),
+        ParamSpec("k1", 100.0, "composite law: |P| above which forgetting is off", min=1e-9),
+        ParamSpec("max_tracking_error", 0.0, "freeze learning while |q_d - q| exceeds this [rad];"
+                  " 0 = never", min=0.0),
+        ParamSpec("learning", True, "adapt the estimate (direct/composite)"),
+        ParamSpec("feedforward", True, "add feedforward/residual when one is available"),
+        ParamSpec("residual_staleness", 0.01, "use the newest residual at most this old [s] when none is"
+                  " stamped for the state's instant", min=0.0, max=10.0),
+        ParamSpec("base_parameters", True, "adapt base parameters (else the full pi)", read_only=True),
+        ParamSpec("friction", False, "add viscous + Coulomb friction columns to the estimate", read_only=True),
+        ParamSpec("projection", False, "physical-consistency projection of the estimate (adapts the"
+                  " full pi)", read_only=True),
+        ParamSpec("robot_compensates_gravity", False, "the robot adds g(q) itself (franka_ros2): the"
+                  " estimated gravity is left out of the command", read_only=True),
+        ParamSpec("initial_estimate", "zero", "zero (ARDL) | nominal (URDF) | scaled (nominal_scale x URDF)",
+                  choices=["zero", "nominal", "scaled"], read_only=True),
+        ParamSpec("nominal_scale", 0.5, "scale of the URDF parameters for initial_estimate=scaled",
+                  min=0.0, read_only=True),
+        ParamSpec("estimate_file", "", "load the estimate from this .npz at start (if it exists) and save"
+                  " it there on shutdown, on ~/save_estimate and every autosave_period", read_only=True),
+        ParamSpec("autosave_period", 10.0, "wall s between automatic saves (0 = off)", min=0.0),
+        ParamSpec("update_decimation", 10, "publish the accumulated parameter update every k cycles",
+                  min=1, max=10000),
+        ParamSpec("parameters_decimation", 100, "publish the estimate every k cycles", min=1, max=100000),
+        ParamSpec("rate_hz", 1000.0, "control rate [Hz] (the update is integrated with 1/rate_hz)",
+                  min=1.0, max=10000.0, read_only=True),
+    ]
+
+
+class AdaptiveControllerNode(JointControllerShell):
+    def __init__(self, **kwargs):
+        super().__init__("adaptive_controller", specs(), **kwargs)
+
+    # ------------------------------------------------------------------ setup
+    def _model_kwargs(self) -> dict:
+        return {"friction": bool(self.p["friction"])}
+
+    def _setup_law(self) -> None:
+        p = self.p
+        self._gains = self._gain_kwargs(p)
+        nominal = self.model.parameters.copy()
+        self.pi_nominal = nominal
+        if p["initial_estimate"] == "nominal":
+            pi0 = nominal
+        elif p["initial_estimate"] == "scaled":
+            pi0 = p["nominal_scale"] * nominal
+        else:
+            pi0 = np.zeros_like(nominal)
+        common = dict(dt=1.0 / p["rate_hz"], base_parameters=p["base_parameters"], friction=p["friction"],
+                      projection=p["projection"], robot_compensates_gravity=p["robot_compensates_gravity"])
+        law = p["law"] if p["law"] in ("direct", "composite") else "composite"
+        self._gscale = None
+        self.core = AdaptiveController(self.model, law, pi0=pi0, **common, **self._gains)
+        self._gscale = self._gamma_scale(self.core)
+        if self._gscale is not None:
+            self._gains = self._gain_kwargs(p)
+            self.core.set_gains(gamma=self._gains["gamma"])
+        self._theta0 = self.core.theta.copy()
+        # pd / computed torque: the same sliding variables and K_D with a fixed estimate
+        fixed_gains = {k: self._gains[k] for k in ("lam", "kd")}
+        self.fixed = {
+            "pd": AdaptiveController(self.model, "direct", pi0=np.zeros_like(nominal), **common, **fixed_gains),
+            "computed_torque": AdaptiveController(self.model, "direct", pi0=nominal, **common, **fixed_gains),
+        }
+        self.model.warm_up()
+        self.p.add_validator(self._validate)
+        for name in _GAIN_PARAMS:
+            self.p.on_change(name, self._on_gain)
+        self.p.on_change("law", self._on_law)
+        self.residuals: dict[int, np.ndarray] = {}
+        self._dpi_acc = np.zeros(self.core.model.n_params)
+        self._acc_n = 0
+        self._cycle = 0
+        self._dirty = False
+        self._last_save = time.monotonic()
+        self._timing_us: list[float] = []
+        path = p["estimate_file"]
+        if path and os.path.exists(path):
+            self.core.load_state(path)  # raises with what differs: never silently discard a learned model
+            self.get_logger().info(f"estimate loaded from {path} ({self.core.coordinates} parameters)")
+
+    def _setup_topics(self) -> None:
+        self.pub_ptorque = self.create_publisher(JointState, "adaptive/parametric_torque", PUBLISHER_STREAM_QOS)
+        self.pub_update = self.create_publisher(JointState, "adaptive/parameter_update", PUBLISHER_STREAM_QOS)
+        self.pub_params = self.create_publisher(JointState, "adaptive/parameters", LATCHED_QOS)
+        self.io.node.create_subscription(JointState, "feedforward/residual", self._on_residual,
+                                         RELIABLE_STREAM_QOS)
+        self.create_service(Trigger, "~/save_estimate", self._srv_save)
+        self.create_service(Trigger, "~/reset_estimate", self._srv_reset)
+
+    def _describe(self) -> str:
+        c = self.core
+        return (f"law={self.p['law']}, {c.n_adapted} {c.coordinates} parameters"
+                f"{' + friction' if c.friction else ''}{', projection' if c.projection else ''}")
+
+    # ------------------------------------------------------------- parameters
+    def _gamma_scale(self, core) -> np.ndarray | None:
+        """diag(s_i^2) of ``gamma_scaling: nominal`` in the core's coordinates (None: off)."""
+        if self.p["gamma_scaling"] != "nominal":
+            return None
+        full = self.model.parameters.copy()
+        th = np.abs(core.base.to_base(full)) if core.use_base else np.abs(full)
+        scale = np.maximum(th, 1e-2 * th.max())
+        for i, name in enumerate(core.parameter_names):
+            if name.split(" ")[0].endswith((".fv", ".fc")):
+                scale[i] = 1.0
+        return scale ** 2
+
+    def _gain_kwargs(self, p) -> dict:
+        g = {k: np.asarray(p[k], dtype=float) for k in ("lam", "kd", "gamma", "p0", "r")}
+        scale = getattr(self, "_gscale", None)
+        if scale is not None and g["gamma"].size == 1:
+            g["gamma"] = float(g["gamma"][0]) * scale
+        g.update({k: float(p[k]) for k in ("filter_lambda", "lambda0", "k0", "k1")})
+        g["max_tracking_error"] = float(p["max_tracking_error"]) or np.inf
+        return g
+
+    def _validate(self, cand) -> str | None:
+        n, b = self.n, self.core.n_adapted
+        try:
+            for name, dim in (("lam", n), ("kd", n), ("gamma", b), ("p0", b), ("r", n)):
+                spd_gain(np.asarray(cand[name], dtype=float), dim, name)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _on_gain(self, name, _value) -> None:
+        g = self._gain_kwargs(self.p)
+        with self._lock:
+            self.core.set_gains(**{name: g[name]})
+            if name in ("lam", "kd"):
+                for core in self.fixed.values():
+                    core.set_gains(**{name: g[name]})
+
+    def _on_law(self, _name, value) -> None:
+        with self._lock:
+            if value in ("direct", "composite"):
+                self.core.law = value
+
+    # ------------------------------------------------------------------ cycle
+    def _on_residual(self, msg: JointState) -> None:
+        try:
+            stamp, tau = vector_from_msg(msg, self.model.joint_names, "effort", where="feedforward/residual")
+            if not np.all(np.isfinite(tau)):
+                raise ValueError("non-finite residual")
+        except ValueError as exc:
+            self.counters.inc("residual_rejected")
+            if self.log_throttle("residual"):
+                self.get_logger().error(f"feedforward/residual rejected: {exc}")
+            return
+        with self._cb_lock:
+            self.residuals[stamp] = tau
+            if len(self.residuals) > 4096:
+                for k in sorted(self.residuals)[:2048]:
+                    del self.residuals[k]
+
+    def _residual(self, stamp: int):
+        if not self.residuals:
+            return None
+        r = self.residuals.get(stamp)
+        if r is not None:
+            return r
+        older = [k for k in self.residuals if k <= stamp]
+        if older:
+            k = max(older)
+            if stamp - k <= self.p["residual_staleness"] * 1e9:
+                return self.residuals[k]
+        return None
+
+    def _control(self, stamp, q, v, effort, ref, qd, qdd):
+        t0 = time.perf_counter()
+        law = self.p["law"]
+        adaptive = law in ("direct", "composite")
+        core = self.core if adaptive else self.fixed[law]
+        learn = adaptive and self.p["learning"]
+        if learn and law == "composite" and effort is None:
+            learn = False
+            self.counters.inc("no_measured_torque")
+        try:
+            with self._lock:
+                tau = core.compute(q, v, ref.q, qd, qdd, tau_measured=effort, learn=learn)
+        except ValueError as exc:  # non-finite input: estimate untouched
+            self.counters.inc("rejected_inputs")
+            if self.log_throttle("core"):
+                self.get_logger().error(f"cycle rejected ({exc}); safe command, estimate frozen")
+            return None
+        if core.frozen:
+            self.counters.inc("frozen_cycles")
+            if self.log_throttle("frozen"):
+                self.get_logger().warning(f"learning frozen: {core.freeze_reason}")
+        if self.p["feedforward"]:
+            r = self._residual(stamp)
+            if r is not None:
+                tau += r
+                self.counters.inc("residual_used")
+            elif self.residuals:
+                self.counters.inc("residual_missing")
+        self._cycle += 1
+        if adaptive:
+            self._publish_learning(stamp, core)
+        self._timing_us.append((time.perf_counter() - t0) * 1e6)
+        return tau
+
+    def _publish_learning(self, stamp: int, core) -> None:
+        names = self.model.joint_names
+        self.pub_ptorque.publish(joint_state_msg(stamp, names, effort=core.parametric_torque))
+        if core.updated:
+            self._dpi_acc += core.last_delta_pi
+            self._acc_n += 1
+            self._dirty = True
+        if self._acc_n and self._cycle % self.p["update_decimation"] == 0:
+            self.pub_update.publish(joint_state_msg(stamp, core.full_parameter_names, q=self._dpi_acc))
+            self._dpi_acc.fill(0.0)
+            self._acc_n = 0
+        if self._cycle % self.p["parameters_decimation"] == 0:
+            self.pub_params.publish(joint_state_msg(stamp, core.parameter_names, q=core.theta))
+
+    # ------------------------------------------------------------ services etc.
+    def save_estimate(self) -> str | None:
+        path = self.p["estimate_file"]
+        if not path:
+            return None
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with self._lock:
+            written = self.core.save(path)
+        self._dirty = False
+        self._last_save = time.monotonic()
+        return written
+
+    def _srv_save(self, req, res):
+        try:
+            path = self.save_estimate()
+        except OSError as exc:
+            res.success, res.message = False, f"save failed: {exc}"
+            return res
+        res.success = path is not None
+        res.message = f"estimate saved to {path}" if path else "estimate_file is not set"
+        return res
+
+    def _srv_reset(self, req, res):
+        with self._cb_lock, self._lock:
+            self.core.set_estimate(theta=self._theta0)
+            self.core.reset_covariance()
+            self.core.reset_filter()
+            self._dpi_acc.fill(0.0)
+            self._acc_n = 0
+        res.success, res.message = True, "estimate reset to the initial estimate"
+        return res
+
+    def _diagnostics(self) -> None:
+        d = self.core.diagnostics()
+        for k in ("updates", "frozen_cycles", "rejected_inputs", "projections", "p_norm", "forgetting"):
+            self.counters.set(k, d[k] if not isinstance(d[k], float) else round(d[k], 6))
+        if self._timing_us:
+            t = np.asarray(self._timing_us)
+            self.counters.set("cycle_p50_us", round(float(np.percentile(t, 50)), 1))
+            self.counters.set("cycle_p99_us", round(float(np.percentile(t, 99)), 1))
+            self._timing_us.clear()
+        if self._dirty and self.p["autosave_period"] > 0 \
+                and time.monotonic() - self._last_save > self.p["autosave_period"]:
+            try:
+                self.save_estimate()
+            except OSError as exc:
+                if self.log_throttle("save"):
+                    self.get_logger().error(f"autosave failed: {exc}")
+
+    def _shutdown(self) -> None:
+        try:
+            path = self.save_estimate()
+            if path:
+                self.get_logger().info(f"estimate saved to {path}")
+        except Exception as exc:  # never block the zero command
+            self.get_logger().error(f"saving the estimate failed: {exc}")
+
+
+def main(args=None) -> int:
+    return run_node(AdaptiveControllerNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
