@@ -33,6 +33,8 @@ REAL_PRESETS = {
     # gz_ros2_control in Gazebo with the same controller names.
     "gazebo": ("", []),
 }
+#: presets whose robot adds g(q) to the commanded torque (robot_compensates_gravity)
+GRAVITY_COMPENSATING_PRESETS = ("franka",)
 
 
 @dataclass
@@ -104,7 +106,10 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
                               namespace=namespace, required=True))
     nodes.append(NodeSpec("trajectory", "trajectory", files, dict(common), list(remaps), namespace))
     ctl = "adaptive_controller" if controller in ADAPTIVE_LAWS else "controller"
-    nodes.append(NodeSpec(ctl, ctl, files, {**common, "law": controller}, list(remaps), namespace))
+    ctl_params = {**common, "law": controller}
+    if not sim:  # franka_ros2 adds gravity to the command itself; FRI torque mode and Gazebo do not
+        ctl_params["robot_compensates_gravity"] = preset in GRAVITY_COMPENSATING_PRESETS
+    nodes.append(NodeSpec(ctl, ctl, files, ctl_params, list(remaps), namespace))
     if record:
         rec = {**common, **({"bag": bag} if bag else {})}
         if sim and duration > 0:

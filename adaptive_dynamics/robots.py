@@ -90,7 +90,7 @@ def robot_config(name: str) -> Dict[str, Any]:
         raise ValueError(f"{path}: expected a ROS 2 parameter file (a mapping of node names)")
     merged: Dict[str, Any] = {}
     for node in (_WILDCARD_NODE, _BRIDGE_NODE):
-        section = doc.get(node) or {}
+        section = doc.get(node) or doc.get(f"/**/{node}") or {}
         params = section.get("ros__parameters") if isinstance(section, dict) else None
         if params is None:
             raise ValueError(f"{path}: missing '{node}: ros__parameters:' section")

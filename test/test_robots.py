@@ -303,7 +303,7 @@ def test_config_files_are_ros2_parameter_files():
     for name in robots.ROBOT_NAMES:
         path = robots.share_dir() / "config" / f"{name}.yaml"
         doc = yaml.safe_load(path.read_text())
-        assert set(doc) == {"/**", "mujoco_bridge"}
+        assert set(doc) == {"/**", "/**/mujoco_bridge", "/**/adaptive_controller"}
         for node in doc.values():
             assert set(node) == {"ros__parameters"}
 

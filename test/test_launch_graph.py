@@ -1,0 +1,99 @@
+"""The shared graph description both launchers use (launch files cannot run here:
+``launch_ros`` is not on PyPI), checked without starting processes: which nodes, which
+parameter files in which order, presets, and the exact parameters each node would get
+(the config files + overrides resolved the way rcl does, via ``load_param_file``)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from adaptive_dynamics.launch_graph import CONTROLLERS, build_graph, config_path
+from adaptive_dynamics.launcher import command_line
+from adaptive_dynamics.ros.params import load_param_file
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def by_name(nodes):
+    return {s.name: s for s in nodes}
+
+
+def resolved(spec):
+    """What the node would see: its files in order, then its explicit parameters."""
+    out = {}
+    for f in spec.param_files:
+        out.update(load_param_file(f, spec.name, namespace="/" + spec.namespace if spec.namespace else ""))
+    out.update(spec.params)
+    return out
+
+
+@pytest.mark.parametrize("controller", CONTROLLERS)
+def test_sim_graph_nodes_and_controller_selection(controller):
+    nodes = by_name(build_graph("sim", robot="panda", controller=controller, duration=3.0, record=True))
+    ctl = "adaptive_controller" if controller in ("direct", "composite") else "controller"
+    assert set(nodes) == {"mujoco_bridge", "trajectory", ctl, "recorder"}
+    assert nodes[ctl].executable == ctl and nodes[ctl].params["law"] == controller
+    assert nodes["mujoco_bridge"].required and nodes["recorder"].drains
+    # the bridge is the clock; every other node runs on sim time
+    assert nodes["mujoco_bridge"].params["use_sim_time"] is False
+    assert all(s.params["use_sim_time"] for n, s in nodes.items() if n != "mujoco_bridge")
+    p = resolved(nodes["mujoco_bridge"])
+    assert p["max_sim_time"] == 3.0 and p["mode"] == "lockstep"
+    assert p["wait_for_state_subscribers"] == 2  # controller + recorder
+    assert p["robot"] == "panda" and len(p["joint_names"]) == 7
+    c = resolved(nodes[ctl])
+    assert c["law"] == controller and c["robot"] == "panda"
+    if ctl == "adaptive_controller":
+        assert len(c["kd"]) == 7 and c["initial_estimate"] == "zero"
+
+
+def test_config_files_order_and_overrides_win(tmp_path):
+    nodes = by_name(build_graph("sim", robot="iiwa14", controller="composite",
+                                overrides={"adaptive_controller": {"lam": [5.0]}}))
+    spec = nodes["adaptive_controller"]
+    assert [Path(f).name for f in spec.param_files] == ["iiwa14.yaml", "sim.yaml"]
+    assert resolved(spec)["lam"] == [5.0]
+    cmd = command_line(spec)
+    files = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--params-file"]
+    assert files[:2] == spec.param_files and len(files) == 3  # overrides last (rcl: later files win)
+    assert yaml.safe_load(Path(files[2]).read_text())["adaptive_controller"]["ros__parameters"]["lam"] == [5.0]
+    assert cmd[cmd.index("-r") + 1] == "__node:=adaptive_controller"
+
+
+@pytest.mark.parametrize("preset,namespace,gravity", [("franka", "", True), ("lbr", "lbr", False),
+                                                      ("gazebo", "", False)])
+def test_real_presets(preset, namespace, gravity):
+    nodes = by_name(build_graph("real", robot="panda", controller="composite", preset=preset))
+    assert "mujoco_bridge" not in nodes
+    ctl = nodes["adaptive_controller"]
+    assert ctl.namespace == namespace
+    assert ctl.params["use_sim_time"] is False
+    assert ctl.params["robot_compensates_gravity"] is gravity
+    assert "__ns:=/lbr" in command_line(ctl) if namespace else all("__ns" not in a for a in command_line(ctl))
+    p = resolved(ctl)
+    assert p["initial_estimate"] == "nominal" and p["reliable_streams"] is False
+
+
+def test_bad_arguments_are_named():
+    for kw, needle in [({"robot": "ur5"}, "unknown robot"), ({"controller": "mpc"}, "unknown controller"),
+                       ({"mode": "fast"}, "unknown mode")]:
+        with pytest.raises(ValueError, match=needle):
+            build_graph("sim", **kw)
+    with pytest.raises(ValueError, match="unknown real-robot preset"):
+        build_graph("real", preset="ur")
+    with pytest.raises(FileNotFoundError):
+        config_path("nope.yaml")
+
+
+def test_launch_files_use_the_shared_description():
+    """The launch files stay thin: they only call build_graph through _graph_launch."""
+    helper = ast.parse((ROOT / "launch" / "_graph_launch.py").read_text())
+    calls = {n.func.id for n in ast.walk(helper) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "build_graph" in calls
+    for name in ("sim.launch.py", "real.launch.py"):
+        tree = ast.parse((ROOT / "launch" / name).read_text())
+        fns = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+        assert "generate_launch_description" in fns, name
