@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Controller-core benchmark (issue 4 §5): per-cycle compute of the adaptive controller.
+
+One cycle = :meth:`AdaptiveController.compute` with learning on: input validation,
+sliding variables, Slotine-Li regressor, base projection, Y theta_hat - K_D s, the
+filtered regressor + filtered torque update, the bounded-gain-forgetting covariance
+update and the parameter update (state in -> torque out).  Inputs follow a Modified
+Fourier trajectory (a different state every cycle, as in the loop), each cycle is
+timed with ``time.perf_counter_ns``, and the candidates are interleaved round by
+round (so CPU-frequency changes and other load hit all alike).  p50/p99 over all
+timed cycles of each candidate.
+
+``measure_core(robot="panda", n=...)`` is imported by ``bench/controller.py`` (which
+adds the node path); run alone, the last line of output is one JSON object.
+Usage: ./dev bench controller_core [--quick] [--robot panda]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+CANDIDATES = {
+    # name: (law, friction columns)
+    "composite": ("composite", True),
+    "composite_nofriction": ("composite", False),
+    "direct": ("direct", True),
+}
+
+
+def _inputs(model, n_states: int, seed: int = 0):
+    from adaptive_dynamics.trajectories import ModifiedFourier
+
+    traj = ModifiedFourier.random(model.n, np.random.default_rng(seed), amplitude=0.5,
+                                  w_f=2 * math.pi / 8.0, lower=model.lower, upper=model.upper,
+                                  vel_limit=0.6 * model.velocity_limit, margin=0.1)
+    ts = np.arange(n_states) * 1e-3
+    Q, V, A = traj.sample_many(ts)
+    rng = np.random.default_rng(seed + 1)
+    q = Q + 1e-3 * rng.standard_normal(Q.shape)
+    v = V + 1e-2 * rng.standard_normal(V.shape)
+    tau = np.array([model.inverse_dynamics(q[k], v[k], A[k]) for k in range(n_states)])
+    return q, v, Q, V, A, tau
+
+
+def measure_core(robot: str = "panda", n: int = 20000, rounds: int = 20, candidates=None) -> dict:
+    """p50 / p99 [us] of one controller-core cycle for ``robot``.
+
+    ``n`` timed cycles per candidate in total, split over ``rounds`` interleaved
+    rounds.  Returns ``core_p50_us``/``core_p99_us`` (the composite law with base
+    parameters and friction columns, the heaviest default configuration) plus the
+    per-candidate figures.
+    """
+    from adaptive_dynamics.control.adaptive import AdaptiveController
+    from adaptive_dynamics.dynamics import RobotModel
+
+    names = list(candidates or CANDIDATES)
+    per_round = max(1, n // rounds)
+    ctls, data = {}, {}
+    for name in names:
+        law, fr = CANDIDATES[name]
+        model = RobotModel(robot, friction=fr, coulomb_smoothing=0.01)
+        ctls[name] = AdaptiveController(model, law, lam=10.0, kd=20.0, gamma=0.5, p0=1.0, r=10.0,
+                                        lambda0=0.5, k0=200.0, k1=100.0)
+        data[name] = _inputs(model, per_round + 1)
+    samples = {name: np.empty(per_round * rounds) for name in names}
+    clock = time.perf_counter_ns
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for name in names:  # warm-up (first-call allocations, filter start)
+            c, (q, v, qd, vd, ad, tau) = ctls[name], data[name]
+            for k in range(min(50, per_round)):
+                c.compute(q[k], v[k], qd[k], vd[k], ad[k], tau[k])
+        for r in range(rounds):
+            for name in names:
+                c, (q, v, qd, vd, ad, tau) = ctls[name], data[name]
+                out = samples[name]
+                base = r * per_round
+                compute = c.compute
+                for k in range(per_round):
+                    t0 = clock()
+                    compute(q[k], v[k], qd[k], vd[k], ad[k], tau[k])
+                    out[base + k] = clock() - t0
+    finally:
+        if gc_was:
+            gc.enable()
+    res = {"robot": robot, "dof": ctls[names[0]].n, "cycles": per_round * rounds}
+    for name in names:
+        us = samples[name] / 1e3
+        res[name] = {"p50_us": round(float(np.percentile(us, 50)), 2),
+                     "p99_us": round(float(np.percentile(us, 99)), 2),
+                     "mean_us": round(float(us.mean()), 2),
+                     "n_params": ctls[name].n_adapted}
+    main = "composite" if "composite" in names else names[0]
+    res["core_p50_us"] = res[main]["p50_us"]
+    res["core_p99_us"] = res[main]["p99_us"]
+    res["core_config"] = f"{main}: base parameters" + (" + friction" if CANDIDATES[main][1] else "")
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer cycles (a smoke run, noisier)")
+    ap.add_argument("--robot", default="panda")
+    args = ap.parse_args(argv)
+    n, rounds = (2000, 5) if args.quick else (20000, 20)
+    res = measure_core(args.robot, n=n, rounds=rounds)
+    res["target_core_p99_us"] = 300.0
+    res["meets_target"] = res["core_p99_us"] <= 300.0
+    for name in CANDIDATES:
+        print(f"{name:22s} p50 {res[name]['p50_us']:8.1f} us  p99 {res[name]['p99_us']:8.1f} us  "
+              f"({res[name]['n_params']} parameters)")
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

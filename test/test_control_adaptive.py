@@ -1,0 +1,417 @@
+"""Direct / composite adaptive control core, against independent references.
+
+References: pinocchio called directly on the URDF (M, C, g, RNEA), the MuJoCo plant
+(the "real robot"), the Lyapunov function of the direct law, and analytic bounds.
+planar2 where only speed matters, Panda where the claim is about a real arm.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pinocchio as pin
+import pytest
+
+from adaptive_dynamics.control.adaptive import AdaptiveController, spd_gain
+from adaptive_dynamics.control.projection import consistency_margins, project_consistent, pseudo_inertias
+from adaptive_dynamics.dynamics import RobotModel, pseudo_inertia
+from adaptive_dynamics.evaluation.metrics import rmse
+from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
+from adaptive_dynamics.trajectories import ModifiedFourier
+
+DT = 1e-3
+
+
+def fourier(model, seed=0, period=4.0, amplitude=0.8, q_center=None):
+    return ModifiedFourier.random(model.n, np.random.default_rng(seed),
+                                  q_center=0.5 * (model.lower + model.upper) if q_center is None else q_center,
+                                  amplitude=amplitude, w_f=2 * math.pi / period, L=4,
+                                  lower=model.lower, upper=model.upper, vel_limit=0.6 * model.velocity_limit,
+                                  margin=0.1)
+
+
+def closed_loop(robot, ctl, traj, T, *, reality=None, learn=True, q0_offset=None, robot_gravity=False,
+                on_step=None):
+    """Run plant + controller in lockstep for T seconds; returns (t, E) with E = q_d - q."""
+    N = int(round(T / DT))
+    ts = np.arange(N) * DT
+    Q, V, A = traj.sample_many(ts)
+    q0 = Q[0] if q0_offset is None else Q[0] + q0_offset
+    plant = MujocoPlant(robot, reality=reality or RealityConfig(), timestep=DT, q0=q0)
+    E = np.empty((N, plant.n))
+    for k in range(N):
+        _, q, v, tau_m = plant.state()
+        lk = learn(ts[k]) if callable(learn) else learn
+        tau = ctl.compute(q, v, Q[k], V[k], A[k], tau_m, learn=lk)
+        E[k] = Q[k] - q
+        if on_step is not None:
+            on_step(k, plant, ctl)
+        if robot_gravity:  # what franka_ros2 does: the robot adds its own g(q)
+            tau = tau + plant.gravity_torque()
+        plant.step(tau)
+    assert plant.saturation_count.sum() == 0, "the tests assume an unsaturated loop"
+    return ts, E
+
+
+# ----------------------------------------------------------------------------- regressor consistency
+def _pin_terms(urdf, q, v, vr, ar):
+    m = pin.buildModelFromUrdf(urdf)
+    d = m.createData()
+    M = pin.crba(m, d, q)
+    M = np.triu(M) + np.triu(M, 1).T
+    C = pin.computeCoriolisMatrix(m, d, q, v)
+    g = pin.computeGeneralizedGravity(m, d, q)
+    return M @ ar + C @ vr + g, pin.rnea(m, d, q, v, ar)
+
+
+@pytest.mark.parametrize("base", [True, False])
+def test_true_parameters_give_slotine_li_torque(base):
+    model = RobotModel("panda")
+    kd = np.linspace(5.0, 30.0, 7)
+    lam = np.diag(np.linspace(4.0, 12.0, 7))
+    ctl = AdaptiveController(model, "direct", lam=lam, kd=kd, pi0=model.parameters, base_parameters=base)
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        q, v, a = model.random_state(rng)
+        qd, vd, ad = q + 0.1 * rng.standard_normal(7), v + 0.3 * rng.standard_normal(7), a
+        tau = ctl.compute(q, v, qd, vd, ad, learn=False)
+        vr = vd - lam @ (q - qd)
+        ar = ad - lam @ (v - vd)
+        s = v - vr
+        ref, _ = _pin_terms(model.urdf_path, q, v, vr, ar)
+        np.testing.assert_allclose(ctl.qd_r, vr, atol=1e-12)
+        np.testing.assert_allclose(ctl.s, s, atol=1e-12)
+        np.testing.assert_allclose(ctl.e, qd - q, atol=1e-15)
+        np.testing.assert_allclose(ctl.parametric_torque, ref, atol=1e-8 * max(1.0, np.abs(ref).max()))
+        np.testing.assert_allclose(ctl.feedback_torque, -kd * s, atol=1e-12)
+        np.testing.assert_allclose(tau, ref - kd * s, atol=1e-8 * max(1.0, np.abs(ref).max()))
+
+
+def test_true_parameters_give_zero_prediction_error_and_no_update():
+    """Along an exactly tracked trajectory with the true torque (pinocchio RNEA), the
+    composite law's prediction error is O(h^2) and the update vanishes."""
+    model = RobotModel("panda")
+    ctl = AdaptiveController(model, "composite", pi0=model.parameters, p0=1.0, r=10.0)
+    traj = fourier(model, period=4.0)
+    m = pin.buildModelFromUrdf(model.urdf_path)
+    d = m.createData()
+    ts = np.arange(1500) * DT
+    Q, V, A = traj.sample_many(ts)
+    worst_e, worst_dpi, scale = 0.0, 0.0, 0.0
+    for k in range(len(ts)):
+        tau = pin.rnea(m, d, Q[k], V[k], A[k])
+        ctl.compute(Q[k], V[k], Q[k], V[k], A[k], tau_measured=tau)
+        np.testing.assert_allclose(ctl.s, 0.0, atol=1e-15)
+        if k > 100:  # filter warmed up
+            worst_e = max(worst_e, np.abs(ctl.prediction_error).max())
+            worst_dpi = max(worst_dpi, np.abs(ctl.last_delta_pi).max())
+            scale = max(scale, np.abs(ctl.filter.tau_f).max())
+    assert worst_e < 1e-4 * scale, (worst_e, scale)
+    assert worst_dpi < 1e-6
+    np.testing.assert_allclose(ctl.theta, ctl.base.to_base(model.parameters), atol=1e-5)
+
+
+def test_last_delta_pi_is_the_full_coordinates_of_the_base_update():
+    model = RobotModel("panda", friction=True)
+    ctl = AdaptiveController(model, "direct", gamma=0.5)
+    rng = np.random.default_rng(1)
+    q, v, a = model.random_state(rng)
+    ctl.compute(q, v, q + 0.05, v - 0.1, a)
+    assert np.abs(ctl.last_delta_theta).max() > 0
+    for _ in range(5):
+        x = model.random_state(rng)
+        Y = model.regressor(*x)
+        np.testing.assert_allclose(Y @ ctl.last_delta_pi, Y[:, ctl.index] @ ctl.last_delta_theta, atol=1e-12)
+    np.testing.assert_allclose(ctl.base.to_base(ctl.last_delta_pi), ctl.last_delta_theta, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- closed loop
+def test_true_parameters_track_panda_in_mujoco():
+    """Exact parameters, no learning, no friction: the sliding-mode closed loop
+    M s' + (C + K_D) s = 0 drives an initial error to zero on the real (MuJoCo) arm."""
+    model = RobotModel("panda")
+    ctl = AdaptiveController(model, "direct", lam=10.0, kd=[30, 30, 20, 20, 4, 4, 1], pi0=model.parameters)
+    traj = fourier(model, period=8.0, amplitude=0.6)
+    ts, E = closed_loop("panda", ctl, traj, 1.5, learn=False, q0_offset=np.full(7, 0.02))
+    en = np.linalg.norm(E, axis=1)
+    assert en[0] > 0.05
+    # what remains is the O(dt) error of the sampled (zero-order-hold) loop: ~1e-4 rad
+    assert en[ts > 1.0].max() < 1e-2 * en[0]
+    assert en[ts > 1.0].max() < 5e-4
+
+
+def test_direct_law_lyapunov_function_decreases():
+    """V = 1/2 s^T M s + 1/2 theta~^T Gamma^-1 theta~ is non-increasing (V' = -s^T K_D s)
+    for the direct law on the MuJoCo plant: checks the sign convention of the update."""
+    model = RobotModel("planar2")
+    gamma = 2.0
+    kd = np.array([10.0, 5.0])
+    ctl = AdaptiveController(model, "direct", lam=5.0, kd=kd, gamma=gamma)
+    theta = ctl.base.to_base(model.parameters)
+    traj = fourier(model, period=4.0, amplitude=0.5)
+    m = pin.buildModelFromUrdf(model.urdf_path)
+    d = m.createData()
+    V, dissip = [], []
+
+    def record(k, plant, c):
+        q, _ = plant.true_state()
+        M = pin.crba(m, d, q)
+        M = np.triu(M) + np.triu(M, 1).T
+        tt = c.theta - theta
+        # s and theta of the step *before* the update of this cycle was applied
+        th_prev = tt - c.last_delta_theta
+        V.append(0.5 * c.s @ M @ c.s + 0.5 * th_prev @ th_prev / gamma)
+        dissip.append(c.s @ (kd * c.s))
+
+    closed_loop("planar2", ctl, traj, 3.0, on_step=record)
+    V = np.array(V)
+    dV = np.diff(V)
+    assert V[-1] < 0.5 * V[0]
+    # the discrete V may rise by O(h^2) per step; the continuous bound is V' = -s^T K_D s
+    assert dV.max() < 1e-3 * V[0], dV.max() / V[0]
+    assert np.sum(np.maximum(dV, 0)) < 1e-2 * (V[0] - V[-1])
+    # and the decrease matches the dissipation integral within 5 %
+    np.testing.assert_allclose(V[0] - V[-1], DT * np.sum(dissip[:-1]), rtol=0.05)
+
+
+PLANAR_GAINS = dict(lam=10.0, kd=[10.0, 5.0], gamma=2.0, p0=1.0, r=10.0, lambda0=0.5, k0=200.0, k1=100.0)
+
+
+@pytest.fixture(scope="module")
+def planar_feedback_rmse():
+    """Last-3-s RMSE of the pure feedback loop (pi_hat = 0, no learning = the PD -K_D s)."""
+    model = RobotModel("planar2")
+    ctl = AdaptiveController(model, "direct", **PLANAR_GAINS)
+    ts, E = closed_loop("planar2", ctl, fourier(model, period=3.0, amplitude=0.7), 9.0, learn=False)
+    return rmse(E[ts >= 6.0]).mean()
+
+
+@pytest.mark.parametrize("law", ["direct", "composite"])
+def test_zero_initial_estimate_converges_planar2(law, planar_feedback_rmse):
+    """pi_hat(0) = 0 (ARDL): both laws cut the tracking error of pure feedback by far
+    within 9 s, and the composite law identifies the base parameters (persistent
+    excitation, no friction)."""
+    model = RobotModel("planar2")
+    ctl = AdaptiveController(model, law, **PLANAR_GAINS)
+    ts, E = closed_loop("planar2", ctl, fourier(model, period=3.0, amplitude=0.7), 9.0)
+    last = rmse(E[ts >= 6.0]).mean()
+    theta = ctl.base.to_base(model.parameters)
+    err = np.linalg.norm(ctl.theta - theta) / np.linalg.norm(theta)
+    if law == "composite":
+        assert last < 0.005 * planar_feedback_rmse, (last, planar_feedback_rmse)
+        assert err < 0.01, err
+    else:
+        assert last < 0.05 * planar_feedback_rmse, (last, planar_feedback_rmse)
+        assert err < 0.5, err  # bounded; the direct law alone converges slowly
+
+
+def test_composite_pd_covariance_stays_spd_and_bounded():
+    """P stays symmetric positive definite and below max(|P0|, k1 e^(lambda0 dt)) in
+    the spectral norm, both under rich excitation and with none (P grows in unexcited
+    directions until forgetting stops at k1)."""
+    model = RobotModel("panda", friction=True)
+    p0, k1, lambda0 = 2.0, 20.0, 5.0
+    ctl = AdaptiveController(model, "composite", p0=p0, r=3.0, lambda0=lambda0, k0=40.0, k1=k1,
+                             refactor_every=250)
+    rng = np.random.default_rng(0)
+    bound = max(p0, k1 * math.exp(lambda0 * DT)) * (1 + 1e-9)
+    q0 = model.random_state(rng)[0]
+    for k in range(3000):
+        if k < 1000:  # rich: random states and torques
+            q, v, a = model.random_state(rng)
+            tau = 20 * rng.standard_normal(7)
+        else:         # none: robot at rest
+            q, v, tau = q0, np.zeros(7), model.gravity(q0)
+        ctl.compute(q, v, q, v, np.zeros(7), tau_measured=tau)
+        if k % 97 == 0 or k == 2999:
+            P = ctl.P
+            assert np.array_equal(P, P.T)
+            ev = np.linalg.eigvalsh(P)
+            assert ev[0] > 0
+            assert ev[-1] <= bound, (k, ev[-1], bound)
+            np.testing.assert_allclose(P @ ctl.P_inv, np.eye(len(P)), atol=1e-6 * np.linalg.cond(P))
+        if k == 999:
+            rich = np.linalg.eigvalsh(ctl.P)[0]
+    assert rich < 1e-2 * p0           # excitation shrank P
+    assert ctl.p_norm > 0.9 * k1      # without excitation it grew to the forgetting bound ...
+    assert ctl.forgetting == 0.0 or ctl.p_norm <= k1  # ... where forgetting is switched off
+
+
+# ----------------------------------------------------------------------------- gains
+def test_gain_validation_reasons_and_atomicity():
+    model = RobotModel("planar2")
+    ctl = AdaptiveController(model, "composite", kd=3.0)
+    with pytest.raises(ValueError, match=r"kd is not positive definite \(eigenvalue -1 < 0\)"):
+        ctl.set_gains(kd=-1.0)
+    with pytest.raises(ValueError, match="lam is not symmetric"):
+        ctl.set_gains(lam=[[1.0, 0.5], [0.0, 1.0]])
+    with pytest.raises(ValueError, match=r"r is not positive definite \(eigenvalue 0 <= 0\)"):
+        ctl.set_gains(r=[1.0, 0.0])
+    with pytest.raises(ValueError, match="gamma must be finite"):
+        ctl.set_gains(gamma=float("nan"))
+    with pytest.raises(ValueError, match="p0 must be a scalar"):
+        ctl.set_gains(p0=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="lambda0 must be >= 0"):
+        ctl.set_gains(lambda0=-0.1)
+    with pytest.raises(ValueError, match="unknown gain"):
+        ctl.set_gains(kp=1.0)
+    # all-or-nothing: a good kd with a bad lam changes nothing
+    with pytest.raises(ValueError, match="lam"):
+        ctl.set_gains(kd=7.0, lam=[[1.0, 2.0], [2.0, 1.0]])  # eigenvalue -1
+    np.testing.assert_array_equal(ctl.kd, 3.0 * np.eye(2))
+    ctl.set_gains(kd=[4.0, 5.0], lam=[[2.0, 0.5], [0.5, 2.0]], filter_lambda=30.0)
+    np.testing.assert_array_equal(ctl.kd, np.diag([4.0, 5.0]))
+    assert ctl.filter.lam == 30.0
+    with pytest.raises(ValueError, match="unknown adaptive law"):
+        AdaptiveController(model, "pd")
+    np.testing.assert_array_equal(spd_gain([1, 0, 0, 2], 2, "x"), [[1, 0], [0, 2]])  # flattened matrix
+
+
+# ----------------------------------------------------------------------------- safety
+def _state(model, seed=0):
+    rng = np.random.default_rng(seed)
+    q, v, a = model.random_state(rng)
+    return q, v, q + 0.05, v + 0.1, a, model.inverse_dynamics(q, v, a) + 1.0
+
+
+def test_non_finite_inputs_rejected_and_estimate_untouched():
+    model = RobotModel("planar2")
+    ctl = AdaptiveController(model, "composite")
+    args = _state(model)
+    for _ in range(5):
+        ctl.compute(*args)
+    snap = (ctl.theta.copy(), ctl.P.copy(), ctl.filter.W.copy(), ctl.filter.tau_f.copy(), ctl.filter.samples)
+    names = ["q", "v", "q_d", "v_d", "a_d", "tau_measured"]
+    for i, name in enumerate(names):
+        for bad in (np.nan, np.inf):
+            a = [np.array(x, dtype=float) for x in args]
+            a[i][1] = bad
+            with pytest.raises(ValueError, match=name):
+                ctl.compute(*a)
+    with pytest.raises(ValueError, match="q"):
+        ctl.compute(np.zeros(3), *args[1:])
+    with pytest.raises(ValueError, match="v"):
+        ctl.compute(args[0], np.zeros(1), *args[2:])  # length 1 must not broadcast
+    np.testing.assert_array_equal(ctl.theta, snap[0])
+    np.testing.assert_array_equal(ctl.P, snap[1])
+    np.testing.assert_array_equal(ctl.filter.W, snap[2])
+    np.testing.assert_array_equal(ctl.filter.tau_f, snap[3])
+    assert ctl.filter.samples == snap[4]
+    assert ctl.rejected_inputs == 14
+    with pytest.raises(ValueError, match="tau_measured"):
+        ctl.compute(*args[:5])  # composite needs the measured torque to learn
+    ctl.compute(*args[:5], learn=False)  # ... not without learning
+
+
+def test_freeze_on_large_tracking_error_and_learn_off():
+    model = RobotModel("planar2")
+    q, v, qd, vd, a, tau = _state(model)
+    ctl = AdaptiveController(model, "direct", max_tracking_error=0.01)
+    ref = AdaptiveController(model, "direct")
+    th0 = ctl.theta.copy()
+    out = ctl.compute(q, v, qd, vd, a, tau)
+    assert ctl.frozen and "max_tracking_error" in ctl.freeze_reason and ctl.frozen_cycles == 1
+    np.testing.assert_array_equal(ctl.theta, th0)
+    np.testing.assert_array_equal(ctl.last_delta_pi, 0.0)
+    np.testing.assert_allclose(out, ref.compute(q, v, qd, vd, a, tau, learn=False))  # torque still computed
+    np.testing.assert_array_equal(ref.theta, th0)  # learn=False: no update either
+    out2 = ctl.compute(q, v, q + 1e-3, vd, a, tau)  # error back under the bound
+    assert not ctl.frozen and ctl.freeze_reason == ""
+    assert np.abs(ctl.theta - th0).max() > 0
+    assert np.all(np.isfinite(out2))
+
+
+# ----------------------------------------------------------------------------- projection
+def test_projection_helpers_roundtrip_and_clip():
+    model = RobotModel("panda")
+    pi = model.parameters
+    J = pseudo_inertias(pi, 7)
+    for i in range(7):
+        np.testing.assert_allclose(J[i], pseudo_inertia(pi[10 * i: 10 * i + 10]), atol=1e-14)
+    x = pi.copy()
+    assert not project_consistent(x, 7)  # consistent: unchanged
+    np.testing.assert_array_equal(x, pi)
+    bad = pi.copy()
+    bad[4] = -1.0   # link 1 Ixx < 0
+    bad[10] = -0.5  # link 2 mass < 0
+    assert consistency_margins(bad, 7)[:2].max() < 0
+    assert project_consistent(bad, 7, min_mass=1e-3)
+    assert consistency_margins(bad, 7).min() >= -1e-12
+    assert bad[10] >= 1e-3
+    np.testing.assert_array_equal(bad[20:], pi[20:])  # untouched links stay bit-identical
+
+
+def test_projection_keeps_estimate_physical_without_hurting_tracking():
+    """Full-pi adaptation with a high gain from pi_hat(0) = 0: the plain direct law
+    wanders into non-physical parameters (negative pseudo-inertia eigenvalues); with
+    the projection every link stays consistent and tracking is no worse."""
+    model = RobotModel("planar2")
+    traj = fourier(model, period=3.0, amplitude=0.8)
+    results = {}
+    for proj in (False, True):
+        ctl = AdaptiveController(model, "direct", lam=10.0, kd=[10.0, 5.0], gamma=20.0,
+                                 base_parameters=False, projection=proj)
+        worst = [np.inf]
+
+        def watch(k, plant, c, worst=worst):
+            if k % 50 == 0:
+                worst[0] = min(worst[0], consistency_margins(c.theta, 2).min())
+
+        ts, E = closed_loop("planar2", ctl, traj, 6.0, on_step=watch)
+        results[proj] = (worst[0], rmse(E[ts >= 3.0]).mean(), ctl)
+    assert results[False][0] < -1e-3, results[False][0]  # unprojected: inconsistent at some point
+    assert results[True][0] >= -1e-12
+    assert results[True][2].projections > 0
+    assert results[True][1] <= 1.1 * results[False][1], (results[True][1], results[False][1])
+
+
+# ----------------------------------------------------------------------------- persistence
+def test_save_load_roundtrip_and_layout_checks(tmp_path):
+    model = RobotModel("planar2")
+    ctl = AdaptiveController(model, "composite", kd=[4.0, 3.0], r=5.0, lambda0=0.3)
+    args = _state(model, 2)
+    for k in range(20):
+        ctl.compute(args[0] + 1e-3 * k, *args[1:])
+    path = ctl.save(tmp_path / "est")
+    assert path.endswith(".npz")
+    new = AdaptiveController.load(path, RobotModel("planar2"))
+    assert new.law == "composite"
+    np.testing.assert_array_equal(new.theta, ctl.theta)
+    np.testing.assert_array_equal(new.P, ctl.P)
+    np.testing.assert_array_equal(new.kd, ctl.kd)
+    assert new.lambda0 == 0.3 and new.parameter_names == ctl.parameter_names
+    np.testing.assert_array_equal(new.compute(*args, learn=False), ctl.compute(*args, learn=False))
+    # load_state into a fresh controller: the estimate survives a restart
+    fresh = AdaptiveController(model, "direct")
+    fresh.load_state(path)
+    np.testing.assert_array_equal(fresh.pi, ctl.pi)
+    with pytest.raises(ValueError, match="parameter layout differs"):
+        AdaptiveController(model, "direct", friction=True).load_state(path)
+    with pytest.raises(ValueError, match="robot 'planar2'"):
+        AdaptiveController(RobotModel("panda"), "direct").load_state(path)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not an adaptive-controller state file"):
+        fresh.load_state(tmp_path / "junk.npz")
+
+
+# ----------------------------------------------------------------------------- franka mode
+def test_robot_compensates_gravity_consistency():
+    model = RobotModel("planar2")
+    q, v, qd, vd, a, tau = _state(model, 4)
+    full = AdaptiveController(model, "direct", pi0=model.parameters)
+    fr = AdaptiveController(model, "direct", pi0=model.parameters, robot_compensates_gravity=True)
+    t_full = full.compute(q, v, qd, vd, a, tau, learn=False)
+    t_fr = fr.compute(q, v, qd, vd, a, tau, learn=False)
+    np.testing.assert_allclose(fr.gravity_torque, model.gravity(q), atol=1e-10)
+    np.testing.assert_allclose(t_fr + fr.gravity_torque, t_full, atol=1e-10)
+    np.testing.assert_allclose(fr.parametric_torque, full.parametric_torque)  # model stays the full dynamics
+
+    # closed loop where the robot adds its own (exact) g(q) and reports the full torque:
+    # from pi_hat(0) = 0 the composite law still learns the full model, gravity included
+    ctl = AdaptiveController(model, "composite", lam=10.0, kd=[10.0, 5.0], p0=1.0, r=10.0, lambda0=0.5,
+                             robot_compensates_gravity=True)
+    traj = fourier(model, period=3.0, amplitude=0.8)
+    ts, E = closed_loop("planar2", ctl, traj, 9.0, robot_gravity=True)
+    assert rmse(E[ts >= 6.0]).mean() < 0.05 * rmse(E[ts < 3.0]).mean()
+    theta = ctl.base.to_base(model.parameters)
+    assert np.linalg.norm(ctl.theta - theta) / np.linalg.norm(theta) < 0.02
