@@ -196,6 +196,12 @@ def test_controller_matches_joints_by_name_and_rejects_bad_states(ros, ctl_setup
     assert ros.spin_until(lambda: len(probe.commands) > before)
     np.testing.assert_allclose(probe.commands[-1].data, safe)
     assert ctl.counters.as_dict()["state_rejected"] == rejected0 + len(bad_states) + 1
+    # a reordered (older) state is ignored: no command, counted
+    before = len(probe.commands)
+    probe.state.publish(joint_state_msg(6 * MS, names, q, v, np.zeros(n)))
+    ros.spin_for(0.2)
+    assert len(probe.commands) == before
+    assert ctl.counters.as_dict()["state_out_of_order"] == 1
     assert ros.spin_until(lambda: (probe.diag_value("controller", "state_rejected") or 0) >= 5, timeout=3.0)
 
 

@@ -7,7 +7,8 @@ time; the node never uses "the latest").  In lockstep the command carries the st
 stamp (see :func:`adaptive_dynamics.ros.conversions.stamped_command_msg`).
 
 Safety: NaN/inf or mismatched joint states are rejected (logged, counted) and
-answered with the safe command; no state for ``state_timeout`` s (wall clock) after
+answered with the safe command; a state not newer than the last one is ignored
+(counted); no state for ``state_timeout`` s (wall clock) after
 the first one -> the safe command is published by the watchdog; the safe command is
 also sent on shutdown (ros2_control's effort controller holds the last command
 forever); torques are clipped to the URDF effort limits (counted); a non-finite
@@ -106,6 +107,7 @@ class JointControllerShell(Node):
         self._pending = None  # (stamp, q, v, effort) waiting for its reference
         self._pending_since = 0.0
         self._last_state_wall = None
+        self._last_stamp = None
         self._last_q = None
         self._last_v = np.zeros(n)
         self._zeros = np.zeros(n)
@@ -185,6 +187,15 @@ class JointControllerShell(Node):
                     self.get_logger().error(f"joint_states rejected ({exc}); sending the safe command")
                 self._publish(self._safe_command(), to_ns(msg.header.stamp))
                 return
+            if self._last_stamp is not None and stamp <= self._last_stamp:
+                # a duplicate or reordered sample: answering it would feed the learners an
+                # out-of-order state (the composite filter assumes one step per state)
+                self.counters.inc("state_out_of_order")
+                if self.log_throttle("order"):
+                    self.get_logger().warning(f"joint_states stamp {stamp * 1e-9:.4f} s is not after"
+                                              f" {self._last_stamp * 1e-9:.4f} s: ignored")
+                return
+            self._last_stamp = stamp
             self.counters.inc("states")
             self._last_q, self._last_v = q, v
             if self._pending is not None:  # a newer state supersedes one still waiting
