@@ -9,6 +9,10 @@ Sub-commands (``adaptive-dynamics <cmd> --help`` for each):
                  filtered regressor against the filtered torque, base parameters, plot.
 * ``info``       a robot's joints, limits, frames and parameter layout.
 * ``experiment`` reproduce a paper's tables and figures (``experiment --list``).
+* ``record``     record live topics into an MCAP rosbag2 with the recorder node (counts,
+                 bag path).
+* ``replay``     republish a bag over DDS at real or scaled time with ``/clock`` from the
+                 bag (counts, wall time, achieved rate).
 """
 from __future__ import annotations
 
@@ -246,6 +250,191 @@ def _cmd_experiment(args) -> int:
     return run(args.name, args.rest)
 
 
+# topics `record` subscribes to by default (every topic the recorder node knows the type
+# of; a topic without publisher yet is recorded once one appears, else stays empty)
+RECORD_TOPICS = ["joint_states", "effort_controller/commands", "reference", "/clock", "/diagnostics",
+                 "controller/tracking_error", "adaptive/parameters", "adaptive/parameter_update",
+                 "adaptive/parametric_torque", "feedforward/residual"]
+_INFRA_TOPICS = {"/rosout", "/parameter_events"}
+
+
+def _relative_topic(name: str, namespace: str) -> str:
+    """The recorder's (namespace-relative) name for a topic given absolute or relative."""
+    if name in ("/clock", "/diagnostics") or not name.startswith("/"):
+        return name
+    prefix = f"/{namespace.strip('/')}/" if namespace.strip("/") else "/"
+    return name[len(prefix):] if name.startswith(prefix) else name
+
+
+def _stop_event():
+    """SIGINT/SIGTERM set an event (installed after rclpy.init without its handlers)."""
+    import signal
+    import threading
+    stop = threading.Event()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda *_: stop.set())
+    return stop
+
+
+def _cmd_record(args) -> int:
+    """Record live topics into an MCAP rosbag2 with the ``recorder`` node, run in this
+    process: the configured topics (default :data:`RECORD_TOPICS`) plus the topics
+    discovered at start whose type the recorder knows.  Stops on Ctrl-C/SIGTERM or after
+    ``--duration`` wall seconds; the bag is closed (metadata.yaml written) either way."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from .evaluation.bags import bag_info, ros_type_name
+    from .nodes.recorder import RecorderNode, _msg_class
+    from .ros.params import to_parameters
+
+    if args.duration < 0 or args.discovery < 0:
+        raise ValueError("--duration and --discovery must be >= 0")
+    out = args.out or time.strftime("bags/rec_%Y%m%d_%H%M%S")
+    if os.path.exists(out):
+        raise ValueError(f"bag directory {out!r} already exists; choose a new --out")
+    ns = args.namespace.strip("/")
+    explicit = [_relative_topic(t, ns) for t in (args.topics or [])]
+    unknown = [t for t in explicit if _msg_class(t) is None]
+    if unknown:
+        raise ValueError(f"no known message type for {unknown} (the recorder types topics by name);"
+                         f" recordable: {RECORD_TOPICS}")
+    rclpy.init(args=["--ros-args"], signal_handler_options=SignalHandlerOptions.NO)
+    stop = _stop_event()
+    node = executor = None
+    try:
+        probe = rclpy.create_node("_record_probe", namespace=ns or None)
+        # discovery: at least --discovery s, then until the graph looks settled (no change
+        # for 1 s and some topic seen); a loaded machine discovers participants slowly
+        t0 = time.monotonic()
+        t_max = t0 + max(3 * args.discovery, args.discovery + 4.0)
+        last, stable_since = None, t0
+        while not stop.is_set():
+            now = time.monotonic()
+            discovered = dict(probe.get_topic_names_and_types())
+            snap = (frozenset(discovered), probe.count_publishers("/clock"))
+            if snap != last:
+                last, stable_since = snap, now
+            seen = set(discovered) - _INFRA_TOPICS
+            if now >= t_max or (now >= t0 + args.discovery and seen and now - stable_since >= 1.0):
+                break
+            time.sleep(0.05)
+        clock_pubs = probe.count_publishers("/clock")
+        probe.destroy_node()
+        topics = list(dict.fromkeys(explicit or RECORD_TOPICS))
+        skipped = {}
+        if not explicit:
+            for name, types in sorted(discovered.items()):
+                rel = _relative_topic(name, ns)
+                cls = _msg_class(rel)
+                if cls is not None and ros_type_name(cls) in types:
+                    if rel not in topics:
+                        topics.append(rel)
+                elif name not in _INFRA_TOPICS:
+                    skipped[name] = ",".join(types)
+        for t in topics:  # a known name published with another type would never match
+            types = discovered.get(_absolute(t, ns), [])
+            if types and ros_type_name(_msg_class(t)) not in types:
+                skipped[_absolute(t, ns)] = ",".join(types)
+        wrong = {_absolute(t, ns): skipped[_absolute(t, ns)] for t in explicit if _absolute(t, ns) in skipped}
+        if wrong:
+            raise ValueError(f"published with another type than the recorder knows: {wrong}")
+        topics = [t for t in topics if _absolute(t, ns) not in skipped]
+        use_sim_time = clock_pubs > 0 if args.use_sim_time == "auto" else args.use_sim_time == "true"
+        if skipped:
+            print(f"record: not recording {skipped} (message type not known to the recorder)", file=sys.stderr)
+        node = RecorderNode(namespace=ns or None, parameter_overrides=to_parameters(
+            {"bag": out, "topics": topics, "use_sim_time": use_sim_time}))
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        print(f"record: {node.writer.path} <- {[_absolute(t, ns) for t in topics]}"
+              f" (use_sim_time {use_sim_time}); " + (f"{args.duration:g} s" if args.duration else "Ctrl-C to stop"),
+              flush=True)
+        t0 = time.monotonic()
+        t_end = t0 + args.duration if args.duration > 0 else float("inf")
+        while not stop.is_set() and time.monotonic() < t_end and rclpy.ok():
+            executor.spin_once(timeout_sec=min(0.1, max(0.0, t_end - time.monotonic())))
+        wall = time.monotonic() - t0
+        node.writer.close()
+    finally:
+        if executor is not None:
+            executor.shutdown(timeout_sec=1.0)
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    info = bag_info(out)
+    print(f"\n{'topic':36s} {'type':36s} {'messages':>9s}")
+    for topic, (msgtype, count) in info["topics"].items():
+        print(f"{topic:36s} {msgtype:36s} {count:9d}")
+    print(f"\nbag: {out} ({info['messages']} messages, {info['duration_s']:.3f} s of bag time,"
+          f" {wall:.2f} s wall)")
+    print(json.dumps({"bag": str(out), "counts": {t: c for t, (_, c) in info["topics"].items()},
+                      "messages": info["messages"], "bag_duration_s": round(info["duration_s"], 4),
+                      "wall_s": round(wall, 3), "use_sim_time": use_sim_time, "skipped": skipped}))
+    return 0
+
+
+def _absolute(topic: str, namespace: str) -> str:
+    if topic.startswith("/"):
+        return topic
+    return f"/{namespace.strip('/')}/{topic}" if namespace.strip("/") else f"/{topic}"
+
+
+def _cmd_replay(args) -> int:
+    """Republish a bag over DDS (``evaluation.replay``): summary table, JSON last line."""
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    from .evaluation.replay import ReplayNode, _match_topic, plan_replay
+    from .ros.params import to_parameters
+
+    rate = 0.0 if args.fast else args.rate
+    if not (0.0 <= rate <= 1000.0):
+        raise ValueError(f"--rate must be in [0, 1000] (0 = as fast as possible), got {args.rate}")
+    if args.wait_timeout < 0:
+        raise ValueError("--wait-timeout must be >= 0")
+    ros_args = ["--ros-args"]
+    for item in args.remap:
+        a, sep, b = item.partition(":=")
+        if not sep or not a or not b:
+            raise ValueError(f"--remap expects FROM:=TO, got {item!r}")
+        ros_args += ["-r", item]
+    plan = plan_replay(args.bag, args.topics, clock=not args.no_clock, clock_rate=args.clock_rate)
+    for t in args.wait_for_subscribers or []:
+        _match_topic(t, plan.published_topics, "replayed")  # ValueError with the reason
+    rclpy.init(args=ros_args, signal_handler_options=SignalHandlerOptions.NO)
+    stop = _stop_event()
+    node = None
+    try:
+        node = ReplayNode(parameter_overrides=to_parameters({
+            "bag": str(plan.bag), "rate": rate, "topics": list(plan.topics) or [""],
+            "clock": not args.no_clock, "clock_rate": args.clock_rate, "loop": args.loop,
+            "wait_for_subscribers": args.wait_for_subscribers is not None,
+            "wait_topics": list(args.wait_for_subscribers or []) or [""], "wait_timeout": args.wait_timeout}))
+        res = node.play(stop.is_set)
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    print(f"\n{'topic':36s} {'type':36s} {'published':>9s} {'recorded':>9s}")
+    for topic, count in res.counts.items():
+        msgtype = plan.topics.get(topic, "rosgraph_msgs/msg/Clock (generated)")
+        print(f"{topic:36s} {msgtype:36s} {count:9d} {plan.counts.get(topic, 0):9d}")
+    for topic in plan.empty:
+        print(f"{topic:36s} {'(no messages: not published)':36s} {0:9d} {0:9d}")
+    d = res.as_dict()
+    ach = "max" if d["achieved_rate"] is None else f"{d['achieved_rate']:.3f}"
+    print(f"\n{d['messages']} messages, {d['bag_s']:.3f} s of bag in {d['wall_s']:.3f} s wall: achieved rate"
+          f" {ach} (requested {'max' if rate == 0 else f'{rate:g}'}), max lag {d['max_lag_ms']:.1f} ms"
+          f"{', interrupted' if res.interrupted else ''}")
+    if res.unconfirmed:
+        print(f"replay: reliable subscribers of {res.unconfirmed} had not acknowledged every message at the"
+              " end (slow or gone readers may have missed the tail)", file=sys.stderr)
+    print(json.dumps({"bag": str(plan.bag), "clock": plan.clock, **d}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="adaptive-dynamics",
                                  description="Learn a torque-controlled robot's dynamics online while controlling it.")
@@ -279,6 +468,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the experiment's own arguments")
     p.add_argument("--list", action="store_true", help="list the experiments")
     p.set_defaults(fn=_cmd_experiment)
+    p = sub.add_parser("record", help="record live topics into an MCAP rosbag2 (recorder node)",
+                       description="Record live topics into an MCAP rosbag2 (metadata.yaml included, so"
+                       " `ros2 bag info/play` work).  Default topics: " + ", ".join(RECORD_TOPICS) +
+                       ", plus the topics discovered at start whose type the recorder knows.  Stops on"
+                       " Ctrl-C/SIGTERM or after --duration; prints per-topic counts, the bag path and a"
+                       " JSON line.")
+    p.add_argument("--out", default=None, help="bag directory to create (default bags/rec_<date>_<time>)")
+    p.add_argument("--topics", nargs="+", default=None, metavar="TOPIC",
+                   help="record exactly these (relative names resolve in --namespace)")
+    p.add_argument("--duration", type=float, default=0.0, help="stop after this many wall seconds (0 = until"
+                   " Ctrl-C/SIGTERM)")
+    p.add_argument("--namespace", default="", help="namespace of the graph (e.g. fr3, lbr)")
+    p.add_argument("--use-sim-time", default="auto", choices=["auto", "true", "false"],
+                   help="stamp messages with /clock time (auto: if /clock has a publisher at start)")
+    p.add_argument("--discovery", type=float, default=2.0, help="seconds to discover the graph before"
+                   " subscribing (default 2; longer while topics keep appearing, at most max(3x, +4 s))")
+    p.set_defaults(fn=_cmd_record)
+    p = sub.add_parser("replay", help="republish a bag over DDS at real or scaled time, with /clock",
+                       description="Republish a rosbag2's topics over DDS with their recorded types and"
+                       " bytes, in order, at real time x --rate, publishing /clock from the bag (recorded, or"
+                       " generated from the bag's time axis).  Every publisher is reliable (best-effort"
+                       " readers connect too); subscribe reliable + KEEP_ALL to receive every message at"
+                       " high rates.  Prints per-topic counts, wall time, achieved rate and a JSON line.")
+    p.add_argument("bag", help="rosbag2 directory (or its .mcap / metadata.yaml)")
+    p.add_argument("--rate", type=float, default=1.0, help="bag seconds per wall second (default 1;"
+                   " 0 = as fast as possible)")
+    p.add_argument("--fast", action="store_true", help="as fast as possible, order kept (= --rate 0)")
+    p.add_argument("--topics", nargs="+", default=None, metavar="TOPIC",
+                   help="replay only these (default all; /clock follows --no-clock)")
+    p.add_argument("--no-clock", action="store_true", help="do not publish /clock")
+    p.add_argument("--clock-rate", type=float, default=100.0, help="Hz of a generated /clock when the bag"
+                   " has none (default 100)")
+    p.add_argument("--loop", action="store_true", help="start again at the end (until Ctrl-C)")
+    p.add_argument("--wait-for-subscribers", nargs="*", default=None, metavar="TOPIC",
+                   help="start once every replayed topic (or each TOPIC given) has a subscriber, up to"
+                   " --wait-timeout")
+    p.add_argument("--wait-timeout", type=float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--remap", action="append", default=[], metavar="FROM:=TO",
+                   help="remap a topic, e.g. --remap /joint_states:=/replay/joint_states")
+    p.set_defaults(fn=_cmd_replay)
     return ap
 
 

@@ -109,6 +109,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     ctl_params = {**common, "law": controller}
     if not sim:  # franka_ros2 adds gravity to the command itself; FRI torque mode and Gazebo do not
         ctl_params["robot_compensates_gravity"] = preset in GRAVITY_COMPENSATING_PRESETS
+    else:  # lockstep must not lose a state; in real time the latest state is what matters
+        ctl_params["reliable_streams"] = mode == "lockstep"
     nodes.append(NodeSpec(ctl, ctl, files, ctl_params, list(remaps), namespace))
     if record:
         rec = {**common, **({"bag": bag} if bag else {})}

@@ -64,10 +64,38 @@ class BagWriter:
         self.close()
 
 
+def resolve_bag(path: str | os.PathLike) -> pathlib.Path:
+    """The rosbag2 directory for ``path`` (the directory itself, its ``metadata.yaml``
+    or one of its storage files); ``FileNotFoundError``/``ValueError`` with the reason."""
+    p = pathlib.Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"bag {str(path)!r} does not exist")
+    if p.is_file():
+        p = p.parent
+    if not (p / "metadata.yaml").is_file():
+        what = "recording still open, or not a rosbag2 directory" if any(p.glob("*.mcap")) else \
+            "not a rosbag2 directory"
+        raise ValueError(f"bag {str(path)!r}: no metadata.yaml in {p} ({what})")
+    return p
+
+
+def read_raw(path: str | os.PathLike, topics: Iterable[str] | None = None):
+    """Yield ``(topic, msgtype, log_time_ns, cdr_bytes)`` in the bag's order (log time),
+    without deserialising."""
+    with Reader(resolve_bag(path)) as reader:
+        conns = [c for c in reader.connections if topics is None or c.topic in set(topics)]
+        if not conns:  # rosbags reads *every* connection when given none
+            return
+        for conn, t, raw in reader.messages(connections=conns):
+            yield conn.topic, conn.msgtype, t, bytes(raw)
+
+
 def read_messages(path: str | os.PathLike, topics: Iterable[str] | None = None):
     """Yield ``(topic, log_time_ns, message)`` with messages deserialised by rosbags."""
     with Reader(pathlib.Path(path)) as reader:
         conns = [c for c in reader.connections if topics is None or c.topic in set(topics)]
+        if not conns:  # rosbags reads *every* connection when given none
+            return
         for conn, t, raw in reader.messages(connections=conns):
             yield conn.topic, t, TYPESTORE.deserialize_cdr(raw, conn.msgtype)
 

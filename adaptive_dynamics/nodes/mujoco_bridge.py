@@ -36,6 +36,7 @@ import time
 
 import numpy as np
 import rclpy
+import rclpy.duration
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
@@ -236,6 +237,10 @@ class MujocoBridgeNode(Node):
         self._done = True
         self.get_logger().info(f"max_sim_time {self.p['max_sim_time']} s reached after"
                                f" {self.plant.steps} steps; exiting")
+        try:  # let reliable readers (recorder) acknowledge the last states before we go
+            self.pub_state.wait_for_all_acked(rclpy.duration.Duration(seconds=3.0))
+        except Exception:  # pragma: no cover - best effort
+            pass
         self._write_stats()
         rclpy.try_shutdown(context=self.context)
 
