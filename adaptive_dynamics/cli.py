@@ -436,12 +436,15 @@ def _cmd_replay(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .launch_graph import CONTROLLERS
+
     ap = argparse.ArgumentParser(prog="adaptive-dynamics",
                                  description="Learn a torque-controlled robot's dynamics online while controlling it.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("demo", help="the main job: closed-loop lockstep simulation, tracking table, plots, bag")
     p.add_argument("--robot", default="panda", help="panda | iiwa14 | planar2 (default panda)")
-    p.add_argument("--controller", default="computed_torque", help="pd | computed_torque")
+    p.add_argument("--controller", default="computed_torque", choices=CONTROLLERS,
+                   help="pd | computed_torque (baseline node) | direct | composite (adaptive_controller)")
     p.add_argument("--duration", type=float, default=10.0, help="sim seconds (default 10)")
     p.add_argument("--out", default="out/demo", help="directory for the bag, plots and demo.json")
     p.add_argument("-v", "--verbose", action="store_true", help="forward the nodes' logs")
