@@ -1,1 +1,18 @@
+"""Residual learners (no ROS): incremental GMM + GMR and an RBF network with RLS, both
+with the semi-parametric consistency transform.
 
+scikit-learn habits: ``partial_fit`` / ``predict`` / ``save`` / ``load``; see
+:mod:`.base` for the common API and :mod:`.consistency` for the transforms.
+
+* :class:`IncrementalGMM` (``"gmm"``) -- Pinto & Engel's IGMM, GMR prediction with
+  variance, consistency transform eq. 16-19 of Smith & Mistry 2020.
+* :class:`RBFNetwork` (``"rbfn"``) -- Gaussian basis functions on a scrambled Sobol
+  grid, (block-)recursive least squares, consistency by carrying dW/dpi (ARDL eq. 13-14).
+"""
+from .base import LEARNERS, Learner, load_learner, make_learner
+from .consistency import ParameterChange, transform_gaussians
+from .igmm import IncrementalGMM
+from .rbfn import RBFNetwork
+
+__all__ = ["Learner", "LEARNERS", "make_learner", "load_learner", "IncrementalGMM", "RBFNetwork",
+           "ParameterChange", "transform_gaussians"]

@@ -1,0 +1,236 @@
+"""Common base of the residual learners: API, input validation, counters, save/load.
+
+API (scikit-learn habits; every learner in :mod:`adaptive_dynamics.learning` follows it)
+
+``partial_fit(X, y, *, regressors=None, model=None) -> self``
+    Learn from a batch ``X`` (N x input_dim), ``y`` (N x output_dim) -- a single sample
+    may be given as 1-D vectors.  Rows with a NaN/inf anywhere (in ``X``, ``y`` or the
+    optional ``regressors``) are *rejected*: counted in :attr:`n_rejected`, never seen
+    by the model.  A wrong shape raises ``ValueError`` and leaves the model untouched.
+    ``regressors`` (N x n x n_params) / ``model`` are only used by learners that carry a
+    parameter sensitivity (the RBF network, ARDL eq. 14); others ignore them.
+``predict(X, return_var=False)``
+    Mean prediction (N x output_dim, or output_dim for a 1-D ``X``); with
+    ``return_var=True`` also the per-output predictive variance (same shape).  A
+    non-finite query raises ``ValueError`` (as scikit-learn does): never a silent NaN
+    feed-forward.
+``apply_parameter_update(delta_pi, model)``
+    The consistency transform (consistency paper eq. 15-19, ARDL eq. 12-14): make the
+    learned residual ``f = tau - Y pi_hat`` consistent with ``pi_hat + delta_pi``
+    without new data.  ``model`` is the :class:`~adaptive_dynamics.dynamics.RobotModel`
+    that evaluates Y and its state derivatives; inputs must then be x = (q, qd, qdd).
+    The transform is linear in ``delta_pi`` and composes exactly, so a caller may sum
+    many small updates and apply them at once.
+``save(path)`` / ``Learner.load(path)``
+    One ``.npz`` (numeric arrays + a JSON config string; loaded with
+    ``allow_pickle=False``, so a model file can never execute code).  Written to a
+    temporary file then renamed: a crash mid-save leaves the previous file intact.
+
+Counters: :attr:`n_updates` (accepted samples), :attr:`n_rejected`,
+:attr:`n_transforms`, and per learner its size (``n_components`` / ``n_basis``).
+
+Concurrency: ``predict`` reads one immutable snapshot of the prediction arrays that
+the writers (``partial_fit``, ``apply_parameter_update``) replace by a single
+attribute assignment, so a control thread may call ``predict`` while one worker thread
+learns, without a lock (tested).  Exception: the RBF network updates its K x K matrix
+P in place (a copy per sample would dominate the cost at K = 2048), so a concurrent
+``predict(..., return_var=True)`` may read a P that is mid-update (its *variance* is
+then slightly off; the mean never is).  Writers must be serialised by the caller.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, ClassVar, Dict, Optional, Tuple, Type
+
+import numpy as np
+
+__all__ = ["Learner", "LEARNERS", "register", "make_learner", "load_learner", "split_state"]
+
+FORMAT_VERSION = 1
+
+#: kind -> Learner subclass (filled by :func:`register`)
+LEARNERS: Dict[str, Type["Learner"]] = {}
+
+
+def register(cls):
+    """Class decorator: make ``cls`` loadable by its ``kind``."""
+    LEARNERS[cls.kind] = cls
+    return cls
+
+
+def make_learner(kind: str, **config) -> "Learner":
+    """Build a learner by name (``"gmm"`` or ``"rbfn"``) from keyword configuration."""
+    try:
+        cls = LEARNERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown learner {kind!r}; available: {sorted(LEARNERS)}") from None
+    return cls(**config)
+
+
+def load_learner(path) -> "Learner":
+    return Learner.load(path)
+
+
+def split_state(X: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Split inputs x = (q, qd, qdd) (N x 3n or 3n) into three views."""
+    X = np.asarray(X, dtype=float)
+    if X.shape[-1] != 3 * n:
+        raise ValueError(f"the consistency transform needs inputs x = (q, qd, qdd) of length 3n = {3 * n},"
+                         f" got {X.shape[-1]}")
+    return X[..., :n], X[..., n:2 * n], X[..., 2 * n:]
+
+
+def _as_2d(a, width: int, what: str) -> Tuple[np.ndarray, bool]:
+    try:
+        arr = np.asarray(a, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what}: not numeric ({exc})") from None
+    single = arr.ndim == 1
+    if single:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] != width:
+        raise ValueError(f"{what}: expected shape (N, {width}) or ({width},), got {np.shape(a)}")
+    return arr, single
+
+
+class Learner:
+    """Base class; subclasses implement ``_fit``, ``_predict``, ``_transform`` and the
+    (de)serialisation hooks ``_get_arrays`` / ``_set_arrays``."""
+
+    kind: ClassVar[str] = "base"
+    #: whether partial_fit consumes regressors (parameter-sensitivity tracking)
+    uses_regressors: ClassVar[bool] = False
+
+    def __init__(self, input_dim: int, output_dim: int):
+        input_dim, output_dim = int(input_dim), int(output_dim)
+        if input_dim < 1 or output_dim < 1:
+            raise ValueError(f"input_dim and output_dim must be >= 1, got {input_dim}, {output_dim}")
+        self.input_dim = input_dim
+        self.output_dim = output_dim
+        self.n_updates = 0
+        self.n_rejected = 0
+        self.n_transforms = 0
+
+    # ----------------------------------------------------------------- public API
+    def partial_fit(self, X, y, *, regressors=None, model=None) -> "Learner":
+        X2, _ = _as_2d(X, self.input_dim, "X")
+        y2, _ = _as_2d(y, self.output_dim, "y")
+        if X2.shape[0] != y2.shape[0]:
+            raise ValueError(f"X has {X2.shape[0]} rows but y has {y2.shape[0]}")
+        ok = np.isfinite(X2).all(axis=1) & np.isfinite(y2).all(axis=1)
+        R = None
+        if self.uses_regressors:
+            R = self._regressors(X2, regressors, model)
+            if R is not None:
+                ok &= np.isfinite(R.reshape(R.shape[0], -1)).all(axis=1)
+        n_bad = int(X2.shape[0] - np.count_nonzero(ok))
+        if n_bad:
+            X2, y2 = X2[ok], y2[ok]
+            if R is not None:
+                R = R[ok]
+        self.n_rejected += n_bad
+        if X2.shape[0]:
+            self._fit(X2, y2, R)
+            self.n_updates += X2.shape[0]
+        return self
+
+    def predict(self, X, return_var: bool = False):
+        X2, single = _as_2d(X, self.input_dim, "X")
+        if not np.isfinite(X2).all():
+            bad = np.flatnonzero(~np.isfinite(X2).all(axis=1))
+            raise ValueError(f"X contains NaN/inf (rows {bad[:10].tolist()})")
+        mean, var = self._predict(X2, return_var)
+        if single:
+            mean = mean[0]
+            var = None if var is None else var[0]
+        return (mean, var) if return_var else mean
+
+    def apply_parameter_update(self, delta_pi, model) -> None:
+        dpi = np.asarray(delta_pi, dtype=float).reshape(-1)
+        if dpi.shape != (model.n_params,) or not np.isfinite(dpi).all():
+            raise ValueError(f"delta_pi must be {model.n_params} finite values, got shape {np.shape(delta_pi)}")
+        if model.n != self.output_dim:
+            raise ValueError(f"the model has {model.n} joints but the learner predicts {self.output_dim} outputs")
+        split_state(np.zeros(self.input_dim), model.n)  # validates the input layout
+        if not np.any(dpi):
+            return
+        self._transform(dpi, model)
+        self.n_transforms += 1
+
+    # ------------------------------------------------------------- persistence
+    def get_config(self) -> Dict[str, Any]:
+        """JSON-able constructor arguments."""
+        raise NotImplementedError
+
+    def save(self, path) -> str:
+        path = os.fspath(path)
+        if not path.endswith(".npz"):
+            path += ".npz"
+        arrays = {f"a_{k}": np.asarray(v) for k, v in self._get_arrays().items()}
+        meta = {"kind": self.kind, "version": FORMAT_VERSION, "config": self.get_config(),
+                "counters": self._counters()}
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".npz")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path) -> "Learner":
+        """Load any learner saved by :meth:`save` (the class is taken from the file;
+        called on a subclass, the file must hold that kind)."""
+        with np.load(os.fspath(path), allow_pickle=False) as z:
+            meta = json.loads(str(z["__meta__"]))
+            arrays = {k[2:]: z[k] for k in z.files if k.startswith("a_")}
+        kind = meta.get("kind")
+        if meta.get("version") != FORMAT_VERSION:
+            raise ValueError(f"{path}: unsupported learner file version {meta.get('version')!r}")
+        if kind not in LEARNERS:
+            raise ValueError(f"{path}: unknown learner kind {kind!r}")
+        klass = LEARNERS[kind]
+        if cls is not Learner and not issubclass(klass, cls):
+            raise ValueError(f"{path} holds a {kind!r} learner, not a {cls.kind!r}")
+        obj = klass(**meta["config"])
+        obj._set_arrays(arrays)
+        for k, v in meta.get("counters", {}).items():
+            setattr(obj, k, int(v))
+        return obj
+
+    def _counters(self) -> Dict[str, int]:
+        return {"n_updates": self.n_updates, "n_rejected": self.n_rejected, "n_transforms": self.n_transforms}
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the model's numeric arrays (state + prediction caches)."""
+        return int(sum(np.asarray(v).nbytes for v in self._get_arrays().values()))
+
+    # ------------------------------------------------------------------ hooks
+    def _regressors(self, X, regressors, model) -> Optional[np.ndarray]:
+        return None
+
+    def _fit(self, X: np.ndarray, y: np.ndarray, R: Optional[np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def _predict(self, X: np.ndarray, return_var: bool):
+        raise NotImplementedError
+
+    def _transform(self, dpi: np.ndarray, model) -> None:
+        raise NotImplementedError
+
+    def _get_arrays(self) -> Dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        cfg = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if not isinstance(v, list))
+        return f"{type(self).__name__}({cfg})"

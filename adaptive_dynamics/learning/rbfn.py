@@ -1,0 +1,302 @@
+"""Radial basis function network with recursive least squares (ARDL eq. 4-9) and the
+semi-parametric consistency transform by parameter sensitivity (ARDL eq. 13-14).
+
+Model: ``f(x) = W^T theta(x)``, ``theta_k(x) = exp(-beta |x~ - c_k|^2)`` with the input
+mapped to the unit box, ``x~ = (x - low) / (high - low)``, ``beta = 1 / (2 width^2)``,
+and the K centres ``c_k`` the first K points of a scrambled Sobol sequence
+(``scipy.stats.qmc.Sobol``) -- ARDL spreads its 2048 centres the same way.
+
+Learning: recursive least squares with covariance P (eq. 8-9), optionally with a
+forgetting factor ``lam``.  A batch of m samples is absorbed in one *block* update
+(Woodbury), algebraically identical to m sequential updates:
+
+    S = lam^m L^-1 + Theta P Theta^T      (L = diag(lam^(m-1-r)), m x m)
+    G = P Theta^T S^-1                    (K x m)
+    W <- W + G (Y - Theta W),   P <- lam^-m (P - G Theta P)
+
+so with ``lam = 1`` the weights equal the regularised batch least-squares solution
+``(Theta^T Theta + reg I)^-1 Theta^T Y`` (``P0 = I / reg``, ``W0 = 0``) on all data seen,
+whatever the batching (tested).  P (and dW/dpi) are updated in place with BLAS rank-1
+(``dger``) / rank-m (``dgemm``) updates.  Cost (Panda: 21 inputs, 7 outputs, dW/dpi for
+70 parameters; measured by ``bench/learners.py`` on the 2-core VM): K = 512: ~0.3 ms per
+single-sample update (0.1 ms per sample in blocks), P 2 MB; K = 2048: ~4 ms per single
+sample (~1 ms per sample in blocks of 256), P 32 MB, dW/dpi 8 MB -- so at 2048 basis
+functions learn at a decimated rate (<= ~200 Hz, or buffer samples and learn in blocks
+on the worker thread).  Prediction is ~K i flops: 15-25 us per query at either size.
+
+Consistency (ARDL eq. 13-14): the target is ``y = tau - Y pi_hat``, and RLS is linear
+in its targets, so ``D = dW/dpi_hat`` (K x n_out x n_params) obeys the same recursion
+with targets ``-Y`` (eq. 14) -- it is learnt as extra output columns of the same RLS.
+A parameter change then moves the weights exactly as if every past sample had been
+learnt with the new target: ``W <- W + D dpi`` (the network equals one trained on
+``y - Y dpi``; tested).  Enable with ``n_params > 0``; ``partial_fit`` then needs
+the regressors of the samples (``regressors=`` or ``model=`` to evaluate them from
+x = (q, qd, qdd)).
+
+Predictive variance: Bayesian linear regression reading of RLS (prior W ~ N(0,
+sigma^2 / reg), noise sigma^2): ``var = sigma_o^2 (1 + theta^T P theta)`` with sigma_o^2
+the running mean of the squared a-priori residuals divided by (1 + theta^T P theta)
+(K^2 flops per query: ask for it only when needed).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, Optional
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg.blas import dgemm as _dgemm
+from scipy.linalg.blas import dger as _dger
+from scipy.stats import qmc
+
+from .base import Learner, register, split_state
+
+__all__ = ["RBFNetwork"]
+
+#: symmetrise P after this many rank updates (rounding drift of the in-place updates)
+_SYMMETRISE_EVERY = 256
+
+
+@register
+class RBFNetwork(Learner):
+    """Gaussian RBF network, (block) RLS, optional parameter sensitivity.
+
+    Parameters
+    ----------
+    input_dim, output_dim:
+        Sizes of x and y.
+    n_basis:
+        Number of Gaussian basis functions K (a power of two keeps the Sobol points
+        balanced).
+    low, high:
+        The input box (input_dim values each) the centres are spread over; inputs are
+        scaled by it.  Inputs outside the box are allowed (the basis functions decay).
+    width:
+        Basis width in unit-box coordinates (``beta = 1 / (2 width^2)``).
+    reg:
+        Ridge regulariser: ``P0 = I / reg``.
+    forgetting:
+        RLS forgetting factor lam in (0, 1] (1 = none).  With lam < 1 and poorly exciting
+        data P grows (wind-up); keep it close to 1.
+    n_params:
+        Length of pi to carry the sensitivity dW/dpi for (0 = no consistency transform).
+    normalize:
+        Normalised RBF (theta / sum theta) instead of ARDL's plain Gaussians.
+    seed:
+        Seed of the Sobol scrambling.
+    block_size:
+        Largest block absorbed in one RLS update (memory ~ block_size x K).
+    """
+
+    kind = "rbfn"
+
+    def __init__(self, input_dim: int, output_dim: int, *, n_basis: int = 512, low=None, high=None,
+                 width: float = 0.5, reg: float = 1e-3, forgetting: float = 1.0, n_params: int = 0,
+                 normalize: bool = False, seed: int = 0, block_size: int = 256):
+        super().__init__(input_dim, output_dim)
+        i = self.input_dim
+        self.n_basis = int(n_basis)
+        if self.n_basis < 1:
+            raise ValueError(f"n_basis must be >= 1, got {n_basis}")
+        low = -np.ones(i) if low is None else np.broadcast_to(np.asarray(low, dtype=float), (i,)).copy()
+        high = np.ones(i) if high is None else np.broadcast_to(np.asarray(high, dtype=float), (i,)).copy()
+        if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
+            raise ValueError("the input box needs finite low < high in every coordinate")
+        self.low, self.high = low, high
+        self.width = float(width)
+        self.reg = float(reg)
+        self.forgetting = float(forgetting)
+        if not self.width > 0 or not self.reg > 0:
+            raise ValueError(f"width and reg must be > 0, got {width}, {reg}")
+        if not 0.0 < self.forgetting <= 1.0:
+            raise ValueError(f"forgetting must be in (0, 1], got {forgetting}")
+        self.n_params = int(n_params)
+        self.normalize = bool(normalize)
+        self.seed = int(seed)
+        self.block_size = max(1, int(block_size))
+        self.beta = 1.0 / (2.0 * self.width ** 2)
+
+        sob = qmc.Sobol(d=i, scramble=True, seed=self.seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # balance warning for K not a power of 2
+            self.centres = sob.random(self.n_basis)                     # unit-box coordinates, K x i
+        self._init_state()
+
+    def _init_state(self) -> None:
+        K, o = self.n_basis, self.output_dim
+        self.W = np.zeros((K, o))
+        self.P = np.eye(K) / self.reg
+        self.D = np.zeros((K, o * self.n_params)) if self.n_params else None
+        self.noise_var = np.zeros(o)
+        self._nv_count = 0.0
+        self._n_rank_updates = 0
+        self._refresh_geometry()
+        self._pred = (self.W, self.P, self.noise_var)
+
+    def _refresh_geometry(self) -> None:
+        i = self.input_dim
+        self._inv_span = 1.0 / (self.high - self.low)
+        # theta = exp(-beta |x~ - c|^2) = exp(2 beta c.x~ - beta |x~|^2 - beta |c|^2):
+        # one GEMV with Ct2 = 2 beta c^T applied to x~
+        self._Ct2 = np.ascontiguousarray(2.0 * self.beta * self.centres.T)   # i x K
+        self._cnorm = self.beta * np.einsum("ki,ki->k", self.centres, self.centres)
+        assert self._Ct2.shape == (i, self.n_basis)
+
+    @property
+    def uses_regressors(self) -> bool:  # type: ignore[override]
+        return self.n_params > 0
+
+    def get_config(self) -> Dict[str, Any]:
+        return {"input_dim": self.input_dim, "output_dim": self.output_dim, "n_basis": self.n_basis,
+                "low": self.low.tolist(), "high": self.high.tolist(), "width": self.width, "reg": self.reg,
+                "forgetting": self.forgetting, "n_params": self.n_params, "normalize": self.normalize,
+                "seed": self.seed, "block_size": self.block_size}
+
+    # ------------------------------------------------------------------ features
+    def features(self, X: np.ndarray) -> np.ndarray:
+        """theta(x) for the rows of X (N x K)."""
+        Xs = (np.atleast_2d(X) - self.low) * self._inv_span
+        E = Xs @ self._Ct2
+        E -= self._cnorm
+        E -= self.beta * np.einsum("ni,ni->n", Xs, Xs)[:, None]
+        np.exp(E, out=E)
+        if self.normalize:
+            E /= np.maximum(E.sum(axis=1, keepdims=True), 1e-300)
+        return E
+
+    # ------------------------------------------------------------------ learning
+    def _regressors(self, X, regressors, model) -> Optional[np.ndarray]:
+        N, o, p = X.shape[0], self.output_dim, self.n_params
+        if regressors is not None:
+            R = np.asarray(regressors, dtype=float)
+            if R.ndim == 2:
+                R = R[None]
+            if R.shape != (N, o, p):
+                raise ValueError(f"regressors: expected shape ({N}, {o}, {p}), got {R.shape}")
+            return R
+        if model is None:
+            raise ValueError("this RBFNetwork carries dW/dpi (n_params > 0): pass regressors= (N x n x n_params)"
+                             " or model= (to evaluate Y at x = (q, qd, qdd))")
+        if model.n_params != p or model.n != o:
+            raise ValueError(f"model has n={model.n}, n_params={model.n_params}; the network expects {o}, {p}")
+        q, v, a = split_state(X, model.n)
+        R = np.full((N, o, p), np.nan)
+        ok = np.isfinite(X).all(axis=1)
+        for r in np.flatnonzero(ok):
+            R[r] = model.regressor(q[r], v[r], a[r])
+        return R
+
+    def _fit(self, X: np.ndarray, y: np.ndarray, R: Optional[np.ndarray]) -> None:
+        for s0 in range(0, X.shape[0], self.block_size):
+            sl = slice(s0, s0 + self.block_size)
+            self._block(X[sl], y[sl], None if R is None else R[sl])
+
+    def _block(self, X, y, R) -> None:
+        m, o = X.shape[0], self.output_dim
+        Th = self.features(X)                                  # m x K
+        P, W, lam = self.P, self.W, self.forgetting
+        PT = P @ Th.T                                          # K x m  (= (Theta P)^T, P symmetric)
+        S = Th @ PT                                            # m x m
+        if lam < 1.0:
+            S[np.diag_indices(m)] += lam ** m / lam ** np.arange(m - 1, -1, -1)
+        else:
+            S[np.diag_indices(m)] += 1.0
+        if m == 1:
+            G = PT / S[0, 0]                                   # K x 1  (P theta / (lam + theta^T P theta))
+        else:
+            cf = cho_factor(S, lower=True, check_finite=False)
+            G = cho_solve(cf, np.ascontiguousarray(PT.T), check_finite=False).T   # K x m (P Theta^T S^-1)
+        err = y - Th @ W                                       # a-priori residuals
+        inflation = 1.0 + np.einsum("mk,km->m", Th, PT)
+        self._update_noise(err, inflation)
+        W_new = W + G @ err                                    # a new array: predict's snapshot swaps
+        # P <- (P - G PT^T) / lam^m in place (BLAS, no K x K temporary); P is symmetric,
+        # so its C-ordered buffer is also P in Fortran order
+        Pf = P.T
+        if m == 1:
+            out = _dger(-1.0, G[:, 0], PT[:, 0], a=Pf, overwrite_a=True)
+        else:
+            out = _dgemm(-1.0, G, PT.T, beta=1.0, c=Pf, overwrite_c=True)
+        if not np.shares_memory(out, P):                       # pragma: no cover - BLAS made a copy
+            P[...] = out.T
+        if lam < 1.0:
+            P *= lam ** -m
+        self._n_rank_updates += m
+        if self._n_rank_updates >= _SYMMETRISE_EVERY:          # rounding drift: symmetrise now and then
+            P += P.T
+            P *= 0.5
+            self._n_rank_updates = 0
+        if self.D is not None:                                 # dW/dpi: same RLS, targets -Y (ARDL eq. 14)
+            E = -R.reshape(m, o * self.n_params)
+            E -= Th @ self.D
+            Df = self.D.T                                      # D += G E in place, Fortran view
+            if m == 1:
+                out = _dger(1.0, E[0], G[:, 0], a=Df, overwrite_a=True)
+            else:
+                out = _dgemm(1.0, E.T, G.T, beta=1.0, c=Df, overwrite_c=True)
+            if not np.shares_memory(out, self.D):              # pragma: no cover - BLAS made a copy
+                self.D[...] = out.T
+        self.W = W_new
+        self._pred = (W_new, P, self.noise_var)
+
+    def _update_noise(self, err, inflation) -> None:
+        e2 = (err * err) / inflation[:, None]
+        n_old = self._nv_count
+        n_new = n_old + e2.shape[0]
+        self.noise_var = (self.noise_var * n_old + e2.sum(axis=0)) / n_new
+        self._nv_count = min(n_new, 1e4)  # effective memory: the last ~10^4 samples
+
+    # ------------------------------------------------------------------ prediction
+    def _predict(self, X: np.ndarray, return_var: bool):
+        W, P, nv = self._pred
+        N = X.shape[0]
+        mean = np.empty((N, self.output_dim))
+        var = np.empty((N, self.output_dim)) if return_var else None
+        chunk = max(1, 262144 // self.n_basis)
+        for s0 in range(0, N, chunk):
+            Th = self.features(X[s0: s0 + chunk])
+            mean[s0: s0 + Th.shape[0]] = Th @ W
+            if return_var:
+                q = np.einsum("nk,nk->n", Th @ P, Th)
+                var[s0: s0 + Th.shape[0]] = np.outer(1.0 + q, nv)
+        return mean, var
+
+    # ------------------------------------------------------------------ consistency
+    def _transform(self, dpi: np.ndarray, model) -> None:
+        if self.D is None:
+            raise ValueError("this RBFNetwork does not carry dW/dpi: build it with n_params = model.n_params")
+        if dpi.shape != (self.n_params,):
+            raise ValueError(f"delta_pi has {dpi.size} entries, the network carries {self.n_params}")
+        K, o = self.n_basis, self.output_dim
+        dW = (self.D.reshape(K * o, self.n_params) @ dpi).reshape(K, o)
+        self.W = self.W + dW
+        self._pred = (self.W, self.P, self.noise_var)
+
+    # ------------------------------------------------------------------ persistence
+    def _get_arrays(self) -> Dict[str, np.ndarray]:
+        out = {"W": self.W, "P": self.P, "noise_var": self.noise_var, "centres": self.centres,
+               "nv_count": np.array(self._nv_count)}
+        if self.D is not None:
+            out["D"] = self.D
+        return out
+
+    def _set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        K, o = self.n_basis, self.output_dim
+        W = np.asarray(arrays["W"], dtype=float)
+        P = np.asarray(arrays["P"], dtype=float)
+        if W.shape != (K, o) or P.shape != (K, K):
+            raise ValueError(f"saved network has W {W.shape}, P {P.shape}; expected ({K}, {o}), ({K}, {K})")
+        self.centres = np.asarray(arrays["centres"], dtype=float)
+        self._refresh_geometry()
+        self.W, self.P = W.copy(), P.copy()
+        self.noise_var = np.asarray(arrays["noise_var"], dtype=float).copy()
+        self._nv_count = float(arrays["nv_count"])
+        if self.n_params:
+            self.D = np.asarray(arrays["D"], dtype=float).copy()
+        self._pred = (self.W, self.P, self.noise_var)
+
+    def memory_bytes(self) -> int:
+        arrays = [self.W, self.P, self.centres, self._Ct2, self._cnorm, self.noise_var]
+        if self.D is not None:
+            arrays.append(self.D)
+        return int(sum(a.nbytes for a in arrays))

@@ -1,0 +1,47 @@
+"""`adaptive-dynamics experiment consistency --part virtual --quick`: the virtual-model
+table (consistency paper Table I) on the Panda -- JSON keys and files, and the
+target (c) <= 0.15 (b) on every joint for both learners (the quick run samples the
+plant at 500 Hz instead of 1 kHz; the full run's margins are in the README)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from adaptive_dynamics.experiments import run
+from adaptive_dynamics.experiments.consistency import TARGET_RATIO, main
+
+pytestmark = pytest.mark.slow
+
+
+def test_virtual_quick(tmp_path, capsys):
+    assert main(["--part", "virtual", "--quick", "--out", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    res = json.loads(lines[-1])
+    with open(tmp_path / "consistency.json", encoding="utf-8") as fh:
+        assert json.load(fh) == res
+    for key in ("gmm_transform_ratio_max", "rbfn_transform_ratio_max", "virtual"):
+        assert key in res
+    panda = res["virtual"]["robots"]["panda"]
+    assert panda["rigid_body_residual_max"] < 1e-8      # MuJoCo = Y pi: the perfect virtual model
+    for name in ("gmm", "rbfn"):
+        lr = panda["learners"][name]
+        a, b, c = (np.array(lr[k]) for k in ("rmse_learner_0pi", "rmse_no_transform", "rmse_transform"))
+        assert a.shape == b.shape == c.shape == (7,)
+        assert np.all(a < 0.02 * np.array(panda["tau_rms"])), (name, a)   # the learner fits tau
+        ratio = c / b
+        assert np.all(ratio <= TARGET_RATIO), (name, ratio)
+        assert res[f"{name}_transform_ratio_max"] == pytest.approx(ratio.max(), rel=1e-3)
+        assert lr["n_rejected"] == 0 and lr["transform_ms"] < 50
+    assert panda["learners"]["gmm"]["n_components"] <= 64
+    assert panda["learners"]["gmm"]["min_eig_scaled"] > 0
+    for f in res["virtual"]["plots"]:
+        data = (tmp_path / f).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert set(res["virtual"]["plots"]) == {"consistency_virtual_panda.png", "consistency_virtual_traces_panda.png"}
+
+
+def test_online_part_not_implemented_yet(tmp_path):
+    with pytest.raises(NotImplementedError, match="online"):
+        run("consistency", ["--part", "online", "--out", str(tmp_path)])

@@ -1,0 +1,87 @@
+"""RBF network: the (block) RLS equals the batch regularised least-squares solution,
+whatever the block size (and the weighted one with forgetting); Sobol centres in the
+box; features; 2048 basis functions with the parameter sensitivity run; variance."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adaptive_dynamics.learning import RBFNetwork
+
+
+def _data(N=700, i=4, o=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, (N, i))
+    Y = np.column_stack([np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2], np.cos(X.sum(1)), X[:, 3] ** 2][:o])
+    return X, Y + 0.01 * rng.standard_normal(Y.shape)
+
+
+@pytest.mark.parametrize("block", [1, 7, 256])
+def test_rls_equals_batch_ridge(block):
+    X, Y = _data()
+    reg = 1e-2
+    net = RBFNetwork(4, 3, n_basis=48, low=-1, high=1, width=0.6, reg=reg, block_size=block)
+    net.partial_fit(X[:300], Y[:300])
+    net.partial_fit(X[300], Y[300])          # one sample on its own
+    net.partial_fit(X[301:], Y[301:])
+    Th = net.features(X)
+    W = np.linalg.solve(Th.T @ Th + reg * np.eye(48), Th.T @ Y)
+    np.testing.assert_allclose(net.W, W, rtol=1e-7, atol=1e-9 * np.abs(W).max())
+    P = np.linalg.inv(Th.T @ Th + reg * np.eye(48))
+    np.testing.assert_allclose(net.P, P, rtol=1e-6, atol=1e-9 * np.abs(P).max())
+
+
+def test_rls_with_forgetting_equals_weighted_ridge():
+    X, Y = _data(400)
+    reg, lam = 1e-2, 0.99
+    net = RBFNetwork(4, 3, n_basis=32, low=-1, high=1, width=0.6, reg=reg, forgetting=lam, block_size=64)
+    net.partial_fit(X, Y)
+    N = len(X)
+    w = lam ** np.arange(N - 1, -1, -1)                    # sample i weighs lam^(N-1-i)
+    Th = net.features(X)
+    A = (Th * w[:, None]).T @ Th + lam ** N * reg * np.eye(32)
+    W = np.linalg.solve(A, (Th * w[:, None]).T @ Y)
+    np.testing.assert_allclose(net.W, W, rtol=1e-6, atol=1e-8 * np.abs(W).max())
+
+
+def test_sobol_centres_features_and_determinism():
+    lo, hi = np.array([-2.0, 0.0, 1.0]), np.array([2.0, 1.0, 3.0])
+    a = RBFNetwork(3, 1, n_basis=256, low=lo, high=hi, seed=4)
+    b = RBFNetwork(3, 1, n_basis=256, low=lo, high=hi, seed=4)
+    c = RBFNetwork(3, 1, n_basis=256, low=lo, high=hi, seed=5)
+    np.testing.assert_array_equal(a.centres, b.centres)
+    assert not np.allclose(a.centres, c.centres)
+    assert a.centres.min() >= 0 and a.centres.max() <= 1         # unit-box coordinates
+    # space-filling: every octant of the box holds 256 / 8 centres (Sobol balance)
+    octant = (a.centres > 0.5) @ np.array([1, 2, 4])
+    assert np.all(np.bincount(octant, minlength=8) == 32)
+    x = lo + a.centres[10] * (hi - lo)                            # a centre in input units
+    th = a.features(x[None])[0]
+    assert th[10] == pytest.approx(1.0) and np.all(th <= 1.0) and np.all(th > 0)
+    nn = RBFNetwork(3, 1, n_basis=64, low=lo, high=hi, normalize=True)
+    np.testing.assert_allclose(nn.features(np.array([[0.0, 0.5, 2.0], [5.0, 5.0, 5.0]])).sum(1), 1.0)
+
+
+def test_2048_basis_functions_with_sensitivity_run():
+    rng = np.random.default_rng(0)
+    n, p = 7, 70
+    X = rng.uniform(-1, 1, (300, 3 * n))
+    Y = np.sin(X[:, :n]) + 0.1 * X[:, n:2 * n]
+    R = 0.01 * rng.standard_normal((300, n, p))
+    net = RBFNetwork(3 * n, n, n_basis=2048, low=-1, high=1, width=0.8, n_params=p, block_size=128)
+    net.partial_fit(X, Y, regressors=R)
+    assert net.W.shape == (2048, n) and net.D.shape == (2048, n * p)
+    m, v = net.predict(X[:5], return_var=True)
+    assert m.shape == v.shape == (5, n) and np.all(np.isfinite(m)) and np.all(v > 0)
+    assert net.memory_bytes() > 8 * 2048 * 2048
+
+
+def test_predictive_variance_grows_away_from_data():
+    X, Y = _data(600)
+    net = RBFNetwork(4, 3, n_basis=128, low=-2, high=2, width=0.4, reg=1e-3)
+    net.partial_fit(X, Y)
+    _, v_in = net.predict(X[:50], return_var=True)
+    _, v_out = net.predict(np.full((1, 4), 1.8), return_var=True)
+    assert np.all(v_out[0] > 2 * v_in.mean(axis=0))
+    # the noise level is estimated from the residuals (0.01 noise + approximation error)
+    assert np.all(net.noise_var > 0) and np.all(np.sqrt(net.noise_var) < 0.2)
