@@ -158,6 +158,22 @@ def test_live_tuning_law_switch_and_nan_state(ros):
     np.testing.assert_allclose(loop.probe.commands[-1].data, -np.array([12.0, 6.0]) * s, rtol=1e-10)
     np.testing.assert_array_equal(node.core.theta, theta)
 
+    # feedforward/residual: the one stamped for the state is added (by joint name)
+    res_pub = loop.probe.node.create_publisher(JointState, "feedforward/residual", RELIABLE_STREAM_QOS)
+    assert ros.spin_until(lambda: res_pub.get_subscription_count() >= 1)
+    r = np.array([0.25, -0.5])
+    res_pub.publish(joint_state_msg(stamp + MS, loop.names[::-1], effort=r[::-1]))
+    res_pub.publish(joint_state_msg(stamp + 5 * MS, loop.names, effort=np.array([np.nan, 1.0])))
+    assert ros.spin_until(lambda: stamp + MS in node.residuals
+                          and node.counters.as_dict().get("residual_rejected", 0) == 1)
+    before = len(loop.probe.commands)
+    loop.probe.state.publish(joint_state_msg(stamp + MS, loop.names, q, v, tau))
+    assert ros.spin_until(lambda: len(loop.probe.commands) > before)
+    ref = node.refs.lookup(stamp + MS, 0, max_staleness_ns=-1)
+    s = v - (ref.qd + 10.0 * (ref.q - q))
+    np.testing.assert_allclose(loop.probe.commands[-1].data, -np.array([12.0, 6.0]) * s + r, rtol=1e-10)
+    stamp += MS
+
     # a NaN state: safe command, estimate untouched
     (res,) = set_params(Parameter("law", value="composite"))
     assert res.successful

@@ -33,6 +33,7 @@ Services: ``~/save_estimate`` and ``~/reset_estimate`` (std_srvs/Trigger).
 """
 from __future__ import annotations
 
+import bisect
 import os
 import time
 
@@ -142,6 +143,7 @@ class AdaptiveControllerNode(JointControllerShell):
             self.p.on_change(name, self._on_gain)
         self.p.on_change("law", self._on_law)
         self.residuals: dict[int, np.ndarray] = {}
+        self._res_keys: list[int] = []  # sorted stamps of self.residuals
         self._dpi_acc = np.zeros(self.core.model.n_params)
         self._acc_n = 0
         self._cycle = 0
@@ -223,22 +225,23 @@ class AdaptiveControllerNode(JointControllerShell):
                 self.get_logger().error(f"feedforward/residual rejected: {exc}")
             return
         with self._cb_lock:
+            if stamp not in self.residuals:
+                bisect.insort(self._res_keys, stamp)
             self.residuals[stamp] = tau
-            if len(self.residuals) > 4096:
-                for k in sorted(self.residuals)[:2048]:
+            if len(self._res_keys) > 4096:
+                for k in self._res_keys[:2048]:
                     del self.residuals[k]
+                del self._res_keys[:2048]
 
     def _residual(self, stamp: int):
-        if not self.residuals:
-            return None
+        """The residual stamped for ``stamp``, else the newest older one within
+        ``residual_staleness``, else None."""
         r = self.residuals.get(stamp)
         if r is not None:
             return r
-        older = [k for k in self.residuals if k <= stamp]
-        if older:
-            k = max(older)
-            if stamp - k <= self.p["residual_staleness"] * 1e9:
-                return self.residuals[k]
+        i = bisect.bisect_right(self._res_keys, stamp)
+        if i and stamp - self._res_keys[i - 1] <= self.p["residual_staleness"] * 1e9:
+            return self.residuals[self._res_keys[i - 1]]
         return None
 
     def _control(self, stamp, q, v, effort, ref, qd, qdd):
