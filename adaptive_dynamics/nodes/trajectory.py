@@ -16,7 +16,6 @@ import math
 import threading
 
 import numpy as np
-import rclpy
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
