@@ -116,6 +116,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         rec = {**common, **({"bag": bag} if bag else {})}
         if sim and duration > 0:
             rec["exit_when_idle"] = 1.0  # bridge gone + 1 s quiet: queue drained, close the bag, exit 0
+        if sim and mode == "lockstep":  # the bridge starts only once the recorder hears the whole graph
+            rec["wait_for_publishers"] = ["reference", "effort_controller/commands"]
         nodes.append(NodeSpec("recorder", "recorder", files, rec, list(remaps), namespace,
                               drains=sim and duration > 0))
     for spec in nodes:

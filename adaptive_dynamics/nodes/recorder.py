@@ -7,7 +7,13 @@ dropped (back-pressure slows the loop instead).  The bag is closed (``metadata.y
 written) on shutdown, also on SIGINT/SIGTERM.
 
 Parameters: ``bag`` (directory to create; default ``bags/run_<wall time>``),
-``topics`` (relative names are resolved in the node's namespace).
+``topics`` (relative names are resolved in the node's namespace),
+``wait_for_publishers`` (topics whose publisher must be matched before the
+recorder subscribes ``joint_states``).  The lockstep bridge starts only when
+``joint_states`` has its expected subscribers, so this gate makes the recorder's
+readiness mean "connected to the whole graph": discovery between the recorder and
+another node can lag behind discovery with the bridge on a loaded machine, and a
+volatile stream (the first commands) or an old reference window would be lost.
 """
 from __future__ import annotations
 
@@ -60,6 +66,9 @@ class RecorderNode(Node):
                       " once the joint_states publisher is gone (the simulation ended) and nothing"
                       " arrived for this many wall seconds (the queue is drained); a stalled but"
                       " living graph never ends the recording", min=0.0, read_only=True),
+            ParamSpec("wait_for_publishers", [""], "subscribe joint_states (which the lockstep bridge"
+                      " counts before it starts) only once each of these recorded topics has a matched"
+                      " publisher ([''] = no wait)", read_only=True, type="str[]"),
         ])
         self._last_msg = None
         if self.p["exit_when_idle"] > 0:
@@ -67,7 +76,12 @@ class RecorderNode(Node):
             self.create_timer(0.2, self._idle_check, clock=steady)
         path = self.p["bag"] or time.strftime("bags/run_%Y%m%d_%H%M%S")
         self.writer = BagWriter(path)
-        self._subs = []
+        self._subs = {}
+        self._deferred = []
+        wait = [t for t in self.p["wait_for_publishers"] if t]
+        unknown = [t for t in wait if t not in self.p["topics"]]
+        if unknown:
+            raise ValueError(f"recorder: wait_for_publishers {unknown} are not recorded topics {self.p['topics']}")
         for topic in self.p["topics"]:
             cls = _msg_class(topic)
             if cls is None:
@@ -78,10 +92,31 @@ class RecorderNode(Node):
             qos = CLOCK_QOS if topic == "/clock" else (
                 LATCHED_QOS if topic.startswith("adaptive/parameters") else
                 _RECORD_LATCHED_QOS if topic == "reference" else _RECORD_QOS)
-            self._subs.append(self.create_subscription(
-                cls, topic, lambda data, t=resolved: self._write(t, data), qos, raw=True))
+            sub = (cls, topic, lambda data, t=resolved: self._write(t, data), qos)
+            if wait and topic == "joint_states":
+                self._deferred.append(sub)
+            else:
+                self._subs[topic] = self.create_subscription(*sub, raw=True)
         self.get_logger().info(f"recording {[self.resolve_topic_name(t) for t in self.p['topics']]}"
                                f" to {self.writer.path}")
+        if self._deferred:
+            self._wait, self._wait_t0 = wait, time.monotonic()
+            self._wait_timer = self.create_timer(0.02, self._gate, clock=rclpy.clock.Clock(
+                clock_type=rclpy.clock.ClockType.STEADY_TIME))
+
+    def _gate(self) -> None:
+        missing = [t for t in self._wait if self._subs[t].get_publisher_count() < 1]
+        if missing:
+            waited = time.monotonic() - self._wait_t0
+            if int(waited / 5.0) != int((waited - 0.02) / 5.0):
+                self.get_logger().warning(f"waiting {waited:.0f} s for publishers of {missing}"
+                                          " before subscribing joint_states")
+            return
+        self.destroy_timer(self._wait_timer)
+        for cls, topic, cb, qos in self._deferred:
+            self._subs[topic] = self.create_subscription(cls, topic, cb, qos, raw=True)
+        self._deferred = []
+        self.get_logger().info(f"matched publishers of {self._wait}: recording joint_states")
 
     def _idle_check(self) -> None:
         if self._last_msg is None or time.monotonic() - self._last_msg <= self.p["exit_when_idle"]:
