@@ -18,7 +18,7 @@ from .robots import ROBOT_NAMES, share_dir
 CONTROLLERS = ("pd", "computed_torque", "direct", "composite")
 #: laws served by the adaptive_controller node (the lean baseline `controller` serves the rest)
 ADAPTIVE_LAWS = ("direct", "composite")
-LEARNERS = ("none",)
+LEARNERS = ("none", "gmm", "rbfn")
 MODES = ("lockstep", "realtime")
 SCENARIOS = ("sim", "real")
 
@@ -83,6 +83,9 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         raise ValueError(f"unknown learner {learner!r}; available: {list(LEARNERS)}")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; available: {list(MODES)}")
+    if learner != "none" and controller not in ADAPTIVE_LAWS:
+        raise ValueError(f"learner {learner!r} learns the residual of the adaptive controller's parametric"
+                         f" torque: use controller {' or '.join(ADAPTIVE_LAWS)}, not {controller!r}")
     sim = scenario == "sim"
     if use_sim_time is None:
         use_sim_time = sim
@@ -101,8 +104,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         # the bridge *is* the clock: it never runs on sim time itself
         nodes.append(NodeSpec("mujoco_bridge", "mujoco_bridge", files,
                               {"use_sim_time": False, "mode": mode, "max_sim_time": float(duration),
-                               "wait_for_nodes": 3 if record else 2,
-                               "wait_for_state_subscribers": 2 if record else 1},
+                               "wait_for_nodes": 2 + int(record) + int(learner != "none"),
+                               "wait_for_state_subscribers": 1 + int(record) + int(learner != "none")},
                               namespace=namespace, required=True))
     nodes.append(NodeSpec("trajectory", "trajectory", files, dict(common), list(remaps), namespace))
     ctl = "adaptive_controller" if controller in ADAPTIVE_LAWS else "controller"
@@ -112,6 +115,11 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     else:  # lockstep must not lose a state; in real time the latest state is what matters
         ctl_params["reliable_streams"] = mode == "lockstep"
     nodes.append(NodeSpec(ctl, ctl, files, ctl_params, list(remaps), namespace))
+    if learner != "none":
+        lrn = {**common, "learner": learner}
+        if sim:
+            lrn["reliable_streams"] = mode == "lockstep"
+        nodes.append(NodeSpec("residual_learner", "residual_learner", files, lrn, list(remaps), namespace))
     if record:
         rec = {**common, **({"bag": bag} if bag else {})}
         if sim and duration > 0:

@@ -564,6 +564,15 @@ class ReferenceBuffer:
                 del self._items[old]
                 c["evicted"] += 1
 
+    def between(self, after_ns: Optional[int], upto_ns: int) -> list:
+        """References stamped in ``(after_ns, upto_ns]`` (``after_ns=None``: from the
+        oldest held), in stamp order; O(log n + k), no counters touched."""
+        with self._lock:
+            st = self._stamps
+            i = 0 if after_ns is None else bisect.bisect_right(st, int(after_ns))
+            j = bisect.bisect_right(st, int(upto_ns))
+            return [self._items[s] for s in st[i:j]]
+
     def lookup(self, t_ns: int, tolerance_ns: int = 0,
                max_staleness_ns: Optional[int] = None) -> Optional[Reference]:
         t = int(t_ns)

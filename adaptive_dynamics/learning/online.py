@@ -1,0 +1,364 @@
+"""Online semi-parametric residual learning: a learner fed from a stream, on a worker thread.
+
+:class:`OnlineResidual` is the ROS-free core of the ``residual_learner`` node (and of any
+in-process loop).  It owns one :mod:`~adaptive_dynamics.learning` learner that models
+the residual ``f(x) = tau - Y(x) pi_hat`` of a parametric model that keeps changing:
+
+* :meth:`add_sample` (any thread, cheap): a sample ``(x, y)`` with ``x = (q, qd, qdd)``
+  and ``y = tau_measured - tau_parametric``; every ``learn_every``-th offered sample is
+  queued (the decimation), the others are dropped.  Non-finite samples are rejected
+  and counted; they never reach the learner.
+* :meth:`add_parameter_update` (any thread, cheap): the parametric model changed by
+  ``delta_pi`` (full coordinates).  With ``transform`` on, the learner is made
+  consistent (consistency paper eq. 15-19, ARDL eq. 12-14) -- applied on the worker,
+  *in arrival order* with the samples: samples offered before the update were
+  measured against the old ``pi_hat`` and are learnt before the transform; later
+  ones after it.  Consecutive updates are summed before one transform (the transform
+  is linear in ``delta_pi`` and composes exactly).  With ``transform`` off the update
+  is ignored: the ablation of the paper's Fig. 4a.
+* :meth:`predict` (any thread, never blocks on learning): the learners publish an
+  immutable prediction snapshot (see :mod:`.base`), so the control-rate prediction
+  never waits for a ``partial_fit`` in progress.  Before the learner exists it returns
+  zeros (:attr:`ready` is False).
+* The worker thread (``threaded=True``) drains the queue in blocks of up to
+  ``block_size`` samples; ``threaded=False`` learns synchronously in :meth:`process`
+  (deterministic runs, tests).
+
+Warm-up: the learner is built from the first ``warmup`` queued samples: the GMM takes
+its per-coordinate scale from them (its novelty test is in scaled units), the RBF
+network its input box (``box="data"``: their range widened by ``box_margin`` of the
+span on each side; ``box="limits"``: joint limits, velocity limits and
+``acceleration_limit``).  Parameter updates that arrive during the warm-up are applied
+exactly to the buffered targets (``y -= Y(x) delta_pi``).
+
+Persistence: :meth:`save` / :meth:`load` (the learner's ``.npz``; writes are atomic).
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from .base import LEARNERS, Learner, load_learner, make_learner
+
+__all__ = ["OnlineResidual"]
+
+_SAMPLE, _UPDATE = 0, 1
+
+
+class OnlineResidual:
+    """Residual learner fed online (see the module docstring).
+
+    Parameters
+    ----------
+    model:
+        :class:`~adaptive_dynamics.dynamics.RobotModel` whose regressor defines the
+        parametric part (its ``parameter_names`` are the coordinates of ``delta_pi``).
+    kind:
+        ``"gmm"`` or ``"rbfn"`` (:data:`~adaptive_dynamics.learning.LEARNERS`).
+    config:
+        Keyword arguments of the learner's constructor (the RBF network's ``low``,
+        ``high`` and ``n_params`` are filled in here unless given).
+    learn_every:
+        Queue every k-th offered sample.
+    block_size:
+        Most samples per ``partial_fit`` call on the worker.
+    warmup:
+        Samples collected before the learner is built (>= 2).
+    queue_limit:
+        Queued samples beyond this are dropped (counted in ``samples_dropped``): a
+        learner slower than the stream loses samples, never memory or latency.
+    """
+
+    def __init__(self, model, kind: str = "gmm", config: Optional[Dict[str, Any]] = None, *,
+                 learn_every: int = 10, block_size: int = 50, warmup: int = 200,
+                 box: str = "data", box_margin: float = 0.2, acceleration_limit: float = 10.0,
+                 queue_limit: int = 20000, learning: bool = True, transform: bool = True,
+                 threaded: bool = True):
+        if kind not in LEARNERS:
+            raise ValueError(f"unknown learner {kind!r}; available: {sorted(LEARNERS)}")
+        if box not in ("data", "limits"):
+            raise ValueError(f"box must be 'data' or 'limits', got {box!r}")
+        if int(warmup) < 2 or int(learn_every) < 1 or int(block_size) < 1 or int(queue_limit) < 1:
+            raise ValueError("warmup must be >= 2; learn_every, block_size and queue_limit >= 1")
+        self.model = model
+        self.n = n = model.n
+        self.kind = kind
+        self.config = dict(config or {})
+        self.learn_every = int(learn_every)
+        self.block_size = int(block_size)
+        self.warmup = int(warmup)
+        self.box = box
+        self.box_margin = float(box_margin)
+        self.acceleration_limit = float(acceleration_limit)
+        self.queue_limit = int(queue_limit)
+        self.learning = bool(learning)
+        self.transform = bool(transform)
+        self.learner: Optional[Learner] = None
+        self._zeros = np.zeros(n)
+        self._queue: collections.deque = collections.deque()
+        self._cv = threading.Condition()
+        self._busy = False
+        self._fit_lock = threading.Lock()   # serialises the learner's writers (worker, save, load)
+        self._warm_X: list = []
+        self._warm_y: list = []
+        self._offered = 0
+        self.counters: Dict[str, Any] = {k: 0 for k in (
+            "samples_offered", "samples_queued", "samples_learned", "samples_rejected", "samples_dropped",
+            "updates_received", "updates_rejected", "transforms_applied", "updates_ignored",
+            "fit_calls", "fit_errors")}
+        self.counters["fit_ms_last"] = 0.0
+        self.counters["transform_ms_last"] = 0.0
+        self.last_error = ""
+        self._stop = False
+        self._thread = None
+        if threaded:
+            self._thread = threading.Thread(target=self._run, name="residual-learner", daemon=True)
+            self._thread.start()
+
+    # ----------------------------------------------------------------- inputs
+    @property
+    def ready(self) -> bool:
+        return self.learner is not None
+
+    def add_sample(self, x, y) -> bool:
+        """Offer one sample; returns True if it was queued for learning."""
+        c = self.counters
+        c["samples_offered"] += 1
+        if not self.learning:
+            return False
+        self._offered += 1
+        if (self._offered - 1) % self.learn_every:
+            return False
+        x = np.asarray(x, dtype=float)
+        y = np.asarray(y, dtype=float)
+        if x.shape != (3 * self.n,) or y.shape != (self.n,):
+            c["samples_rejected"] += 1
+            raise ValueError(f"sample shapes {x.shape}, {y.shape}; expected ({3 * self.n},), ({self.n},)")
+        if not (np.isfinite(x).all() and np.isfinite(y).all()):
+            c["samples_rejected"] += 1
+            return False
+        with self._cv:
+            if len(self._queue) >= self.queue_limit:
+                c["samples_dropped"] += 1
+                return False
+            self._queue.append((_SAMPLE, x.copy(), y.copy()))
+            c["samples_queued"] += 1
+            self._cv.notify()
+        return True
+
+    def add_parameter_update(self, delta_pi) -> bool:
+        """The parametric model moved by ``delta_pi`` (full coordinates).  Returns True
+        if it will be applied (transform on), False if ignored (off) or rejected."""
+        c = self.counters
+        c["updates_received"] += 1
+        d = np.asarray(delta_pi, dtype=float).reshape(-1)
+        if d.shape != (self.model.n_params,) or not np.isfinite(d).all():
+            c["updates_rejected"] += 1
+            return False
+        if not self.transform:
+            c["updates_ignored"] += 1
+            return False
+        with self._cv:
+            if self._queue and self._queue[-1][0] == _UPDATE:   # sum consecutive updates
+                self._queue[-1] = (_UPDATE, self._queue[-1][1] + d, None)
+            else:
+                self._queue.append((_UPDATE, d.copy(), None))
+            self._cv.notify()
+        return True
+
+    # ------------------------------------------------------------- prediction
+    def predict(self, X) -> np.ndarray:
+        """Residual for the rows of ``X`` (N x 3n, or one 3n vector); zeros before the
+        learner exists.  Never waits for learning."""
+        L = self.learner
+        X = np.asarray(X, dtype=float)
+        if L is None:
+            return np.zeros(X.shape[:-1] + (self.n,))
+        return L.predict(X)
+
+    # ----------------------------------------------------------------- worker
+    def _run(self) -> None:
+        try:
+            from threadpoolctl import threadpool_limits
+            threadpool_limits(1)   # tiny matrices; threaded BLAS thrashes a loaded 2-core machine
+        except Exception:  # pragma: no cover - threadpoolctl missing
+            pass
+        while True:
+            with self._cv:
+                while not self._queue and not self._stop:
+                    self._busy = False
+                    self._cv.notify_all()
+                    self._cv.wait()
+                if self._stop and not self._queue:
+                    self._busy = False
+                    self._cv.notify_all()
+                    return
+                self._busy = True
+            self.process()
+
+    def process(self, max_items: Optional[int] = None) -> int:
+        """Learn what is queued (on the calling thread); returns the items handled."""
+        done = 0
+        while max_items is None or done < max_items:
+            with self._cv:
+                if not self._queue:
+                    break
+                kind = self._queue[0][0]
+                if kind == _UPDATE:
+                    item = self._queue.popleft()
+                    batch = None
+                else:
+                    batch = []
+                    while self._queue and self._queue[0][0] == _SAMPLE and len(batch) < self.block_size:
+                        batch.append(self._queue.popleft())
+            if batch is None:
+                self._apply_update(item[1])
+                done += 1
+            else:
+                self._fit(np.array([b[1] for b in batch]), np.array([b[2] for b in batch]))
+                done += len(batch)
+        return done
+
+    def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
+        with self._fit_lock:
+            if self.learner is None:
+                self._warm_X.append(X)
+                self._warm_y.append(Y)
+                if sum(len(a) for a in self._warm_X) < self.warmup:
+                    return
+                X, Y = np.vstack(self._warm_X), np.vstack(self._warm_y)
+                self._warm_X, self._warm_y = [], []
+                w = self.warmup
+                # exactly the first `warmup` samples set the GMM's scale/novelty radius and the
+                # RBF box, and form the first batch: the result does not depend on the blocking
+                self.learner = self._build(X[:w])
+                self._partial_fit(X[:w], Y[:w])
+                X, Y = X[w:], Y[w:]
+            if len(X):
+                self._partial_fit(X, Y)
+
+    def _partial_fit(self, X: np.ndarray, Y: np.ndarray) -> None:
+        """One learner update (``_fit_lock`` held)."""
+        c = self.counters
+        t0 = time.perf_counter()
+        try:
+            self.learner.partial_fit(X, Y, model=self.model)
+        except Exception as exc:   # must not kill the worker: count it, keep the model
+            c["fit_errors"] += 1
+            self.last_error = f"partial_fit failed: {exc!r}"
+            return
+        finally:
+            c["fit_ms_last"] = round(1e3 * (time.perf_counter() - t0), 3)
+        c["fit_calls"] += 1
+        c["samples_learned"] += len(X)
+
+    def _apply_update(self, dpi: np.ndarray) -> None:
+        c = self.counters
+        with self._fit_lock:
+            t0 = time.perf_counter()
+            if self.learner is None:
+                # warm-up buffer: exact, y <- y - Y(x) dpi per sample
+                n = self.n
+                for X, Y in zip(self._warm_X, self._warm_y):
+                    for k in range(len(X)):
+                        Y[k] -= self.model.regressor(X[k, :n], X[k, n:2 * n], X[k, 2 * n:]) @ dpi
+            else:
+                try:
+                    self.learner.apply_parameter_update(dpi, self.model)
+                except Exception as exc:
+                    c["fit_errors"] += 1
+                    self.last_error = f"consistency transform failed: {exc!r}"
+                    return
+            c["transform_ms_last"] = round(1e3 * (time.perf_counter() - t0), 3)
+            c["transforms_applied"] += 1
+
+    def _build(self, X: np.ndarray) -> Learner:
+        cfg = dict(self.config)
+        n = self.n
+        if self.kind == "rbfn":
+            if "low" not in cfg or "high" not in cfg:
+                if self.box == "data":
+                    lo, hi = X.min(axis=0), X.max(axis=0)
+                    span = np.maximum(hi - lo, 1e-3)
+                    lo, hi = lo - self.box_margin * span, hi + self.box_margin * span
+                else:
+                    m = self.model
+                    a = np.full(n, self.acceleration_limit)
+                    lo = np.concatenate([m.lower, -m.velocity_limit, -a])
+                    hi = np.concatenate([m.upper, m.velocity_limit, a])
+                cfg.setdefault("low", lo)
+                cfg.setdefault("high", hi)
+            cfg.setdefault("n_params", self.model.n_params)
+        return make_learner(self.kind, input_dim=3 * n, output_dim=n, **cfg)
+
+    # ---------------------------------------------------------------- control
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything queued has been learnt (True) or ``timeout`` passed."""
+        if self._thread is None:
+            self.process()
+            return True
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._queue or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def reset(self) -> None:
+        """Forget the learned model and anything queued."""
+        with self._cv:
+            self._queue.clear()
+        with self._fit_lock:
+            self.learner = None
+            self._warm_X, self._warm_y = [], []
+
+    def save(self, path) -> Optional[str]:
+        """Save the learner (None if nothing is learnt yet)."""
+        with self._fit_lock:
+            if self.learner is None:
+                return None
+            return self.learner.save(path)
+
+    def load(self, path) -> Learner:
+        """Replace the learner by a saved one (kind and sizes checked)."""
+        L = load_learner(path)
+        if L.kind != self.kind:
+            raise ValueError(f"{path} holds a {L.kind!r} learner but the configured learner is {self.kind!r}")
+        if (L.input_dim, L.output_dim) != (3 * self.n, self.n):
+            raise ValueError(f"{path}: learner maps {L.input_dim} -> {L.output_dim} values, this robot needs"
+                             f" x = (q, qd, qdd) of {3 * self.n} -> {self.n}")
+        if L.kind == "rbfn" and getattr(L, "n_params", 0) not in (0, self.model.n_params):
+            raise ValueError(f"{path}: the RBF network carries dW/dpi for {L.n_params} parameters, the model has"
+                             f" {self.model.n_params} (friction columns on/off?)")
+        with self._fit_lock:
+            self.learner = L
+        return L
+
+    def size(self) -> int:
+        L = self.learner
+        if L is None:
+            return 0
+        return int(getattr(L, "n_components", getattr(L, "n_basis", 0)))
+
+    def diagnostics(self) -> Dict[str, Any]:
+        d = dict(self.counters)
+        d.update(ready=self.ready, learner=self.kind, size=self.size(), queue=len(self._queue),
+                 learning=self.learning, transform=self.transform,
+                 warmup_buffered=sum(len(a) for a in self._warm_X))
+        if self.learner is not None:
+            d.update(n_updates=self.learner.n_updates, n_rejected=self.learner.n_rejected,
+                     n_transforms=self.learner.n_transforms)
+        return d

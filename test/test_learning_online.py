@@ -1,0 +1,187 @@
+"""OnlineResidual (the residual_learner node's core): the streamed, threaded learning
+must equal the plain learner fed the same samples in the same order, with every
+parameter update applied exactly where it arrived in the stream."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adaptive_dynamics.dynamics import RobotModel
+from adaptive_dynamics.learning import OnlineResidual, make_learner
+
+ROBOT = "planar2"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return RobotModel(ROBOT)
+
+
+def stream(model, N=600, seed=0):
+    """x = (q, qd, qdd) along a smooth motion; y = a friction-like residual."""
+    n = model.n
+    t = np.arange(N) * 0.01
+    rng = np.random.default_rng(seed)
+    w = rng.uniform(0.5, 1.5, n)
+    q = 0.6 * np.sin(np.outer(t, w))
+    qd = 0.6 * w * np.cos(np.outer(t, w))
+    qdd = -0.6 * w ** 2 * np.sin(np.outer(t, w))
+    X = np.hstack([q, qd, qdd])
+    Y = 0.8 * qd + 0.3 * np.tanh(qd / 0.05) + 0.2 * np.sin(q)
+    return X, Y
+
+
+def dpi_for(model, scale=0.05, seed=1):
+    rng = np.random.default_rng(seed)
+    return scale * rng.standard_normal(model.n_params) * np.abs(model.parameters)
+
+
+def regressor_times(model, X, d):
+    n = model.n
+    return np.array([model.regressor(x[:n], x[n:2 * n], x[2 * n:]) @ d for x in X])
+
+
+def feed(core, X, Y, updates):
+    """Offer the stream; updates = {sample index: dpi} offered before that sample."""
+    for k, (x, y) in enumerate(zip(X, Y)):
+        if k in updates:
+            core.add_parameter_update(updates[k])
+        core.add_sample(x, y)
+
+
+def manual(model, kind, X, Y, warmup, cut, d, cfg):
+    """The same learning by hand: build from the first `warmup` samples, fit them, fit up
+    to `cut`, transform, fit the rest."""
+    cfg = dict(cfg)
+    if kind == "rbfn":
+        lo, hi = X[:warmup].min(0), X[:warmup].max(0)
+        span = np.maximum(hi - lo, 1e-3)
+        cfg.update(low=lo - 0.2 * span, high=hi + 0.2 * span, n_params=model.n_params)
+    L = make_learner(kind, input_dim=X.shape[1], output_dim=Y.shape[1], **cfg)
+    if cut < warmup:  # the update lands in the warm-up buffer: targets shifted exactly
+        Y = Y.copy()
+        Y[:cut] -= regressor_times(model, X[:cut], d)
+        L.partial_fit(X[:warmup], Y[:warmup], model=model)
+        L.partial_fit(X[warmup:], Y[warmup:], model=model)
+    else:
+        L.partial_fit(X[:warmup], Y[:warmup], model=model)
+        L.partial_fit(X[warmup:cut], Y[warmup:cut], model=model)
+        L.apply_parameter_update(d, model)
+        if cut < len(X):
+            L.partial_fit(X[cut:], Y[cut:], model=model)
+    return L
+
+
+@pytest.mark.parametrize("kind,cfg", [("gmm", {"max_components": 16}), ("rbfn", {"n_basis": 64, "width": 0.4})])
+@pytest.mark.parametrize("cut", [400, 50])
+def test_streamed_learning_equals_the_plain_learner(model, kind, cfg, cut):
+    X, Y = stream(model)
+    d = dpi_for(model)
+    ref = manual(model, kind, X, Y, 100, cut, d, cfg)
+    Xt = X[::7] + 0.01
+    want = ref.predict(Xt)
+    for threaded in (True, False):
+        core = OnlineResidual(model, kind, cfg, learn_every=1, block_size=37, warmup=100, threaded=threaded)
+        try:
+            assert not core.ready and np.all(core.predict(Xt) == 0.0)   # zeros before the warm-up
+            feed(core, X, Y, {cut: d})
+            assert core.flush(timeout=60.0)
+            got = core.predict(Xt)
+            c = core.diagnostics()
+        finally:
+            core.stop()
+        assert c["samples_learned"] == len(X) and c["transforms_applied"] == 1 and c["fit_errors"] == 0
+        # IGMM is sequential per sample: identical; RLS in other blocks: equal to rounding
+        np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9 * np.abs(want).max())
+
+
+def test_decimation_and_consecutive_updates_sum(model):
+    X, Y = stream(model, N=900)
+    d1, d2 = dpi_for(model, seed=3), dpi_for(model, seed=4)
+    cfg = {"n_basis": 64, "width": 0.4}
+    core = OnlineResidual(model, "rbfn", cfg, learn_every=3, warmup=100, threaded=False)
+    for k, (x, y) in enumerate(zip(X, Y)):
+        if k == 600:
+            core.add_parameter_update(d1)
+            core.add_parameter_update(d2)   # back to back: one transform of d1 + d2
+        core.add_sample(x, y)
+    core.process()
+    c = core.diagnostics()
+    assert c["samples_offered"] == 900 and c["samples_queued"] == 300 and c["samples_learned"] == 300
+    assert c["updates_received"] == 2 and c["transforms_applied"] == 1
+    ref = manual(model, "rbfn", X[::3], Y[::3], 100, 200, d1 + d2, cfg)
+    np.testing.assert_allclose(core.predict(X[::11]), ref.predict(X[::11]), rtol=1e-7, atol=1e-9)
+
+
+def test_bad_input_never_reaches_the_learner(model):
+    X, Y = stream(model, N=300)
+    core = OnlineResidual(model, "gmm", {"max_components": 8}, learn_every=1, warmup=50, threaded=False)
+    clean = OnlineResidual(model, "gmm", {"max_components": 8}, learn_every=1, warmup=50, threaded=False)
+    for k, (x, y) in enumerate(zip(X, Y)):
+        if k % 50 == 7:
+            bad_x = x.copy()
+            bad_x[k % x.size] = np.nan
+            assert not core.add_sample(bad_x, y)
+            assert not core.add_sample(x, np.full_like(y, np.inf))
+        core.add_sample(x, y)
+        clean.add_sample(x, y)
+    with pytest.raises(ValueError, match="shapes"):
+        core.add_sample(X[0][:-1], Y[0])
+    assert not core.add_parameter_update(np.full(model.n_params, np.nan))
+    assert not core.add_parameter_update(np.zeros(model.n_params + 1))
+    core.process()
+    clean.process()
+    c = core.diagnostics()
+    assert c["samples_rejected"] == 2 * 6 + 1 and c["updates_rejected"] == 2 and c["transforms_applied"] == 0
+    # the model is exactly the one learnt from the clean stream
+    np.testing.assert_array_equal(core.predict(X[::5]), clean.predict(X[::5]))
+
+
+def test_switches_learning_off_and_transform_off(model):
+    X, Y = stream(model, N=400)
+    core = OnlineResidual(model, "rbfn", {"n_basis": 32}, learn_every=1, warmup=100, threaded=False)
+    feed(core, X[:200], Y[:200], {})
+    core.process()
+    before = core.predict(X)
+    core.learning = False                      # phase 3: no learning ...
+    feed(core, X[200:], Y[200:], {})
+    core.process()
+    np.testing.assert_array_equal(core.predict(X), before)
+    d = dpi_for(model)
+    core.transform = False                     # ... and the ablation: updates ignored
+    assert not core.add_parameter_update(d)
+    core.process()
+    np.testing.assert_array_equal(core.predict(X), before)
+    core.transform = True     # with the transform: as if trained on y - Y(x) d (exact for RLS)
+    assert core.add_parameter_update(d)
+    core.process()
+    ref = manual(model, "rbfn", X[:200], Y[:200] - regressor_times(model, X[:200], d), 100, 200, 0 * d,
+                 {"n_basis": 32})
+    np.testing.assert_allclose(core.predict(X), ref.predict(X), rtol=1e-7, atol=1e-9)
+    assert np.abs(core.predict(X) - before).max() > 1e-3
+    c = core.diagnostics()
+    assert c["updates_ignored"] == 1 and c["transforms_applied"] == 1
+
+
+def test_queue_limit_drops_and_counts(model):
+    X, Y = stream(model, N=50)
+    core = OnlineResidual(model, "gmm", learn_every=1, warmup=10, queue_limit=20, threaded=False)
+    feed(core, X, Y, {})
+    c = core.diagnostics()
+    assert c["samples_queued"] == 20 and c["samples_dropped"] == 30 and c["queue"] == 20
+
+
+def test_save_load_and_mismatch(model, tmp_path):
+    X, Y = stream(model, N=300)
+    core = OnlineResidual(model, "gmm", {"max_components": 8}, learn_every=1, warmup=50, threaded=False)
+    assert core.save(tmp_path / "empty.npz") is None          # nothing learnt yet
+    feed(core, X, Y, {})
+    core.process()
+    path = core.save(tmp_path / "m.npz")
+    again = OnlineResidual(model, "gmm", learn_every=1, warmup=50, threaded=False)
+    again.load(path)
+    np.testing.assert_allclose(again.predict(X[::9]), core.predict(X[::9]), rtol=1e-12)
+    with pytest.raises(ValueError, match="holds a 'gmm' learner"):
+        OnlineResidual(model, "rbfn", threaded=False).load(path)
+    with pytest.raises(ValueError, match="x = \\(q, qd, qdd\\)"):
+        OnlineResidual(RobotModel("panda"), "gmm", threaded=False).load(path)

@@ -1,0 +1,180 @@
+"""residual_learner node over DDS: samples assembled by stamp and joint name, the update
+applied where it arrived, residuals published ahead by stamp, the live switches, bad
+input rejected, and the model saved/loaded.  The reference is the ROS-free core
+(OnlineResidual) fed the same samples in-process."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
+
+from adaptive_dynamics.dynamics import RobotModel
+from adaptive_dynamics.learning import OnlineResidual
+from adaptive_dynamics.nodes.residual_learner import ResidualLearnerNode
+from adaptive_dynamics.ros.conversions import joint_state_msg, reference_batch_msg, to_ns
+from adaptive_dynamics.ros.params import to_parameters
+from adaptive_dynamics.ros.qos import PUBLISHER_STREAM_QOS, RELIABLE_STREAM_QOS, REFERENCE_QOS
+from trajectory_msgs.msg import JointTrajectory
+
+pytestmark = pytest.mark.ros
+
+ROBOT = "planar2"
+DT = 10_000_000   # 10 ms between samples: a wide motion in few messages
+N = 240
+LEAD = 0.035
+CFG = '{"n_basis": 64, "width": 0.4}'
+
+
+@pytest.fixture(scope="module")
+def model():
+    return RobotModel(ROBOT)
+
+
+def motion(model, N=N):
+    n = model.n
+    t = np.arange(N + 20) * DT * 1e-9
+    w = np.array([0.9, 1.4])[:n]
+    Q = 0.7 * np.sin(np.outer(t, w))
+    QD = 0.7 * w * np.cos(np.outer(t, w))
+    QDD = -0.7 * w ** 2 * np.sin(np.outer(t, w))
+    q = Q + 0.01 * np.cos(3 * t)[:, None]        # the robot lags the reference a little
+    v = QD - 0.02 * np.sin(3 * t)[:, None]
+    tau = 1.5 * v + 0.4 * np.tanh(v / 0.05) + np.sin(q)   # "measured" torque
+    pt = 0.3 * np.sin(q) + 0.1                             # the controller's Y pi_hat
+    return Q, QD, QDD, q, v, tau, pt
+
+
+class Probe:
+    def __init__(self, ros, names):
+        self.node = ros.node("rl_probe")
+        self.names = list(names)
+        self.rev = self.names[::-1]                 # publish in another joint order: matched by name
+        self.state = self.node.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
+        self.ptorque = self.node.create_publisher(JointState, "adaptive/parametric_torque", PUBLISHER_STREAM_QOS)
+        self.update = self.node.create_publisher(JointState, "adaptive/parameter_update", PUBLISHER_STREAM_QOS)
+        self.ref = self.node.create_publisher(JointTrajectory, "reference", REFERENCE_QOS)
+        self.res, self.mon = [], []
+        self.node.create_subscription(JointState, "feedforward/residual", self.res.append, RELIABLE_STREAM_QOS)
+        self.node.create_subscription(JointState, "residual_learner/prediction", self.mon.append,
+                                      RELIABLE_STREAM_QOS)
+
+    def send(self, k, q, v, tau, pt):
+        r = slice(None, None, -1)
+        self.state.publish(joint_state_msg(k * DT, self.rev, q[r], v[r], tau[r]))
+        self.ptorque.publish(joint_state_msg(k * DT, self.rev, effort=pt[r]))
+
+
+def by_stamp(msgs, names):
+    out = {}
+    for m in msgs:
+        idx = [list(m.name).index(j) for j in names]
+        out.setdefault(to_ns(m.header.stamp), []).append(np.array(m.effort)[idx])
+    return out
+
+
+def test_learns_by_stamp_and_name_publishes_ahead_and_switches(ros, model):
+    node = ros.add(ResidualLearnerNode, robot=ROBOT, learner="rbfn", learner_config=CFG, warmup=50,
+                   learn_decimation=2, block_size=16, prediction_lead=LEAD, monitor_decimation=1,
+                   diagnostics_period=0.2)
+    probe = Probe(ros, model.joint_names)
+    names = model.joint_names
+    Q, QD, QDD, q, v, tau, pt = motion(model)
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q, QD, QDD))
+    assert ros.spin_until(lambda: len(node.refs) == len(Q) and probe.state.get_subscription_count() > 0
+                          and probe.ptorque.get_subscription_count() > 0, timeout=10.0), (len(node.refs), node.refs.counters, node.counters.as_dict())
+    ref_core = OnlineResidual(model, "rbfn", {"n_basis": 64, "width": 0.4}, learn_every=2, warmup=50,
+                              threaded=False)
+    d = 0.02 * np.abs(model.parameters) * np.cos(np.arange(model.n_params))
+    for k in range(N):
+        if k == 150:   # a parameter update between sample 149 and 150 (as the controller's stream has it)
+            assert ros.spin_until(lambda: node.core.counters["samples_offered"] == 150, timeout=10.0), (node.core.diagnostics(), node.counters.as_dict())
+            probe.update.publish(joint_state_msg(k * DT, model.parameter_names, q=d))
+            assert ros.spin_until(lambda: node.core.counters["updates_received"] == 1, timeout=10.0)
+            ref_core.add_parameter_update(d)
+        probe.send(k, q[k], v[k], tau[k], pt[k])
+        ref_core.add_sample(np.concatenate([q[k], v[k], QDD[k]]), tau[k] - pt[k])
+        # paced like a real stream (the 1 kHz subscriptions keep the latest 10, as for control)
+        assert ros.spin_until(lambda: node.core.counters["samples_offered"] == k + 1, timeout=10.0)
+    assert ros.spin_until(lambda: node.core.counters["samples_offered"] == N, timeout=20.0)
+    assert node.core.flush(timeout=20.0)
+    ref_core.process()
+    c = node.core.diagnostics()
+    assert c["samples_learned"] == N // 2 and c["transforms_applied"] == 1 and c["samples_rejected"] == 0
+    X = np.hstack([Q, QD, QDD])
+    np.testing.assert_allclose(node.core.predict(X), ref_core.predict(X), rtol=1e-7, atol=1e-9)
+
+    # residuals: one per reference stamp up to the newest state + lead, each once, in order
+    last_state = (N - 1) * DT
+    assert ros.spin_until(lambda: probe.res and to_ns(probe.res[-1].header.stamp) >= last_state, timeout=10.0)
+    stamps = [to_ns(m.header.stamp) for m in probe.res]
+    assert stamps == list(range(0, stamps[-1] + 1, DT))
+    assert stamps[-1] == last_state + (int(LEAD * 1e9) // DT) * DT
+
+    # frozen model (learning off): the published residual is the model's prediction for the
+    # *reference* state of that stamp; output off: zeros, while the monitor keeps predicting
+    node.set_parameters(to_parameters({"learning": False}))
+    probe.send(N, q[N], v[N], tau[N], pt[N])
+    k_new = N + (int(LEAD * 1e9) // DT)
+    assert ros.spin_until(lambda: to_ns(probe.res[-1].header.stamp) == k_new * DT, timeout=10.0)
+    got = by_stamp(probe.res, names)
+    np.testing.assert_allclose(got[k_new * DT][0], node.core.predict(X[k_new]), rtol=1e-12)
+    node.set_parameters(to_parameters({"output": False}))
+    probe.send(N + 1, q[N + 1], v[N + 1], tau[N + 1], pt[N + 1])
+    assert ros.spin_until(lambda: to_ns(probe.mon[-1].header.stamp) >= (k_new + 1) * DT if probe.mon else False,
+                          timeout=10.0)
+    ros.spin_for(0.2)
+    got, mon = by_stamp(probe.res, names), by_stamp(probe.mon, names)
+    assert np.all(got[(k_new + 1) * DT][0] == 0.0)
+    np.testing.assert_allclose(mon[(k_new + 1) * DT][0], node.core.predict(X[k_new + 1]), rtol=1e-12)
+    assert node.core.counters["samples_offered"] == N   # learning off: nothing more offered
+
+
+def test_bad_input_is_rejected_and_counted(ros, model, tmp_path):
+    path = tmp_path / "residual.npz"
+    node = ros.add(ResidualLearnerNode, robot=ROBOT, learner="gmm", warmup=20, learn_decimation=1,
+                   prediction_lead=0.0, model_file=str(path))
+    probe = Probe(ros, model.joint_names)
+    names = model.joint_names
+    Q, QD, QDD, q, v, tau, pt = motion(model, N=80)
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q, QD, QDD))
+    assert ros.spin_until(lambda: len(node.refs) == len(Q) and probe.ptorque.get_subscription_count() > 0,
+                          timeout=10.0)
+    for k in range(60):
+        probe.send(k, q[k], v[k], tau[k], pt[k])
+        assert ros.spin_until(lambda: node.core.counters["samples_offered"] == k + 1, timeout=10.0)
+    assert ros.spin_until(lambda: node.core.counters["samples_offered"] == 60, timeout=10.0)
+    assert node.core.flush(timeout=10.0)
+    X = np.hstack([Q, QD, QDD])
+    before = node.core.predict(X)
+    learned = node.core.counters["samples_learned"]
+    assert learned == 60
+    # wrong joint names, NaN torque, NaN parametric torque, wrong parameter names, NaN update
+    probe.state.publish(joint_state_msg(60 * DT, ["a", "b"], q[60], v[60], tau[60]))
+    probe.state.publish(joint_state_msg(61 * DT, names, q[61], v[61], [np.nan] * model.n))
+    probe.ptorque.publish(joint_state_msg(62 * DT, names, effort=[np.nan] * model.n))
+    probe.update.publish(joint_state_msg(62 * DT, ["x"] * model.n_params, q=np.zeros(model.n_params)))
+    probe.update.publish(joint_state_msg(62 * DT, model.parameter_names, q=np.full(model.n_params, np.nan)))
+    counters = node.counters
+
+    def rejected():
+        c = counters.as_dict()
+        return (c.get("joint_states_rejected", 0), c.get("parametric_torque_rejected", 0),
+                c.get("parameter_update_rejected", 0))
+    assert ros.spin_until(lambda: rejected() == (2, 1, 2), timeout=10.0), rejected()
+    assert node.core.flush(timeout=10.0)
+    assert node.core.counters["samples_learned"] == learned and node.core.counters["transforms_applied"] == 0
+    np.testing.assert_array_equal(node.core.predict(X), before)
+    assert all(np.isfinite(m.effort).all() for m in probe.res)
+
+    # save on the Trigger, load at start in a new node (the model survives a restart)
+    cli = probe.node.create_client(Trigger, "/residual_learner/save_model")
+    res = ros.call(cli, Trigger.Request())
+    assert res.success and path.exists(), res.message
+    again = ros.add(ResidualLearnerNode, robot=ROBOT, learner="gmm", model_file=str(path))
+    assert again.core.ready
+    np.testing.assert_allclose(again.core.predict(X), before, rtol=1e-12)
+    saved = path.read_bytes()
+    with pytest.raises(ValueError, match="holds a 'gmm' learner"):
+        ros.add(ResidualLearnerNode, robot=ROBOT, learner="rbfn", model_file=str(path))
+    assert path.read_bytes() == saved   # a node that refused the file never overwrites it
