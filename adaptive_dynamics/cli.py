@@ -12,7 +12,9 @@ Sub-commands (``adaptive-dynamics <cmd> --help`` for each):
 * ``record``     record live topics into an MCAP rosbag2 with the recorder node (counts,
                  bag path).
 * ``replay``     republish a bag over DDS at real or scaled time with ``/clock`` from the
-                 bag (counts, wall time, achieved rate).
+                 bag (counts, wall time, achieved rate); with ``--learner gmm|rbfn``
+                 instead evaluate a residual learner offline on the bag, without DDS
+                 (prequential nMSE per joint over time, PNG + JSON in ``--out``).
 """
 from __future__ import annotations
 
@@ -381,8 +383,54 @@ def _absolute(topic: str, namespace: str) -> str:
     return f"/{namespace.strip('/')}/{topic}" if namespace.strip("/") else f"/{topic}"
 
 
+_OFFLINE_OPTIONS = ("out", "robot", "decimation", "acceleration", "target", "window", "block", "transform",
+                    "save_model", "learner_config")
+_DDS_OPTIONS = {"fast": "--fast", "topics": "--topics", "no_clock": "--no-clock", "loop": "--loop",
+                "wait_for_subscribers": "--wait-for-subscribers", "remap": "--remap"}
+
+
+def _cmd_replay_offline(args) -> int:
+    """``replay BAG --learner KIND``: offline prequential evaluation of a residual learner
+    (``evaluation.offline``, no DDS, no rclpy): per-joint table, JSON last line."""
+    from .evaluation.offline import DEFAULTS, evaluate_learner, format_table
+
+    used = [flag for key, flag in _DDS_OPTIONS.items()
+            if getattr(args, key) is not None and (key == "wait_for_subscribers" or getattr(args, key))]
+    if args.rate != 1.0:
+        used.append("--rate")
+    if used:
+        raise ValueError(f"{', '.join(used)}: only for the DDS replay, not with --learner (offline evaluation)")
+    cfg = None
+    if args.learner_config:
+        try:
+            cfg = json.loads(args.learner_config)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--learner-config is not valid JSON ({exc})") from None
+        if not isinstance(cfg, dict):
+            raise ValueError("--learner-config must be a JSON object of constructor arguments, e.g."
+                             " '{\"n_basis\": 1024}'")
+
+    def opt(value, key):
+        return DEFAULTS[key] if value is None else value
+
+    res = evaluate_learner(args.bag, args.learner, robot=args.robot, learner_config=cfg,
+                           decimation=opt(args.decimation, "decimation"),
+                           acceleration=opt(args.acceleration, "acceleration"), target=opt(args.target, "target"),
+                           window_s=opt(args.window, "window_s"), block=opt(args.block, "block"),
+                           transform=args.transform, out_dir=args.out or "replay_eval", model_out=args.save_model)
+    print(format_table(res))
+    print(json.dumps(res))
+    return 0
+
+
 def _cmd_replay(args) -> int:
-    """Republish a bag over DDS (``evaluation.replay``): summary table, JSON last line."""
+    """Republish a bag over DDS (``evaluation.replay``): summary table, JSON last line.
+    With ``--learner``: the offline evaluation instead (before any rclpy import)."""
+    if args.learner is not None:
+        return _cmd_replay_offline(args)
+    given = [f"--{k.replace('_', '-')}" for k in _OFFLINE_OPTIONS if getattr(args, k) not in (None, False)]
+    if given:
+        raise ValueError(f"{', '.join(given)}: only with --learner KIND (offline learner evaluation)")
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
@@ -488,12 +536,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--discovery", type=float, default=2.0, help="seconds to discover the graph before"
                    " subscribing (default 2; longer while topics keep appearing, at most max(3x, +4 s))")
     p.set_defaults(fn=_cmd_record)
-    p = sub.add_parser("replay", help="republish a bag over DDS at real or scaled time, with /clock",
+    p = sub.add_parser("replay", help="republish a bag over DDS at real or scaled time, with /clock; or, with"
+                       " --learner, evaluate a residual learner on the bag offline (no DDS)",
                        description="Republish a rosbag2's topics over DDS with their recorded types and"
                        " bytes, in order, at real time x --rate, publishing /clock from the bag (recorded, or"
                        " generated from the bag's time axis).  Every publisher is reliable (best-effort"
                        " readers connect too); subscribe reliable + KEEP_ALL to receive every message at"
-                       " high rates.  Prints per-topic counts, wall time, achieved rate and a JSON line.")
+                       " high rates.  Prints per-topic counts, wall time, achieved rate and a JSON line.  "
+                       "With --learner KIND: no DDS; the residual learner runs over the bag as fast as"
+                       " possible, test-then-train in time order (each block is predicted before it is"
+                       " learnt), on inputs x = (q, qd, qdd) from joint_states (+ reference) and target"
+                       " y = measured torque - adaptive/parametric_torque (the measured torque when the bag"
+                       " has no parametric torque); prints a per-joint nMSE table and a JSON line, and writes"
+                       " replay_<KIND>.png (nMSE per joint over time) and replay_<KIND>.json to --out.")
     p.add_argument("bag", help="rosbag2 directory (or its .mcap / metadata.yaml)")
     p.add_argument("--rate", type=float, default=1.0, help="bag seconds per wall second (default 1;"
                    " 0 = as fast as possible)")
@@ -510,6 +565,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait-timeout", type=float, default=10.0, help="seconds (default 10)")
     p.add_argument("--remap", action="append", default=[], metavar="FROM:=TO",
                    help="remap a topic, e.g. --remap /joint_states:=/replay/joint_states")
+    g = p.add_argument_group("offline learner evaluation (--learner; no DDS)")
+    # choices are checked against adaptive_dynamics.learning.LEARNERS when used: importing the
+    # learners (scipy.stats) here would add ~1 s to every adaptive-dynamics command
+    g.add_argument("--learner", default=None, metavar="KIND",
+                   help="evaluate this residual learner offline instead of republishing: gmm | rbfn")
+    g.add_argument("--out", default=None, metavar="DIR", help="directory for replay_<KIND>.png/.json"
+                   " (default replay_eval/)")
+    g.add_argument("--robot", default=None, metavar="NAME|URDF", help="robot model whose joints are"
+                   " matched by name (default: the shipped robot whose joints the bag carries, else panda)")
+    g.add_argument("--decimation", type=int, default=None, metavar="N",
+                   help="learn every N-th sample, predict all (default 3)")
+    g.add_argument("--acceleration", default=None, choices=["desired", "measured"],
+                   help="qdd input: the reference acceleration at the state's stamp (desired, default) or"
+                   " the backward difference of the measured qd (measured)")
+    g.add_argument("--target", default=None, choices=["auto", "residual", "torque"],
+                   help="residual = measured torque - adaptive/parametric_torque, torque = measured torque"
+                   " (the whole dynamics); auto (default): residual if the bag has parametric torques")
+    g.add_argument("--window", type=float, default=None, metavar="S",
+                   help="nMSE window [bag seconds] (default 1)")
+    g.add_argument("--block", type=int, default=None, metavar="N",
+                   help="samples predicted, then learnt, per step (default 100)")
+    g.add_argument("--transform", action="store_true",
+                   help="apply adaptive/parameter_update (the consistency transform) in stamp order")
+    g.add_argument("--save-model", default=None, metavar="PATH", help="save the trained learner (.npz)")
+    g.add_argument("--learner-config", default=None, metavar="JSON",
+                   help="learner constructor arguments, e.g. '{\"n_basis\": 1024}' or '{\"max_components\": 32}'")
     p.set_defaults(fn=_cmd_replay)
     return ap
 
