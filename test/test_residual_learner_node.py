@@ -174,6 +174,12 @@ def test_bad_input_is_rejected_and_counted(ros, model, tmp_path):
     again = ros.add(ResidualLearnerNode, robot=ROBOT, learner="gmm", model_file=str(path))
     assert again.core.ready
     np.testing.assert_allclose(again.core.predict(X), before, rtol=1e-12)
+    # and on shutdown
+    path.unlink()
+    ros.executor.remove_node(node)
+    ros.nodes.remove(node)
+    node.destroy_node()
+    assert path.exists()
     saved = path.read_bytes()
     with pytest.raises(ValueError, match="holds a 'gmm' learner"):
         ros.add(ResidualLearnerNode, robot=ROBOT, learner="rbfn", model_file=str(path))

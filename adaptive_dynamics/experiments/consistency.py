@@ -49,12 +49,22 @@ in its targets), so its (c) is half its (a) error.
 
 ``--quick`` (the test): Panda only, plant at 500 Hz (half the samples), no sweep.
 
-Part ``online`` -- the 4-phase closed-loop experiment (paper §IV-B): not implemented
-yet (raises ``NotImplementedError``; ``all`` runs ``virtual`` first, writes its JSON,
-then raises).
+Part ``online`` -- the 4-phase closed-loop experiment (paper §IV-B)
+--------------------------------------------------------------------
+
+Over DDS with the composite adaptive controller and the ``residual_learner`` node; see
+:mod:`adaptive_dynamics.experiments.consistency_online` for the protocol and metrics.
+``--phases`` sets the four phase lengths (default 20,20,30,30 s of sim time; the
+Modified Fourier reference has a 10 s period), ``--online-robots`` (default panda),
+``--learners`` (default gmm).  JSON keys ``four_phase_ratio`` (phase 3-4 position RMSE
+/ phase 2, with the transform; target <= 1.5) and ``four_phase_ratio_no_transform``.
+``--quick``: phases 4,4,4,4 s on a 4 s trajectory period.
 
 Outputs in ``--out``: ``consistency.json`` (printed as the LAST line of stdout), per
-robot ``consistency_virtual_<robot>.png`` (Table I as bars per joint, log scale, GMM
+robot ``consistency_online_<robot>_contributions.png`` (Fig. 5: parametric vs
+non-parametric torque of joint 2 and the tracking errors, with and without the
+transform), ``consistency_online_<robot>_phases.png`` (Fig. 4: per-phase RMSE), the
+runs' bags (``--keep-bags``), ``consistency_virtual_<robot>.png`` (Table I as bars per joint, log scale, GMM
 and RBFN) and ``consistency_virtual_traces_<robot>.png`` (joint 1 and 2 torque over the
 first trajectory: measured, parametric + learner without and with the transform).
 """
@@ -315,9 +325,35 @@ def run_virtual(args) -> dict:
 
 
 def run_online(args) -> dict:
-    raise NotImplementedError(
-        "consistency experiment, part 'online' (the 4-phase closed-loop run of §IV-B over DDS) is not "
-        "implemented yet; run --part virtual")
+    """The 4-phase closed-loop runs over DDS (see :mod:`.consistency_online`)."""
+    from . import consistency_online as co
+    traj = {"base_frequency": 0.25, "harmonics": 3} if args.quick else {}
+    out: dict[str, Any] = {"online": {}}
+    for robot in args.online_robots:
+        for learner in args.learners:
+            print(f"\nonline 4-phase run: {robot}, {learner}, phases {args.phases} s (twice: with and without"
+                  f" the transform)", flush=True)
+            res = co.run(robot, learner, args.phases, args.out, keep_bags=args.keep_bags, trajectory=traj)
+            out["online"][f"{robot}_{learner}"] = res
+            _print_online(res)
+    first = out["online"][f"{args.online_robots[0]}_{args.learners[0]}"]
+    out["four_phase_ratio"] = first["four_phase_ratio"]
+    out["four_phase_ratio_no_transform"] = first["four_phase_ratio_no_transform"]
+    out["online_meets_target"] = all(r["meets_target"] for r in out["online"].values())
+    return out
+
+
+def _print_online(res: dict) -> None:
+    print(f"{res['robot']} / {res['learner']}: per-phase RMSE, mean over joints")
+    print(f"  {'':14s} {'position [rad]':>30s} {'velocity [rad/s]':>30s} {'torque [N m]':>30s}")
+    for key in ("transform", "no_transform"):
+        cells = []
+        for metric in ("q_rmse", "qd_rmse", "tau_rmse"):
+            cells.append(" ".join(f"{np.mean(res[key][str(k)][metric]):7.3g}" for k in range(1, 5)))
+        print(f"  {key:14s} " + " ".join(f"{c:>30s}" for c in cells))
+    print(f"  four_phase_ratio (phases 3-4 / phase 2, position): {res['four_phase_ratio']:.3f} with the transform,"
+          f" {res['four_phase_ratio_no_transform']:.3f} without (target <= 1.5 with)")
+    sys.stdout.flush()
 
 
 def _print_table(robot: str, res: dict) -> None:
@@ -336,7 +372,13 @@ def main(argv=None) -> int:
                                              "(Table I) and the online 4-phase run")
     ap.add_argument("--out", required=True, help="output directory (created)")
     ap.add_argument("--part", choices=("virtual", "online", "all"), default="all",
-                    help="which part to run (default all; 'online' is not implemented yet)")
+                    help="which part to run (default all)")
+    ap.add_argument("--phases", default=None,
+                    help="online: the four phase lengths in sim seconds (default 20,20,30,30; --quick 4,4,4,4)")
+    ap.add_argument("--online-robots", default="panda", help="online: comma-separated robots (default panda)")
+    ap.add_argument("--learners", default="gmm", help="online: comma-separated learners, gmm and/or rbfn"
+                    " (default gmm)")
+    ap.add_argument("--keep-bags", action="store_true", help="online: keep the runs' bags in --out")
     ap.add_argument("--robots", default=None, help="comma-separated robots (default panda,iiwa14; --quick: panda)")
     ap.add_argument("--quick", action="store_true",
                     help="short version for tests: Panda only, plant at 500 Hz (half the samples)")
@@ -355,6 +397,20 @@ def main(argv=None) -> int:
     if not args.amplitude > 0:
         ap.error("--amplitude must be > 0")
     args.robots = robots
+    try:
+        args.phases = [float(x) for x in (args.phases or ("4,4,4,4" if args.quick else "20,20,30,30")).split(",")]
+    except ValueError:
+        ap.error("--phases takes four numbers, e.g. 20,20,30,30")
+    if len(args.phases) != 4 or min(args.phases) <= 0:
+        ap.error("--phases takes four positive numbers")
+    args.online_robots = [r.strip() for r in args.online_robots.split(",") if r.strip()]
+    args.learners = [x.strip() for x in args.learners.split(",") if x.strip()]
+    for r in args.online_robots:
+        if r not in ROBOT_NAMES:
+            ap.error(f"unknown robot {r!r}; choose from {', '.join(ROBOT_NAMES)}")
+    for x in args.learners:
+        if x not in ("gmm", "rbfn"):
+            ap.error(f"unknown learner {x!r}; choose gmm or rbfn")
     args.dt = 2e-3 if args.quick else 1e-3
     args.sweep = args.sweep and not args.quick
     os.makedirs(args.out, exist_ok=True)
@@ -364,12 +420,12 @@ def main(argv=None) -> int:
     summary: dict[str, Any] = {"experiment": "consistency", "part": args.part, "quick": bool(args.quick)}
     if args.part in ("virtual", "all"):
         summary.update(run_virtual(args))
+    if args.part in ("online", "all"):
+        summary.update(run_online(args))
     summary["runtime_s"] = round(time.perf_counter() - t0, 1)
     path = os.path.join(args.out, "consistency.json")
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=1)
-    if args.part in ("online", "all"):
-        summary.update(run_online(args))  # raises NotImplementedError for now
     print(json.dumps(summary, separators=(",", ":")))
     return 0
 

@@ -1,0 +1,352 @@
+"""The online 4-phase experiment of Smith & Mistry 2020 §IV-B, in closed loop over DDS.
+
+The graph is the one ``adaptive-dynamics launch sim controller:=composite
+learner:=gmm record:=true`` starts (mujoco_bridge in lockstep with "reality": joint
+friction and the 1 kg payload of ``config/<robot>.yaml``; trajectory = Modified Fourier;
+adaptive_controller with the composite law from a 50 %-wrong nominal model,
+``initial_estimate: scaled``; residual_learner; recorder), as separate processes.  A
+*phase director* in this process watches ``/clock`` and switches the phases through
+the nodes' live parameters (``rcl_interfaces/SetParameters``, what rqt does):
+
+==========  =======================  ========================  ==================
+phase       parametric (controller)  non-parametric learning   NP output
+==========  =======================  ========================  ==================
+1           frozen                   on                        off
+2           frozen                   on                        on
+3           adapting                 off (transform only)      on
+4           adapting                 on (+ transform)          on
+==========  =======================  ========================  ==================
+
+Run twice: with the consistency transform and without it (``transform: false`` in
+the residual learner: every Delta pi_hat is ignored), as in the paper's Fig. 4a/4b.
+
+Metrics per phase (over the phase's samples, per joint): RMSE of the position error
+``q_d - q`` and the velocity error, and of the torque prediction error ``tau_measured
+- (Y pi_hat + f_hat)`` -- the torque the semi-parametric model failed to predict (with
+the NP output on it equals the feedback torque; f_hat is the learner's prediction from
+``residual_learner/prediction``, published whether or not it is output).
+
+``four_phase_ratio``: position RMSE over phases 3-4 / phase 2 (means over joints), with
+the transform; target <= 1.5.  ``four_phase_ratio_no_transform`` the same without it
+(it rises: the two models then both learn the same torque).
+
+The phase switch lands a few sim-milliseconds after the nominal boundary (a service
+call while the lockstep loop runs); the JSON records when each switch was acknowledged.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+# phase -> parameter changes at its start (phase 1's are the nodes' start parameters)
+PHASE_SETTINGS = {
+    1: {"adaptive_controller": {"learning": False}, "residual_learner": {"learning": True, "output": False}},
+    2: {"residual_learner": {"output": True}},
+    3: {"adaptive_controller": {"learning": True}, "residual_learner": {"learning": False}},
+    4: {"residual_learner": {"learning": True}},
+}
+PHASE_NAMES = {1: "NP learns, no output", 2: "NP learns + outputs", 3: "parametric adapts, NP transformed only",
+               4: "both learn (+ transform)"}
+#: composite-law gains of this experiment (the rest from config/<robot>.yaml)
+CONTROLLER: dict[str, Any] = {}
+RECORDED = ["joint_states", "reference", "adaptive/parametric_torque", "residual_learner/prediction"]
+
+
+class PhaseDirector:
+    """Switch the phases at sim-time boundaries through SetParameters (own rclpy context)."""
+
+    def __init__(self, boundaries: list[float], namespace: str = ""):
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+        from rcl_interfaces.srv import SetParameters
+        from rosgraph_msgs.msg import Clock
+
+        from ..ros.params import to_parameters
+        from ..ros.qos import CLOCK_QOS
+
+        self._to_parameters = to_parameters
+        self.boundaries = list(boundaries)   # start of phases 2, 3, 4
+        self.ctx = Context()
+        rclpy.init(context=self.ctx)
+        self.node = Node("phase_director", context=self.ctx, namespace=namespace or None)
+        self.clients = {name: self.node.create_client(SetParameters, f"{name}/set_parameters")
+                        for name in ("adaptive_controller", "residual_learner")}
+        self.node.create_subscription(Clock, "/clock", self._on_clock, CLOCK_QOS)
+        self.phase = 1
+        self.switches: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.last_clock = 0.0
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        try:
+            self.executor.spin()
+        except Exception:
+            pass
+
+    def _on_clock(self, msg) -> None:
+        t = msg.clock.sec + 1e-9 * msg.clock.nanosec
+        self.last_clock = t
+        while self.phase < 4 and t >= self.boundaries[self.phase - 1]:
+            self.phase += 1
+            self._switch(self.phase, t)
+
+    def _switch(self, phase: int, t: float) -> None:
+        from rcl_interfaces.srv import SetParameters
+        entry = {"phase": phase, "clock_s": round(t, 4), "acknowledged_s": {}}
+        self.switches.append(entry)
+        for name, values in PHASE_SETTINGS[phase].items():
+            req = SetParameters.Request()
+            req.parameters = [p.to_parameter_msg() for p in self._to_parameters(values)]
+            fut = self.clients[name].call_async(req)
+
+            def done(f, name=name, values=values):
+                try:
+                    res = f.result()
+                    bad = [r.reason for r in res.results if not r.successful]
+                    if bad:
+                        self.errors.append(f"phase {phase}: {name} refused {values}: {bad}")
+                except Exception as exc:  # pragma: no cover - service died
+                    self.errors.append(f"phase {phase}: {name}: {exc!r}")
+                entry["acknowledged_s"][name] = round(self.last_clock, 4)
+            fut.add_done_callback(done)
+
+    def close(self) -> None:
+        import rclpy
+        try:
+            self.executor.shutdown(timeout_sec=1.0)
+        except Exception:
+            pass
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.ctx)
+        self._thread.join(timeout=2.0)
+
+
+def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float], bag: str,
+                   learner_config: str = "", timeout: float = 3600.0, echo: bool = False,
+                   controller: dict | None = None, trajectory: dict | None = None) -> dict:
+    """One closed-loop run; returns the director's switch log and the run's wall time."""
+    from ..launch_graph import build_graph
+    from ..launcher import GraphProcess
+
+    duration = float(sum(phases))
+    boundaries = list(np.cumsum(phases)[:3])
+    lrn = {"learner": learner, "transform": bool(transform), "monitor_decimation": 10,
+           **PHASE_SETTINGS[1]["residual_learner"]}
+    if learner_config:
+        lrn["learner_config"] = learner_config
+    overrides = {
+        "adaptive_controller": {"initial_estimate": "scaled", "nominal_scale": 0.5, **CONTROLLER,
+                                **(controller or {}), **PHASE_SETTINGS[1]["adaptive_controller"]},
+        "residual_learner": lrn,
+        "trajectory": dict(trajectory or {}),
+        "recorder": {"topics": RECORDED, "wait_for_publishers": ["reference", "adaptive/parametric_torque"]},
+    }
+    nodes = build_graph("sim", robot=robot, controller="composite", learner=learner, duration=duration,
+                        record=True, bag=bag, overrides=overrides)
+    director = PhaseDirector(boundaries)
+    t0 = time.monotonic()
+    try:
+        g = GraphProcess(nodes, echo=echo)
+        rc, why = g.wait(timeout=timeout)
+    finally:
+        director.close()
+    wall = time.monotonic() - t0
+    if rc != 0:
+        tail = {k: v[-12:] for k, v in g.logs.items()}
+        raise RuntimeError(f"the closed loop failed ({why}); last log lines: {json.dumps(tail, indent=1)}")
+    if director.errors:
+        raise RuntimeError(f"phase switches refused: {director.errors}")
+    if len(director.switches) != 3:
+        raise RuntimeError(f"only {len(director.switches)} of 3 phase switches happened (clock reached"
+                           f" {director.last_clock:.2f} s of {duration:.2f} s)")
+    return {"switches": director.switches, "wall_s": round(wall, 1), "sim_s": duration,
+            "sim_s_per_wall_s": round(duration / wall, 3)}
+
+
+def _stamped(path, topic, field, names):
+    from ..evaluation.bags import read_messages
+    ts, vals = [], []
+    order, got = None, None
+    for _, _, m in read_messages(path, [topic]):
+        if order is None or list(m.name) != got:
+            got = list(m.name)
+            if set(names) - set(got):
+                raise ValueError(f"{topic} in {path} has joints {got}, expected {names}")
+            order = [got.index(j) for j in names]
+        ts.append(m.header.stamp.sec * 10 ** 9 + m.header.stamp.nanosec)
+        vals.append(np.asarray(getattr(m, field))[order])
+    if not ts:
+        raise ValueError(f"no {topic} messages in {path}")
+    return np.array(ts, dtype=np.int64), np.array(vals)
+
+
+def _references(path, names):
+    from ..evaluation.bags import read_messages
+    out = {}
+    for _, _, m in read_messages(path, ["/reference"]):
+        order = [list(m.joint_names).index(j) for j in names]
+        t0 = m.header.stamp.sec * 10 ** 9 + m.header.stamp.nanosec
+        for pt in m.points:
+            t = t0 + pt.time_from_start.sec * 10 ** 9 + pt.time_from_start.nanosec
+            out[t] = (np.asarray(pt.positions)[order], np.asarray(pt.velocities)[order])
+    return out
+
+
+def analyse(bag: str, names: list[str], phases: list[float]) -> dict:
+    """Per-phase RMSE of position, velocity and torque-prediction errors, plus traces."""
+    from ..evaluation.metrics import rmse
+    from ..evaluation.bags import resolve_bag
+    path = resolve_bag(bag)
+    ts, q = _stamped(path, "/joint_states", "position", names)
+    _, v = _stamped(path, "/joint_states", "velocity", names)
+    _, tau = _stamped(path, "/joint_states", "effort", names)
+    tp, pt = _stamped(path, "/adaptive/parametric_torque", "effort", names)
+    tf, fhat = _stamped(path, "/residual_learner/prediction", "effort", names)
+    refs = _references(path, names)
+    keep = np.array([t in refs for t in ts])
+    ts, q, v, tau = ts[keep], q[keep], v[keep], tau[keep]
+    Qd = np.array([refs[t][0] for t in ts])
+    Vd = np.array([refs[t][1] for t in ts])
+    eq, ev = Qd - q, Vd - v
+    # torque prediction on the monitor's stamps (every 10th): tau - (Y pi_hat + f_hat)
+    idx_s = {t: i for i, t in enumerate(ts)}
+    idx_p = {t: i for i, t in enumerate(tp)}
+    both = [(idx_s[t], idx_p[t], k) for k, t in enumerate(tf) if t in idx_s and t in idx_p]
+    if not both:
+        raise ValueError("no stamps common to joint_states, parametric_torque and the prediction")
+    i_s, i_p, i_f = (np.array(x) for x in zip(*both))
+    tt = ts[i_s]
+    etau = tau[i_s] - (pt[i_p] + fhat[i_f])
+    edges = np.concatenate([[0.0], np.cumsum(phases)]) * 1e9
+    res: dict[str, Any] = {"phases": {}}
+    for k in range(4):
+        a, b = edges[k], edges[k + 1]
+        m = (ts >= a) & (ts < b)
+        mt = (tt >= a) & (tt < b)
+        res["phases"][str(k + 1)] = {
+            "t_s": [round(a * 1e-9, 3), round(b * 1e-9, 3)], "samples": int(m.sum()),
+            "q_rmse": rmse(eq[m]).tolist(), "qd_rmse": rmse(ev[m]).tolist(), "tau_rmse": rmse(etau[mt]).tolist()}
+    m34 = ts >= edges[2]
+    m2 = (ts >= edges[1]) & (ts < edges[2])
+    res["q_rmse_phase34"] = rmse(eq[m34]).tolist()
+    res["ratio"] = float(np.mean(rmse(eq[m34])) / np.mean(rmse(eq[m2])))
+    res["traces"] = {"t": tt * 1e-9, "tau": tau[i_s], "parametric": pt[i_p], "nonparametric": fhat[i_f],
+                     "t_state": ts * 1e-9, "eq": eq, "ev": ev}
+    return res
+
+
+def plot(results: dict, phases: list[float], robot: str, out_dir: str, joint: int = 1) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    edges = np.concatenate([[0.0], np.cumsum(phases)])
+    shades = ["#f2f2f2", "#dde8f5", "#f5eadd", "#e2f2dd"]
+    files = []
+
+    def background(ax):
+        for k in range(4):
+            ax.axvspan(edges[k], edges[k + 1], color=shades[k], zorder=0)
+            ax.text(0.5 * (edges[k] + edges[k + 1]), 1.0, f"phase {k + 1}", ha="center", va="bottom",
+                    transform=ax.get_xaxis_transform(), fontsize=8)
+
+    # Fig. 5: torque contributions of joint `joint` (0-based), with and without the transform
+    fig, axes = plt.subplots(2, 2, figsize=(13, 7), sharex=True)
+    for col, key in enumerate(("transform", "no_transform")):
+        tr = results[key]["traces"]
+        ax = axes[0, col]
+        background(ax)
+        ax.plot(tr["t"], tr["tau"][:, joint], color="0.6", lw=0.6, label="measured torque")
+        ax.plot(tr["t"], tr["parametric"][:, joint], lw=1.0, label="parametric Y pi_hat")
+        ax.plot(tr["t"], tr["nonparametric"][:, joint], lw=1.0, label="non-parametric f_hat")
+        ax.plot(tr["t"], tr["parametric"][:, joint] + tr["nonparametric"][:, joint], lw=0.8, ls="--",
+                label="sum")
+        ax.set_title(f"{robot} joint {joint + 1}: torque contributions, "
+                     f"{'with' if key == 'transform' else 'WITHOUT'} the consistency transform", fontsize=9)
+        ax.set_ylabel("N m")
+        ax.legend(fontsize=7, loc="lower left")
+        ax = axes[1, col]
+        background(ax)
+        ax.plot(tr["t_state"], tr["eq"][:, joint], lw=0.7, label="position error [rad]")
+        ax.plot(tr["t_state"], 0.1 * tr["ev"][:, joint], lw=0.7, label="0.1 x velocity error [rad/s]")
+        ax.set_xlabel("sim time [s]")
+        ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    f = os.path.join(out_dir, f"consistency_online_{robot}_contributions.png")
+    fig.savefig(f, dpi=110)
+    plt.close(fig)
+    files.append(f)
+
+    # Fig. 4: per-phase RMSE (mean over joints), both runs, log scale
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for ax, metric, label in zip(axes, ("q_rmse", "qd_rmse", "tau_rmse"),
+                                 ("position RMSE [rad]", "velocity RMSE [rad/s]", "torque prediction RMSE [N m]")):
+        x = np.arange(1, 5)
+        for off, key in ((-0.18, "transform"), (0.18, "no_transform")):
+            vals = [np.mean(results[key]["phases"][str(k)][metric]) for k in x]
+            ax.bar(x + off, vals, width=0.36, label="transform" if key == "transform" else "no transform")
+        ax.set_yscale("log")
+        ax.set_xticks(x)
+        ax.set_xticklabels([f"phase {k}" for k in x], fontsize=8)
+        ax.set_title(label, fontsize=9)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{robot}: online 4-phase experiment (mean over joints)", fontsize=10)
+    fig.tight_layout()
+    f = os.path.join(out_dir, f"consistency_online_{robot}_phases.png")
+    fig.savefig(f, dpi=110)
+    plt.close(fig)
+    files.append(f)
+    return files
+
+
+def run(robot: str = "panda", learner: str = "gmm", phases=(20.0, 20.0, 30.0, 30.0), out_dir: str = ".",
+        learner_config: str = "", echo: bool = False, keep_bags: bool = True,
+        trajectory: dict | None = None) -> dict:
+    """Both runs (with / without the transform), metrics, plots; JSON-able summary."""
+    import shutil
+
+    from ..robots import robot_config
+    phases = [float(p) for p in phases]
+    names = robot_config(robot)["joint_names"]
+    results: dict[str, Any] = {}
+    runs: dict[str, Any] = {}
+    bag_root = out_dir if keep_bags else tempfile.mkdtemp(prefix="consistency_online_")
+    try:
+        for key, transform in (("transform", True), ("no_transform", False)):
+            bag = os.path.join(bag_root, f"bag_online_{robot}_{learner}_{key}")
+            if os.path.exists(bag):
+                shutil.rmtree(bag)
+            runs[key] = run_graph_once(robot, learner, transform, phases, bag, learner_config, echo=echo,
+                                       trajectory=trajectory)
+            results[key] = analyse(bag, names, phases)
+    finally:
+        if not keep_bags:
+            shutil.rmtree(bag_root, ignore_errors=True)
+    files = plot(results, phases, robot, out_dir)
+    summary = {
+        "robot": robot, "learner": learner, "phases_s": phases, "phase_names": PHASE_NAMES,
+        "controller": dict(CONTROLLER, initial_estimate="scaled", nominal_scale=0.5),
+        "trajectory": dict(trajectory or {}),
+        "four_phase_ratio": round(results["transform"]["ratio"], 4),
+        "four_phase_ratio_no_transform": round(results["no_transform"]["ratio"], 4),
+        "target_ratio": 1.5,
+        "runs": runs,
+        "plots": [os.path.basename(f) for f in files],
+    }
+    for key in ("transform", "no_transform"):
+        summary[key] = {p: {m: [round(x, 6) for x in v] if isinstance(v, list) else v for m, v in d.items()}
+                        for p, d in results[key]["phases"].items()}
+    summary["meets_target"] = bool(summary["four_phase_ratio"] <= 1.5
+                                   and summary["four_phase_ratio_no_transform"] > summary["four_phase_ratio"])
+    return summary
