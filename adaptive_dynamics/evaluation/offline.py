@@ -175,13 +175,18 @@ class _FastReader:
             raise ValueError("truncated")
         return np.frombuffer(b, "<f8", m, off), off + 8 * m
 
+    def _start(self, raw: bytes):
+        """Little-endian CDR body after the 4-byte encapsulation, header and names."""
+        if bytes(raw[:2]) != b"\x00\x01":
+            raise ValueError("not little-endian CDR")
+        b = memoryview(raw)[4:]
+        size = len(b)
+        stamp, names, off = self._header_names(b, size)
+        return b, size, stamp, names, off
+
     def joint_state(self, raw: bytes, msgtype: str = "sensor_msgs/msg/JointState"):
         try:
-            if bytes(raw[:2]) != b"\x00\x01":
-                raise ValueError("not little-endian CDR")
-            b = memoryview(raw)[4:]
-            size = len(b)
-            stamp, names, off = self._header_names(b, size)
+            b, size, stamp, names, off = self._start(raw)
             pos, off = self._doubles(b, off, size)
             vel, off = self._doubles(b, off, size)
             eff, off = self._doubles(b, off, size)
@@ -192,11 +197,7 @@ class _FastReader:
 
     def trajectory(self, raw: bytes, msgtype: str = "trajectory_msgs/msg/JointTrajectory"):
         try:
-            if bytes(raw[:2]) != b"\x00\x01":
-                raise ValueError("not little-endian CDR")
-            b = memoryview(raw)[4:]
-            size = len(b)
-            stamp, names, off = self._header_names(b, size)
+            b, size, stamp, names, off = self._start(raw)
             off = (off + 3) & ~3
             count = _U32.unpack_from(b, off)[0]
             off += 4

@@ -58,3 +58,16 @@ class Throttle:
             self._last[key] = now
             return True
         return False
+
+
+def trigger_save(res, save, *, what: str, unset: str):
+    """Fill a ``std_srvs/Trigger`` response from ``save()`` (a path, or None when there is
+    nothing to save -- ``unset`` says why)."""
+    try:
+        path = save()
+    except OSError as exc:
+        res.success, res.message = False, f"save failed: {exc}"
+        return res
+    res.success = path is not None
+    res.message = f"{what} saved to {path}" if path else unset
+    return res

@@ -59,7 +59,7 @@ from ..ros.conversions import JointStateMapper, ReferenceBuffer, joint_state_msg
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import REFERENCE_QOS, PUBLISHER_STREAM_QOS, stream_qos
-from .common import Throttle, load_robot, robot_specs
+from .common import Throttle, load_robot, robot_specs, trigger_save
 
 # every parametric torque and every parameter update must be seen (lockstep and real time)
 _DEEP_RELIABLE = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE,
@@ -327,15 +327,8 @@ class ResidualLearnerNode(Node):
         return written
 
     def _srv_save(self, req, res):
-        try:
-            path = self.save_model()
-        except OSError as exc:
-            res.success, res.message = False, f"save failed: {exc}"
-            return res
-        res.success = path is not None
-        res.message = (f"learner saved to {path}" if path else
-                       "model_file is not set" if not self.p["model_file"] else "nothing learnt yet")
-        return res
+        return trigger_save(res, self.save_model, what="learner",
+                            unset="model_file is not set" if not self.p["model_file"] else "nothing learnt yet")
 
     def _srv_reset(self, req, res):
         self.core.reset()
