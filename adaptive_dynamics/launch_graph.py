@@ -115,6 +115,12 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     else:  # lockstep must not lose a state; in real time the latest state is what matters
         ctl_params["reliable_streams"] = mode == "lockstep"
     nodes.append(NodeSpec(ctl, ctl, files, ctl_params, list(remaps), namespace))
+    reg = regressor_node_for(nodes[-1], overrides.get(ctl, {})) if ctl == "adaptive_controller" else None
+    if reg is not None:  # adaptive_controller.regressor_source: topics -> start the regressor node too
+        nodes.append(reg)
+        if sim:  # one more /clock and joint_states subscriber before the lockstep bridge starts
+            nodes[0].params["wait_for_nodes"] += 1
+            nodes[0].params["wait_for_state_subscribers"] += 1
     if learner != "none":
         lrn = {**common, "learner": learner}
         if sim:
@@ -131,3 +137,47 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     for spec in nodes:
         spec.params.update(overrides.get(spec.name, {}))
     return nodes
+
+
+#: controller parameters the regressor node must share for ``regressor_source: topics``
+REGRESSOR_SHARED = ("lam", "filter_lambda", "rate_hz", "friction", "reliable_streams", "reference_tolerance",
+                    "reference_wait", "hot_path_thread")
+
+
+def regressor_node_for(ctl: NodeSpec, ctl_overrides: dict[str, Any]) -> NodeSpec | None:
+    """The ``regressor`` node an ``adaptive_controller`` with ``regressor_source: topics``
+    consumes (None for ``inprocess``): full columns (``base_parameters: false``), every
+    Slotine-Li and filtered regressor, no standard one, and the controller's resolved
+    ``lam``, ``filter_lambda``, ``rate_hz``, ``friction`` (and stream settings), so the
+    controller's consistency check passes.  ``overrides["regressor"]`` still win."""
+    explicit = {**ctl.params, **ctl_overrides}
+    if explicit.get("regressor_source", "inprocess") != "topics" and "regressor_source" in explicit:
+        return None
+    if "regressor_source" not in explicit and not any(_sets_topics(f) for f in ctl.param_files):
+        return None
+    from .ros.params import load_param_file  # only here: the rest of this module needs no ROS
+
+    resolved: dict[str, Any] = {}
+    for f in ctl.param_files:
+        resolved.update(load_param_file(f, ctl.name, namespace="/" + ctl.namespace if ctl.namespace else ""))
+    resolved.update(explicit)
+    if resolved.get("regressor_source", "inprocess") != "topics":
+        return None
+    params = {"use_sim_time": resolved.get("use_sim_time", False), "base_parameters": False,
+              "standard_decimation": 0, "slotine_li_decimation": 1, "filtered_decimation": 1}
+    params.update({k: resolved[k] for k in REGRESSOR_SHARED if k in resolved})
+    return NodeSpec("regressor", "regressor", list(ctl.param_files), params, list(ctl.remappings), ctl.namespace)
+
+
+def _sets_topics(path: str) -> bool:
+    """Whether a parameter file sets ``regressor_source: topics`` anywhere (a cheap
+    pre-check; which node it applies to is resolved by ``load_param_file``)."""
+    import yaml
+
+    def walk(x) -> bool:
+        if isinstance(x, dict):
+            return x.get("regressor_source") == "topics" or any(walk(v) for v in x.values())
+        return False
+
+    with open(path, encoding="utf-8") as f:
+        return walk(yaml.safe_load(f))

@@ -237,6 +237,95 @@ def test_composite_pd_covariance_stays_spd_and_bounded():
     assert ctl.forgetting == 0.0 or ctl.p_norm <= k1  # ... where forgetting is switched off
 
 
+# ----------------------------------------------------------------------------- external regressors
+EXTERNAL_CASES = {
+    "direct": dict(law="direct", gamma=0.5),
+    "composite": dict(law="composite", p0=1.0, r=10.0, lambda0=0.5, k0=200.0, k1=100.0),
+    "composite_full_frozen": dict(law="composite", base_parameters=False, max_tracking_error=0.03),
+    "composite_projection": dict(law="composite", projection=True, projection_min_mass=0.01),
+    "composite_franka": dict(law="composite", robot_compensates_gravity=True, refactor_every=50),
+}
+
+
+@pytest.mark.parametrize("case", list(EXTERNAL_CASES))
+def test_external_regressors_equal_the_inprocess_path(case):
+    """compute(Y=, W=, tau_f=) with the regressors computed outside (as the regressor node
+    does: q_dr = qd_d + Lambda (q_d - q), its own filter) gives the in-process result."""
+    kw = dict(EXTERNAL_CASES[case])
+    law = kw.pop("law")
+    model = RobotModel("panda", friction=True, coulomb_smoothing=0.01)
+    lam = np.linspace(6.0, 12.0, 7)
+    common = dict(lam=lam, kd=np.linspace(5.0, 20.0, 7), filter_lambda=25.0, pi0=0.5 * model.parameters, **kw)
+    inproc = AdaptiveController(model, law, **common)
+    ext = AdaptiveController(model, law, **common)
+    filt = ext.model.filtered_regressor(25.0, DT)  # the "regressor node's" filter
+    theta0 = inproc.theta.copy()
+    traj = fourier(model, seed=4, period=2.0, amplitude=0.4)
+    N = 300
+    Q, V, A = traj.sample_many(np.arange(N) * DT)
+    rng = np.random.default_rng(5)
+    q = Q + 0.02 * np.sin(np.arange(N) * 0.05)[:, None] + 1e-3 * rng.standard_normal(Q.shape)
+    v = V + 1e-2 * rng.standard_normal(V.shape)
+    for k in range(N):
+        tau_m = model.inverse_dynamics(q[k], v[k], A[k])
+        learn = k % 50 != 7
+        t_in = inproc.compute(q[k], v[k], Q[k], V[k], A[k], tau_m, learn=learn)
+        vr = V[k] + lam * (Q[k] - q[k])
+        ar = A[k] + lam * (V[k] - v[k])
+        Y = ext.model.slotine_li_regressor(q[k], v[k], vr, ar)
+        W, tau_f = filt.update(q[k], v[k], tau_m)
+        if law == "direct":
+            t_ex = ext.compute(q[k], v[k], Q[k], V[k], A[k], learn=learn, Y=Y)
+        else:  # no measured torque needed: W and tau_f carry it
+            t_ex = ext.compute(q[k], v[k], Q[k], V[k], A[k], learn=learn, Y=Y, W=W, tau_f=tau_f)
+        scale = 1.0 + np.abs(t_in).max()
+        np.testing.assert_allclose(t_ex, t_in, rtol=0, atol=1e-12 * scale, err_msg=f"{case} step {k}")
+        np.testing.assert_allclose(ext.theta, inproc.theta, rtol=0, atol=1e-12 * (1 + np.abs(inproc.theta).max()))
+        np.testing.assert_allclose(ext.last_delta_pi, inproc.last_delta_pi, rtol=0, atol=1e-14)
+        assert ext.frozen == inproc.frozen and ext.updated == inproc.updated
+    np.testing.assert_allclose(ext.P, inproc.P, rtol=0, atol=1e-12 * np.abs(inproc.P).max())
+    np.testing.assert_allclose(ext.prediction_error, inproc.prediction_error, rtol=0, atol=1e-10)
+    assert inproc.updates > 0 and np.abs(inproc.theta - theta0).max() > 1e-6  # the estimate did move
+    if case == "composite_full_frozen":
+        assert 0 < inproc.frozen_cycles < N
+    if law == "composite":
+        assert ext.filter.samples == 0  # the internal filter was not used
+    assert ext.diagnostics() == inproc.diagnostics()
+
+
+def test_external_regressors_are_validated_before_any_state_change():
+    model = RobotModel("planar2")
+    ctl = AdaptiveController(model, "composite")
+    q, v, qd, vd, a, tau = _state(model)
+    P = model.n_params
+    for _ in range(3):
+        ctl.compute(q, v, qd, vd, a, tau)
+    snap = (ctl.theta.copy(), ctl.P.copy(), ctl.filter.W.copy(), ctl.filter.samples)
+    Y = model.slotine_li_regressor(q, v, vd, a)
+    W, tau_f = np.ones((2, P)), np.ones(2)
+    bad = {
+        "Y must have shape": dict(Y=np.zeros((2, P - 1))),
+        "Y has non-finite": dict(Y=np.where(np.eye(2, P) > 0, np.nan, Y)),
+        "W must have shape": dict(Y=Y, W=np.zeros((P, 2)), tau_f=tau_f),
+        "tau_f has non-finite": dict(Y=Y, W=W, tau_f=np.array([0.0, np.inf])),
+        "W and tau_f must be given together": dict(Y=Y, W=W),
+    }
+    for needle, kw in bad.items():
+        with pytest.raises(ValueError, match=needle):
+            ctl.compute(q, v, qd, vd, a, tau, **kw)
+    np.testing.assert_array_equal(ctl.theta, snap[0])
+    np.testing.assert_array_equal(ctl.P, snap[1])
+    np.testing.assert_array_equal(ctl.filter.W, snap[2])
+    assert ctl.filter.samples == snap[3] and ctl.rejected_inputs == len(bad)
+    # composite learning: W + tau_f stand in for the measured torque; the filter is not advanced
+    ctl.compute(q, v, qd, vd, a, Y=Y, W=W, tau_f=tau_f)
+    assert ctl.updated and ctl.filter.samples == snap[3]
+    # the direct law ignores W
+    d = AdaptiveController(model, "direct")
+    np.testing.assert_array_equal(d.compute(q, v, qd, vd, a, Y=Y, W=W, tau_f=tau_f),
+                                  AdaptiveController(model, "direct").compute(q, v, qd, vd, a, Y=Y))
+
+
 # ----------------------------------------------------------------------------- gains
 def test_gain_validation_reasons_and_atomicity():
     model = RobotModel("planar2")

@@ -1,8 +1,11 @@
 """The regressor node over real DDS: its stamped matrices times the true parameters give
 the torques of independent references (pinocchio's RNEA, M/C from CRBA and
 computeCoriolisMatrix), the filtered regressor satisfies W pi = tau_f, columns are
-named on a latched topic, decimation and bad input behave."""
+named on a latched topic (with the settings they are computed with), decimation and bad
+input behave, a state waits for its reference."""
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pinocchio as pin
@@ -111,3 +114,45 @@ def test_regressor_node_base_columns_and_reference_input(ros):
         np.testing.assert_allclose(Yb @ base.to_base(m.parameters), m.inverse_dynamics(Q[k], V[k], A[k]),
                                    rtol=1e-9, atol=1e-9)
     assert matrix_labels(got[0]) == ("joints", "base")
+
+
+def test_regressor_node_settings_and_reference_wait(ros):
+    """The latched columns carry the settings (republished when lam changes); a state whose
+    reference has not arrived is held until it does, until a newer state, or reference_wait."""
+    node = ros.add(RegressorNode, robot=ROBOT, lam=[5.0], filter_lambda=30.0, standard_decimation=0,
+                   reference_wait=5.0)
+    probe = Probe(ros)
+    got = {k: [] for k in ("slotine_li", "filtered")}
+    for k in got:
+        probe.node.create_subscription(Float64MultiArray, f"regressor/{k}", got[k].append, RELIABLE_STREAM_QOS)
+    cols = []
+    probe.node.create_subscription(JointState, "regressor/columns", cols.append, LATCHED_QOS)
+    assert ros.spin_until(lambda: len(cols) >= 1 and probe.state.get_subscription_count() >= 2)
+    assert json.loads(cols[-1].header.frame_id) == {"lam": [5.0], "filter_lambda": 30.0, "rate_hz": 1000.0,
+                                                     "coordinates": "pi", "friction": False}
+    assert node.p.set("lam", [4.0, 6.0]).successful
+    assert ros.spin_until(lambda: len(cols) >= 2)
+    assert json.loads(cols[-1].header.frame_id)["lam"] == [4.0, 6.0]
+
+    m = RobotModel(ROBOT)
+    names = list(m.joint_names)
+    q, v, tau = np.array([0.3, -0.2]), np.array([0.5, 0.1]), np.array([1.0, 0.5])
+    qd, vd, ad = np.array([0.35, -0.1]), np.array([0.4, 0.3]), np.array([1.0, -2.0])
+    probe.state.publish(joint_state_msg(0, names, q, v, tau))  # before its reference: held
+    ros.spin_for(0.3)
+    assert got["slotine_li"] == [] and got["filtered"] == []
+    probe.ref.publish(reference_batch_msg(0, MS, names, qd[None], vd[None], ad[None]))
+    assert ros.spin_until(lambda: len(got["slotine_li"]) == 1 and len(got["filtered"]) == 1)
+    stamp, Y = matrix_from_msg(got["slotine_li"][0], expected_shape=(m.n, m.n_params))
+    lam = np.array([4.0, 6.0])
+    assert stamp == 0
+    np.testing.assert_allclose(Y, m.slotine_li_regressor(q, v, vd + lam * (qd - q), ad + lam * (vd - v)),
+                               rtol=1e-12, atol=1e-12)
+    # no reference for 1 ms: held until the newer state, which then waits until reference_wait
+    probe.state.publish(joint_state_msg(MS, names, q, v, tau))
+    ros.spin_for(0.2)
+    assert len(got["filtered"]) == 1
+    assert node.p.set("reference_wait", 0.2).successful
+    probe.state.publish(joint_state_msg(2 * MS, names, q, v, tau))
+    assert ros.spin_until(lambda: len(got["filtered"]) == 3, timeout=5.0)
+    assert len(got["slotine_li"]) == 1 and node.counters.as_dict()["reference_missing"] == 2

@@ -121,6 +121,14 @@ Then:
   prediction error only).  A payload the robot does not know about appears as the
   disturbance ``g_robot - g_true`` that this mode cannot cancel.
 
+Externally computed regressors
+------------------------------
+:meth:`compute` accepts ``Y`` (and, composite, ``W`` + ``tau_f``) computed elsewhere --
+the ``regressor`` node's topics in a distributed set-up -- in full coordinates; they
+replace only the internal Slotine-Li regressor / filter step, the rest of the law is
+unchanged (equal to the internal path to rounding when computed with the same
+``lam``, ``filter_lambda`` and ``dt``; tested).
+
 Persistence: :meth:`save` / :meth:`load` / :meth:`load_state` (``.npz``, see there).
 """
 from __future__ import annotations
@@ -479,7 +487,36 @@ class AdaptiveController:
             as_vector(val, n, name)  # raises naming the argument
         raise ValueError("inputs are too large (their squares overflow); rejected")
 
-    def compute(self, q, v, q_d, v_d, a_d, tau_measured=None, learn: bool = True) -> np.ndarray:
+    def _external(self, Y, W, tau_f):
+        """Validated externally computed regressors (see :meth:`compute`); ``ValueError``
+        (counted in :attr:`rejected_inputs`) naming the argument otherwise."""
+        n, P = self.n, self.model.n_params
+        out = []
+        for name, val, shape in (("Y", Y, (n, P)), ("W", W, (n, P)), ("tau_f", tau_f, (n,))):
+            if val is None:
+                out.append(None)
+                continue
+            try:
+                arr = np.asarray(val, dtype=float)
+            except (TypeError, ValueError):
+                arr = None
+            if arr is None or arr.shape != shape:
+                self.rejected_inputs += 1
+                got = "not numeric" if arr is None else f"shape {arr.shape}"
+                raise ValueError(f"{name} must have shape {shape} (rows: joints, columns: the full parameters"
+                                 f" {'+ friction ' if self.friction else ''}of the model), got {got}")
+            if not np.isfinite(arr).all():
+                self.rejected_inputs += 1
+                raise ValueError(f"{name} has non-finite entries")
+            out.append(arr)
+        if (out[1] is None) != (out[2] is None):
+            self.rejected_inputs += 1
+            raise ValueError("W and tau_f must be given together (the filtered regressor and the filtered"
+                             " measured torque of the same filter)")
+        return out
+
+    def compute(self, q, v, q_d, v_d, a_d, tau_measured=None, learn: bool = True, *,
+                Y=None, W=None, tau_f=None) -> np.ndarray:
         """One control period: torque for the current state, then the parameter update.
 
         Returns a new array (model joint order, NOT saturated).  After the call the
@@ -491,8 +528,24 @@ class AdaptiveController:
 
         ``tau_measured`` (the full measured joint torque) is required by the composite
         law when ``learn`` is true (``ValueError`` otherwise: silently dropping the
-        prediction error would change the law).
+        prediction error would change the law), unless ``W``/``tau_f`` are given.
         Raises ``ValueError`` (state untouched) on non-finite or wrongly sized inputs.
+
+        Externally computed regressors (e.g. the ``regressor`` node's topics), all in
+        FULL coordinates of :attr:`model` (rows = joints, columns =
+        :attr:`full_parameter_names`, friction columns included when :attr:`friction`):
+
+        * ``Y`` -- the Slotine-Li regressor ``Y(q, qd, qd_r, qdd_r)``, used instead of
+          computing it.  It must have been computed with this controller's ``lam``
+          (``qd_r``, ``qdd_r`` and ``s`` are still formed here with ``lam``);
+        * ``W``, ``tau_f`` (together; composite law, ignored by the direct law) -- the
+          filtered regressor and filtered measured torque of this step, used instead of
+          running the internal filter (which is then not advanced; ``tau_measured`` is
+          not needed).  Same ``filter_lambda`` and step ``dt`` as this controller for
+          the identical law.
+
+        Everything else (base-parameter selection, gravity mode, update, projection,
+        freeze, counters) is the same as with the internal computation.
         """
         n = self.n
         x = self._x
@@ -516,10 +569,12 @@ class AdaptiveController:
             ok = False
         if not ok:
             self._reject(q, v, q_d, v_d, a_d, tau_measured)
+        if Y is not None or W is not None or tau_f is not None:
+            Y, W, tau_f = self._external(Y, W, tau_f)
         composite = self._law == "composite"
-        if composite and learn and tau_measured is None:
+        if composite and learn and tau_measured is None and W is None:
             raise ValueError("the composite law needs tau_measured (the measured joint torque) to learn; "
-                             "pass it, or learn=False")
+                             "pass it (or W and tau_f), or learn=False")
         q, v, qd_, vd_, ad_ = x[0:n], x[n:2 * n], x[2 * n:3 * n], x[3 * n:4 * n], x[4 * n:5 * n]
         tau_m = x[5 * n:]
 
@@ -539,7 +594,8 @@ class AdaptiveController:
 
         # ---- regressor and torque
         model = self.model
-        Y = model.slotine_li_regressor(q, v, vr, ar)
+        if Y is None:
+            Y = model.slotine_li_regressor(q, v, vr, ar)
         if self.use_base:
             Yb = np.take(Y, self.index, axis=1, out=self._Yb)
         else:
@@ -562,10 +618,11 @@ class AdaptiveController:
             tau -= self.gravity_torque
             Ys = np.subtract(Yb, Ygb, out=self._Ygb)
 
-        # ---- filter (composite): runs whenever a measured torque is available
+        # ---- filter (composite): runs whenever a measured torque is available (or W is given)
         Wb = None
-        if composite and tau_measured is not None:
-            W, tau_f = self.filter.update(q, v, tau_m)
+        if composite and (W is not None or tau_measured is not None):
+            if W is None:
+                W, tau_f = self.filter.update(q, v, tau_m)
             Wb = np.take(W, self.index, axis=1, out=self._Wb) if self.use_base else W
             np.dot(Wb, theta, out=self.prediction_error)
             self.prediction_error -= tau_f

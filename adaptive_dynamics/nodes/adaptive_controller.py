@@ -30,25 +30,43 @@ Publishes, besides ``effort_controller/commands`` (stamped) and ``/diagnostics``
   cycles, reliable + transient local (late joiners get the latest).
 
 Services: ``~/save_estimate`` and ``~/reset_estimate`` (std_srvs/Trigger).
+
+Regressor source (``regressor_source``, read-only): ``inprocess`` (default, lowest
+latency) computes the Slotine-Li regressor (and the composite law's filtered regressor)
+in the cycle; ``topics`` takes them from the ``regressor`` node (``regressor/slotine_li``
+and ``regressor/filtered`` = [W | tau_f], full columns) with the SAME stamp as the
+state, for a distributed set-up.  The regressor node's settings (latched
+``regressor/columns``: column names, ``lam``, ``filter_lambda``, ``rate_hz``) must
+match this node's (full parameter names incl. friction, Lambda, and for the composite
+law the filter): otherwise every cycle is refused (safe command, error log, counter
+``regressor_mismatch``).  A state waits for its regressors like for its reference (exact
+stamp only, at most ``reference_wait``, or until a newer state supersedes it); none
+arrived -> safe command, ``regressor_missing``.  Malformed messages (shape, NaN) ->
+``regressor_rejected`` and the safe command for that stamp; late ones ->
+``regressor_stale``.  ``pd`` needs no regressor and never waits.
 """
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import time
 
 import numpy as np
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from ..control.adaptive import AdaptiveController, spd_gain
-from ..ros.conversions import joint_state_msg, vector_from_msg
+from ..ros.conversions import MATRIX_STAMP_OFFSET, joint_state_msg, matrix_from_msg, to_ns, vector_from_msg
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
-from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, RELIABLE_STREAM_QOS
+from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, RELIABLE_STREAM_QOS, stream_qos
 from .controller import JointControllerShell, shell_specs
 
 LAWS = ("pd", "computed_torque", "direct", "composite")
+REGRESSOR_SOURCES = ("inprocess", "topics")
+_BAD = object()  # a regressor message for this stamp was rejected: safe command for it
 _GAIN_PARAMS = ("lam", "kd", "gamma", "p0", "r", "filter_lambda", "lambda0", "k0", "k1", "max_tracking_error")
 
 
@@ -99,6 +117,10 @@ def specs() -> list[ParamSpec]:
         ParamSpec("parameters_decimation", 100, "publish the estimate every k cycles", min=1, max=100000),
         ParamSpec("rate_hz", 1000.0, "control rate [Hz] (the update is integrated with 1/rate_hz)",
                   min=1.0, max=10000.0, read_only=True),
+        ParamSpec("regressor_source", "inprocess", "inprocess: compute the regressors in the cycle (lowest"
+                  " latency) | topics: use the regressor node's regressor/slotine_li + regressor/filtered"
+                  " with the state's stamp (its lam, filter_lambda, rate_hz and full columns must match)",
+                  choices=list(REGRESSOR_SOURCES), read_only=True),
     ]
 
 
@@ -150,6 +172,18 @@ class AdaptiveControllerNode(JointControllerShell):
         self._dirty = False
         self._last_save = time.monotonic()
         self._timing_us: list[float] = []
+        # regressor_source: topics -- per-stamp buffers, the regressor node's settings
+        self._topics = p["regressor_source"] == "topics"
+        self._reg_y: dict = {}      # stamp -> Y (n x n_params) or _BAD
+        self._reg_w: dict = {}      # stamp -> (W, tau_f) or _BAD
+        self._reg_meta = None       # {"columns": [...], "settings": {...}} from regressor/columns
+        self._reg_check = None      # cached {"Y": error | None, "W": error | None}
+        self.counters.set("regressor_source", p["regressor_source"])
+        if self._topics:  # shown from the start; their increase raises the diagnostics level
+            self.counters.warn_on += ("regressor_missing", "regressor_rejected", "regressor_stale")
+            self.counters.error_on += ("regressor_mismatch",)
+            for k in ("regressor_missing", "regressor_rejected", "regressor_stale", "regressor_mismatch"):
+                self.counters.set(k, 0)
         path = p["estimate_file"]
         if path and os.path.exists(path):
             self.core.load_state(path)  # raises with what differs: never silently discard a learned model
@@ -163,11 +197,19 @@ class AdaptiveControllerNode(JointControllerShell):
                                          RELIABLE_STREAM_QOS)
         self.create_service(Trigger, "~/save_estimate", self._srv_save)
         self.create_service(Trigger, "~/reset_estimate", self._srv_reset)
+        if self._topics:
+            qos = stream_qos(self.p["reliable_streams"])
+            self.io.node.create_subscription(Float64MultiArray, "regressor/slotine_li",
+                                             lambda m: self._on_regressor(m, "slotine_li"), qos)
+            self.io.node.create_subscription(Float64MultiArray, "regressor/filtered",
+                                             lambda m: self._on_regressor(m, "filtered"), qos)
+            self.create_subscription(JointState, "regressor/columns", self._on_columns, LATCHED_QOS)
 
     def _describe(self) -> str:
         c = self.core
         return (f"law={self.p['law']}, {c.n_adapted} {c.coordinates} parameters"
-                f"{' + friction' if c.friction else ''}{', projection' if c.projection else ''}")
+                f"{' + friction' if c.friction else ''}{', projection' if c.projection else ''}"
+                f", regressors {self.p['regressor_source']}")
 
     # ------------------------------------------------------------- parameters
     def _gamma_scale(self, core) -> np.ndarray | None:
@@ -207,6 +249,8 @@ class AdaptiveControllerNode(JointControllerShell):
             if name in ("lam", "kd"):
                 for core in self.fixed.values():
                     core.set_gains(**{name: g[name]})
+        if name in ("lam", "filter_lambda"):
+            self._reg_check = None  # re-check against the regressor node's settings
 
     def _on_law(self, _name, value) -> None:
         with self._lock:
@@ -244,6 +288,185 @@ class AdaptiveControllerNode(JointControllerShell):
             return self.residuals[self._res_keys[i - 1]]
         return None
 
+    # ------------------------------------------------- regressor_source: topics
+    def _on_columns(self, msg: JointState) -> None:
+        try:
+            settings = json.loads(msg.header.frame_id) if msg.header.frame_id else None
+            if settings is not None and not isinstance(settings, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            settings = {"error": f"unreadable settings in header.frame_id ({exc})"}
+        with self._cb_lock:
+            self._reg_meta = {"columns": list(msg.name), "settings": settings}
+            self._reg_check = None
+            errs = self._regressor_check()
+            for key, err in errs.items():
+                if err and (key == "Y" or self.p["law"] == "composite"):
+                    self.get_logger().error(f"regressor_source=topics: {err}; cycles needing it get the safe"
+                                            " command")
+            if not any(errs.values()):
+                self.get_logger().info(f"regressor node's columns received ({len(msg.name)}, settings"
+                                       f" {settings}): consistent with this controller")
+            if self._pending is not None:
+                self._try_pending()
+
+    def _regressor_check(self) -> dict:
+        """Does the regressor node compute what this controller would?  ``{"Y": reason or
+        None, "W": reason or None}`` (W: the composite law's filter), cached until the
+        columns message or lam / filter_lambda change."""
+        chk = self._reg_check
+        if chk is not None:
+            return chk
+        meta = self._reg_meta
+        core = self.core
+        chk = {"Y": None, "W": None}
+        if meta is None:
+            return chk  # not cached: nothing received yet (cycles wait)
+        names, want = meta["columns"], core.full_parameter_names
+        st = meta["settings"]
+        if names != want:
+            diff = [f"{a!r} != {b!r}" for a, b in zip(names, want) if a != b][:3]
+            chk["Y"] = chk["W"] = (
+                f"the regressor node's {len(names)} columns differ from this controller's {len(want)} full"
+                f" parameters{' with friction columns' if core.friction else ''} (set base_parameters: false"
+                f" and friction: {str(core.friction).lower()} on the regressor node)"
+                + (f"; first differences: {', '.join(diff)}" if diff else ""))
+        elif st is None or "error" in st or "lam" not in st:
+            chk["Y"] = chk["W"] = ("regressor/columns carries no settings (" + (st or {}).get("error", "no lam")
+                                   + "): cannot check its Lambda against lam; refusing")
+        else:
+            lam = np.asarray(st["lam"], dtype=float).reshape(-1)
+            mine = core.lam
+            theirs = np.diag(np.full(self.n, lam[0]) if lam.size == 1 else lam) if lam.size in (1, self.n) \
+                else None
+            if theirs is None or not np.allclose(theirs, mine, rtol=1e-12, atol=0.0):
+                shown = np.diag(mine).tolist() if np.array_equal(mine, np.diag(np.diag(mine))) \
+                    else f"a non-diagonal {self.n}x{self.n} matrix (the regressor node's is diagonal)"
+                chk["Y"] = chk["W"] = (f"the regressor node's Lambda (lam = {lam.tolist()}) differs from this"
+                                       f" controller's lam = {shown}: its q_dr, q_ddr would not be this"
+                                       " controller's; set the same lam on both nodes")
+            else:
+                fl, rate = st.get("filter_lambda"), st.get("rate_hz")
+                if fl is None or not np.isclose(float(fl), core.filter_lambda, rtol=1e-12, atol=0.0):
+                    chk["W"] = (f"the regressor node's filter_lambda = {fl} differs from this controller's"
+                                f" {core.filter_lambda}: its W, tau_f are not this law's; set the same on both")
+                elif rate is None or not np.isclose(float(rate), self.p["rate_hz"], rtol=1e-12, atol=0.0):
+                    chk["W"] = (f"the regressor node's rate_hz = {rate} differs from this controller's"
+                                f" {self.p['rate_hz']} (filter step); set the same on both")
+        self._reg_check = chk
+        return chk
+
+    def _on_regressor(self, msg: Float64MultiArray, kind: str) -> None:
+        n, P = self.n, self.core.model.n_params
+        where = f"regressor/{kind}"
+        try:
+            stamp, M = matrix_from_msg(msg, expected_shape=(n, P if kind == "slotine_li" else P + 1), where=where)
+            val = M if kind == "slotine_li" else (np.ascontiguousarray(M[:, :-1]), M[:, -1].copy())
+        except ValueError as exc:
+            stamp, val = _matrix_stamp(msg), _BAD
+            self.counters.inc("regressor_rejected")
+            if self.log_throttle("reg_bad"):
+                self.get_logger().error(f"{where} rejected ({exc}); the safe command answers its state")
+            if stamp is None:
+                return
+        with self._cb_lock:
+            pend = self._pending
+            last = self._last_stamp
+            if last is not None and (stamp < last or (stamp == last and (pend is None or pend[0] != stamp))):
+                self.counters.inc("regressor_stale")  # its state was answered already (or superseded)
+                return
+            buf = self._reg_y if kind == "slotine_li" else self._reg_w
+            buf[stamp] = val
+            if len(buf) > 1024:  # nobody consumes them (no joint_states here?): keep the newest
+                for k in sorted(buf)[:512]:
+                    del buf[k]
+            if pend is not None and pend[0] == stamp:
+                self._try_pending()
+
+    def _regressor_wait(self, stamp: int, effort) -> str | None:
+        """What the state ``stamp`` is still waiting for from the regressor node (None:
+        nothing -- either here, refused at once, or not needed)."""
+        law = self.p["law"]
+        if law == "pd":
+            return None
+        if self._reg_meta is None:
+            return "regressor/columns (the regressor node's settings)"
+        chk = self._regressor_check()
+        need_w = law == "composite" and effort is not None
+        if chk["Y"] or (need_w and chk["W"]):
+            return None  # refused in _control
+        if stamp not in self._reg_y:
+            return "regressor/slotine_li"
+        if need_w and stamp not in self._reg_w:
+            return "regressor/filtered"
+        return None
+
+    def _give_up_regressor(self, pend, why: str) -> None:
+        self._pending = None
+        self._reg_y.pop(pend[0], None)
+        self._reg_w.pop(pend[0], None)
+        self.counters.inc("regressor_missing")
+        if self.log_throttle("reg_miss"):
+            self.get_logger().warning(f"no {why} for the state t={pend[0] * 1e-9:.4f} s: safe command sent")
+        self._publish(self._safe_command(), pend[0])
+
+    def _try_pending(self, allow_stale: bool = False) -> bool:
+        if self._topics:
+            stamp, _q, _v, effort = self._pending
+            if self._regressor_wait(stamp, effort) is not None:
+                return False  # the regressor callback (or the watchdog) comes back to it
+        return super()._try_pending(allow_stale)
+
+    def _on_state(self, msg: JointState) -> None:
+        if self._topics:
+            with self._cb_lock:
+                pend = self._pending
+                if pend is not None and to_ns(msg.header.stamp) > pend[0]:
+                    why = self._regressor_wait(pend[0], pend[3])
+                    ref = self.refs.lookup(pend[0], int(self.p["reference_tolerance"] * 1e9), max_staleness_ns=-1)
+                    if why is not None and ref is not None:  # only the regressor is missing
+                        self._give_up_regressor(pend, f"{why} before a newer state")
+        super()._on_state(msg)
+
+    def _watchdog(self) -> None:
+        if self._topics:
+            with self._cb_lock:
+                pend = self._pending
+                if pend is not None and time.monotonic() - self._pending_since > self.p["reference_wait"]:
+                    why = self._regressor_wait(pend[0], pend[3])
+                    if why is not None:
+                        self._give_up_regressor(pend, f"{why} within reference_wait = {self.p['reference_wait']} s")
+        super()._watchdog()
+
+    def _external_regressors(self, stamp: int, law: str, effort) -> dict | None:
+        """This stamp's regressors from the topics as ``compute`` keyword arguments, or
+        None (refused: logged and counted; the caller sends the safe command)."""
+        Y = self._reg_y.pop(stamp, None)
+        Wt = self._reg_w.pop(stamp, None)
+        for buf in (self._reg_y, self._reg_w):  # leftovers of older stamps (given up / superseded)
+            if len(buf) > 8:
+                for k in [k for k in buf if k < stamp]:
+                    del buf[k]
+        chk = self._regressor_check()
+        need_w = law == "composite" and effort is not None
+        err = chk["Y"] or (chk["W"] if need_w else None)
+        if self._reg_meta is None:
+            err = "no regressor/columns received"
+        if err:
+            self.counters.inc("regressor_mismatch")
+            if self.log_throttle("reg_mismatch"):
+                self.get_logger().error(f"regressor_source=topics refused: {err}; safe command")
+            return None
+        if Y is None or (need_w and Wt is None):  # pragma: no cover - _try_pending waits for them
+            self.counters.inc("regressor_missing")
+            return None
+        if Y is _BAD or (need_w and Wt is _BAD):
+            return None  # counted and logged on reception
+        kw = {"Y": Y}
+        if need_w:
+            kw["W"], kw["tau_f"] = Wt
+        return kw
+
     def _control(self, stamp, q, v, effort, ref, qd, qdd):
         t0 = time.perf_counter()
         law = self.p["law"]
@@ -253,9 +476,14 @@ class AdaptiveControllerNode(JointControllerShell):
         if learn and law == "composite" and effort is None:
             learn = False
             self.counters.inc("no_measured_torque")
+        ext = {}
+        if self._topics and law != "pd":
+            ext = self._external_regressors(stamp, law, effort)
+            if ext is None:
+                return None
         try:
             with self._lock:
-                tau = core.compute(q, v, ref.q, qd, qdd, tau_measured=effort, learn=learn)
+                tau = core.compute(q, v, ref.q, qd, qdd, tau_measured=effort, learn=learn, **ext)
         except ValueError as exc:  # non-finite input: estimate untouched
             self.counters.inc("rejected_inputs")
             if self.log_throttle("core"):
@@ -325,6 +553,12 @@ class AdaptiveControllerNode(JointControllerShell):
         return res
 
     def _diagnostics(self) -> None:
+        if self._topics:
+            with self._cb_lock:
+                chk = self._regressor_check()
+                err = "no regressor/columns received" if self._reg_meta is None else (
+                    chk["Y"] or (chk["W"] if self.p["law"] == "composite" else None))
+            self.counters.set("regressor_config", err or "ok")
         d = self.core.diagnostics()
         for k in ("updates", "frozen_cycles", "rejected_inputs", "projections", "p_norm", "forgetting"):
             self.counters.set(k, d[k] if not isinstance(d[k], float) else round(d[k], 6))
@@ -348,6 +582,18 @@ class AdaptiveControllerNode(JointControllerShell):
                 self.get_logger().info(f"estimate saved to {path}")
         except Exception as exc:  # never block the zero command
             self.get_logger().error(f"saving the estimate failed: {exc}")
+
+
+def _matrix_stamp(msg: Float64MultiArray) -> int | None:
+    """The stamp of a stamped matrix whose content was rejected (None: unreadable)."""
+    try:
+        sec, nsec = float(msg.data[0]), float(msg.data[1])
+        if msg.layout.data_offset == MATRIX_STAMP_OFFSET and sec == int(sec) and nsec == int(nsec) \
+                and sec >= 0 and 0 <= nsec < 1e9:
+            return int(sec) * 1_000_000_000 + int(nsec)
+    except (IndexError, ValueError, OverflowError):
+        pass
+    return None
 
 
 def main(args=None) -> int:

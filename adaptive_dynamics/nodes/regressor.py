@@ -16,15 +16,26 @@ stamped with the same instant:
 Layout (README "interfaces"): stamped matrices as ``std_msgs/Float64MultiArray``,
 ``data[0:2]`` = stamp (sec, nanosec), then row-major, ``layout.data_offset = 2``; dims
 ``rows:joints`` (model joint order = ``joint_names``) and ``cols:<parameter coordinates>``.
-Column names are published once, latched, on ``regressor/columns`` (JointState:
-``name`` = column names, ``position`` = the URDF's parameters in those columns).
-Each regressor has a decimation (0 = off).  Base-parameter columns (``base_parameters``)
-and friction columns (``friction``) are options.
+Column names are published latched on ``regressor/columns`` (JointState: ``name`` =
+column names, ``position`` = the URDF's parameters in those columns, ``header.frame_id``
+= the settings the matrices are computed with, as JSON: ``{"lam": [...] (1 or n
+values), "filter_lambda": ..., "rate_hz": ..., "coordinates": "pi" | "base",
+"friction": ...}``; republished when ``lam`` or ``filter_lambda`` change), so a
+consumer -- the ``adaptive_controller`` with ``regressor_source: topics`` -- can check
+that they match its own.  A state whose reference has not arrived yet is held
+(``reference_wait``, wall s; a newer state ends the wait), as the controllers do.  Each
+regressor has a decimation (0 = off).  Base-parameter columns (``base_parameters``) and
+friction columns (``friction``) are options.
 """
 from __future__ import annotations
 
+import json
+import threading
+import time
+
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -52,6 +63,10 @@ def specs() -> list[ParamSpec]:
         ParamSpec("base_parameters", False, "columns = base parameters (else the full pi)", read_only=True),
         ParamSpec("friction", False, "append viscous + Coulomb friction columns", read_only=True),
         ParamSpec("reference_tolerance", 0.0005, "max |reference stamp - state stamp| [s]", min=0.0),
+        ParamSpec("reference_wait", 1.0, "wall time [s] to hold a state whose reference (needed by"
+                  " slotine_li or a reference standard regressor) has not arrived yet; a newer state ends"
+                  " the wait at once; 0 = never wait (the regressor is skipped, reference_missing)",
+                  min=0.0, max=60.0),
         ParamSpec("reliable_streams", True, "subscribe to joint_states reliably", read_only=True),
         ParamSpec("hot_path_thread", True, "take joint_states on a lean companion node (see HotPath)",
                   read_only=True),
@@ -72,28 +87,46 @@ class RegressorNode(Node):
         self.mapper = JointStateMapper(m.joint_names)
         self.refs = ReferenceBuffer(m.joint_names, capacity=4096)
         self.filter = m.filtered_regressor(p["filter_lambda"], 1.0 / p["rate_hz"])
+        m.warm_up()  # the compiled Slotine-Li kernel now, not in the first cycle
         self.p.on_change("filter_lambda", lambda _n, v: setattr(self.filter, "lam", float(v)))
         self.p.add_validator(self._validate)
         self.counters = Counters("regressor", self.get_fully_qualified_name())
         self.throttle = Throttle(1.0)
         self._prev = None  # (stamp, v) for the backward difference
         self._k = 0
+        self._lock = threading.Lock()  # state processing: io thread vs the wait timer
+        self._pending = None  # (stamp, q, v, tau) waiting for its reference
+        self._pending_since = 0.0
+        self._last_in = None  # newest accepted state stamp
         qos = PUBLISHER_STREAM_QOS
         self.pub = {name: self.create_publisher(Float64MultiArray, f"regressor/{name}", qos)
                     for name in ("standard", "slotine_li", "filtered")}
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        cols = self.create_publisher(JointState, "regressor/columns", LATCHED_QOS)
-        nominal = m.parameters
-        cols.publish(joint_state_msg(0, self.columns, q=self.base.to_base(nominal) if self.base else nominal))
-        self._cols_pub = cols
+        self._cols_pub = self.create_publisher(JointState, "regressor/columns", LATCHED_QOS)
+        self._publish_columns()
+        self.p.on_change("lam", lambda *_: self._publish_columns())
+        self.p.on_change("filter_lambda", lambda *_: self._publish_columns())
         self.io = HotPath(self, enabled=p["hot_path_thread"])
         self.io.node.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS)
         self.io.node.create_subscription(JointState, "joint_states", self._on_state,
                                          stream_qos(p["reliable_streams"]))
         self.create_timer(p["diagnostics_period"], self._diag)
+        # wall clock: in lockstep sim time stands still while a state waits
+        self.create_timer(0.01, self._wait_timer, clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.get_logger().info(f"{len(self.columns)} {self.col_label} columns; standard from"
                                f" {p['standard_input']}")
         self.io.start()
+
+    def settings(self) -> dict:
+        """What the published matrices depend on besides the state (``regressor/columns``)."""
+        return {"lam": [float(x) for x in self.p["lam"]], "filter_lambda": float(self.p["filter_lambda"]),
+                "rate_hz": float(self.p["rate_hz"]), "coordinates": self.col_label,
+                "friction": bool(self.p["friction"])}
+
+    def _publish_columns(self) -> None:
+        nominal = self.model.parameters
+        cols = self.base.to_base(nominal) if self.base else nominal
+        self._cols_pub.publish(joint_state_msg(0, self.columns, q=cols, frame_id=json.dumps(self.settings())))
 
     def _validate(self, cand) -> str | None:
         if len(cand["lam"]) not in (1, self.n):
@@ -110,6 +143,28 @@ class RegressorNode(Node):
             self.counters.inc("reference_rejected")
             if self.throttle("ref"):
                 self.get_logger().error(f"reference rejected: {exc}")
+            return
+        with self._lock:
+            if self._pending is not None and self._ref(self._pending[0]) is not None:
+                self._flush()
+
+    def _ref(self, stamp):
+        return self.refs.lookup(stamp, int(self.p["reference_tolerance"] * 1e9), max_staleness_ns=-1)
+
+    def _needs_ref(self, k: int) -> bool:
+        dec_std, dec_sl = self.p["standard_decimation"], self.p["slotine_li_decimation"]
+        return bool((dec_sl and k % dec_sl == 0)
+                    or (dec_std and k % dec_std == 0 and self.p["standard_input"] == "reference"))
+
+    def _flush(self) -> None:
+        """Process the waiting state now (with its reference if it came, else without)."""
+        pend, self._pending = self._pending, None
+        self._process(*pend)
+
+    def _wait_timer(self) -> None:
+        with self._lock:
+            if self._pending is not None and time.monotonic() - self._pending_since > self.p["reference_wait"]:
+                self._flush()
 
     def _on_state(self, msg: JointState) -> None:
         try:
@@ -121,19 +176,31 @@ class RegressorNode(Node):
             if self.throttle("state"):
                 self.get_logger().error(f"joint_states rejected: {exc}")
             return
-        if self._prev is not None and stamp <= self._prev[0]:
-            self.counters.inc("out_of_order")
-            if self.throttle("order"):
-                self.get_logger().warning(f"joint_states stamp {stamp} not after {self._prev[0]}: ignored")
-            return
+        with self._lock:
+            if self._last_in is not None and stamp <= self._last_in:
+                self.counters.inc("out_of_order")
+                if self.throttle("order"):
+                    self.get_logger().warning(f"joint_states stamp {stamp} not after {self._last_in}: ignored")
+                return
+            self._last_in = stamp
+            if self._pending is not None:  # a newer state: the waiting one goes out as it is
+                self._flush()
+            if self.p["reference_wait"] > 0 and self._needs_ref(self._k) and self._ref(stamp) is None:
+                # like the controller, wait for the reference stamped for this instant (in
+                # lockstep the first states can arrive before the trajectory's references)
+                self._pending = (stamp, q, v, tau)
+                self._pending_since = time.monotonic()
+                return
+            self._process(stamp, q, v, tau)
+
+    def _process(self, stamp, q, v, tau) -> None:
         p = self._k
         self._k += 1
         dec_std, dec_sl, dec_f = (self.p["standard_decimation"], self.p["slotine_li_decimation"],
                                   self.p["filtered_decimation"])
         ref = None
-        if (dec_sl and p % dec_sl == 0) or (dec_std and p % dec_std == 0
-                                            and self.p["standard_input"] == "reference"):
-            ref = self.refs.lookup(stamp, int(self.p["reference_tolerance"] * 1e9), max_staleness_ns=-1)
+        if self._needs_ref(p):
+            ref = self._ref(stamp)
             if ref is None:
                 self.counters.inc("reference_missing")
         if dec_std and p % dec_std == 0:
