@@ -258,7 +258,7 @@ def plot(results: dict, phases: list[float], robot: str, out_dir: str, joint: in
     def background(ax):
         for k in range(4):
             ax.axvspan(edges[k], edges[k + 1], color=shades[k], zorder=0)
-            ax.text(0.5 * (edges[k] + edges[k + 1]), 1.0, f"phase {k + 1}", ha="center", va="bottom",
+            ax.text(0.5 * (edges[k] + edges[k + 1]), 0.98, f"phase {k + 1}", ha="center", va="top",
                     transform=ax.get_xaxis_transform(), fontsize=8)
 
     # Fig. 5: torque contributions of joint `joint` (0-based), with and without the transform

@@ -62,6 +62,7 @@ from ..ros.conversions import MATRIX_STAMP_OFFSET, joint_state_msg, matrix_from_
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, RELIABLE_STREAM_QOS, stream_qos
+from .common import trigger_save
 from .controller import JointControllerShell, shell_specs
 
 LAWS = ("pd", "computed_torque", "direct", "composite")
@@ -533,14 +534,7 @@ class AdaptiveControllerNode(JointControllerShell):
         return written
 
     def _srv_save(self, req, res):
-        try:
-            path = self.save_estimate()
-        except OSError as exc:
-            res.success, res.message = False, f"save failed: {exc}"
-            return res
-        res.success = path is not None
-        res.message = f"estimate saved to {path}" if path else "estimate_file is not set"
-        return res
+        return trigger_save(res, self.save_estimate, what="estimate", unset="estimate_file is not set")
 
     def _srv_reset(self, req, res):
         with self._cb_lock, self._lock:
