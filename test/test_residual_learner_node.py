@@ -129,6 +129,13 @@ def test_learns_by_stamp_and_name_publishes_ahead_and_switches(ros, model):
     np.testing.assert_allclose(mon[(k_new + 1) * DT][0], node.core.predict(X[k_new + 1]), rtol=1e-12)
     assert node.core.counters["samples_offered"] == N   # learning off: nothing more offered
 
+    # a jump ahead (a late start, a stall): no residuals for the instants skipped
+    before, lead_steps, k_jump = len(probe.res), int(LEAD * 1e9) // DT, N + 12
+    probe.send(k_jump, q[k_jump], v[k_jump], tau[k_jump], pt[k_jump])
+    assert ros.spin_until(lambda: to_ns(probe.res[-1].header.stamp) == (k_jump + lead_steps) * DT, timeout=10.0)
+    assert [to_ns(m.header.stamp) for m in probe.res[before:]] == \
+        list(range(k_jump * DT, (k_jump + lead_steps) * DT + 1, DT))
+
 
 def test_bad_input_is_rejected_and_counted(ros, model, tmp_path):
     path = tmp_path / "residual.npz"

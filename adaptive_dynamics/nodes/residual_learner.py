@@ -20,7 +20,8 @@ for the learner's worker thread, which never blocks prediction.
 in order with the samples, or ignored (``transform: false``: the ablation).
 
 Prediction: on each ``joint_states`` stamp ``t`` the node predicts the residual for
-every reference point stamped in ``(last published, t + prediction_lead]`` from the
+every reference point stamped in ``(last published, t + prediction_lead]`` and not
+before ``t`` from the
 *reference* state ``(q_d, qd_d, qdd_d)`` and publishes one ``feedforward/residual``
 (JointState, ``effort`` by joint name, stamped with the instant it applies to) per
 point -- ahead of the state it is for, so the controller finds the exact stamp.  With
@@ -206,7 +207,7 @@ class ResidualLearnerNode(Node):
             pt = self._ptorques.pop(stamp, None)
         if pt is not None:
             self._learn(stamp, pt)
-        self._predict_until(stamp + int(self.p["prediction_lead"] * 1e9))
+        self._predict_until(stamp, stamp + int(self.p["prediction_lead"] * 1e9))
 
     def _measured_acc(self, stamp: int, v: np.ndarray) -> np.ndarray:
         last = self._last_state
@@ -267,8 +268,11 @@ class ResidualLearnerNode(Node):
         if self.core.add_parameter_update(dpi):
             self._dirty = True
 
-    def _predict_until(self, horizon: int) -> None:
-        refs = self.refs.between(self._last_pub, horizon)
+    def _predict_until(self, now: int, horizon: int) -> None:
+        # never for instants before the newest state (a late start or a stall would
+        # otherwise burst out residuals for the past)
+        after = self._last_pub if self._last_pub is not None and self._last_pub >= now else now - 1
+        refs = self.refs.between(after, horizon)
         if not refs:
             return
         n = self.n
