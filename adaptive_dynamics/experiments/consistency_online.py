@@ -175,9 +175,11 @@ def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float
             "sim_s_per_wall_s": round(duration / wall, 3)}
 
 
-def _stamped(path, topic, field, names):
+def _stamped(path, topic, names, *fields):
+    """Stamps [ns] and one array per JointState field (columns in ``names`` order), in
+    one pass over the topic."""
     from ..evaluation.bags import read_messages
-    ts, vals = [], []
+    ts, vals = [], [[] for _ in fields]
     order, got = None, None
     for _, _, m in read_messages(path, [topic]):
         if order is None or list(m.name) != got:
@@ -186,10 +188,11 @@ def _stamped(path, topic, field, names):
                 raise ValueError(f"{topic} in {path} has joints {got}, expected {names}")
             order = [got.index(j) for j in names]
         ts.append(m.header.stamp.sec * 10 ** 9 + m.header.stamp.nanosec)
-        vals.append(np.asarray(getattr(m, field))[order])
+        for out, field in zip(vals, fields):
+            out.append(np.asarray(getattr(m, field))[order])
     if not ts:
         raise ValueError(f"no {topic} messages in {path}")
-    return np.array(ts, dtype=np.int64), np.array(vals)
+    return (np.array(ts, dtype=np.int64), *(np.array(v) for v in vals))
 
 
 def _references(path, names):
@@ -209,11 +212,9 @@ def analyse(bag: str, names: list[str], phases: list[float]) -> dict:
     from ..evaluation.metrics import rmse
     from ..evaluation.bags import resolve_bag
     path = resolve_bag(bag)
-    ts, q = _stamped(path, "/joint_states", "position", names)
-    _, v = _stamped(path, "/joint_states", "velocity", names)
-    _, tau = _stamped(path, "/joint_states", "effort", names)
-    tp, pt = _stamped(path, "/adaptive/parametric_torque", "effort", names)
-    tf, fhat = _stamped(path, "/residual_learner/prediction", "effort", names)
+    ts, q, v, tau = _stamped(path, "/joint_states", names, "position", "velocity", "effort")
+    tp, pt = _stamped(path, "/adaptive/parametric_torque", names, "effort")
+    tf, fhat = _stamped(path, "/residual_learner/prediction", names, "effort")
     refs = _references(path, names)
     keep = np.array([t in refs for t in ts])
     ts, q, v, tau = ts[keep], q[keep], v[keep], tau[keep]
