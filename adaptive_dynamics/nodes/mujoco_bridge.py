@@ -209,8 +209,6 @@ class MujocoBridgeNode(Node):
     def _publish_state(self) -> None:
         t, q, v, tau = self.plant.state()
         stamp = int(round(t * 1e9))
-        if self.plant.steps % self.p["clock_decimation"] == 0:
-            self.pub_clock.publish(Clock(clock=from_ns(stamp)))
         self._stamp = stamp
         self._sent_wall = time.monotonic()
         self._published_at[stamp] = time.perf_counter_ns()
@@ -218,6 +216,10 @@ class MujocoBridgeNode(Node):
             for k in sorted(self._published_at)[:1000]:
                 del self._published_at[k]
         self.pub_state.publish(joint_state_msg(stamp, self.names, q, v, tau))
+        # /clock after the state: the controller answering this state is on the critical
+        # path, the /clock readers (trajectory, time sources) are not
+        if self.plant.steps % self.p["clock_decimation"] == 0:
+            self.pub_clock.publish(Clock(clock=from_ns(stamp)))
 
     def _safe_step(self) -> None:
         mode = "hold" if self.p["safe_mode"] == "hold" else "damp"

@@ -1,9 +1,12 @@
-"""``trajectory`` node: publishes ``reference`` (JointTrajectory, one point per message,
-``header.stamp`` = the instant it applies to) on a ``rate_hz`` grid, ``lookahead``
-seconds ahead of the current ROS time, so consumers always find the reference of
-their control instant by stamp.  In simulation it is driven by ``/clock`` (every
-tick extends the window: deterministic in lockstep); otherwise by a steady timer on
-the node's clock.  The trajectory is validated against the URDF's position and
+"""``trajectory`` node: publishes ``reference`` (JointTrajectory batches: point i applies
+at ``header.stamp + time_from_start[i]``, see :func:`reference_batch_msg`) on a
+``rate_hz`` grid, up to ``lookahead`` seconds ahead of the current ROS time, so
+consumers always find the reference of their control instant by stamp.  A new batch
+goes out once less than ``lookahead - publish_period`` remains published ahead, so a
+batch holds ~``publish_period`` of points (one message per ``publish_period`` instead
+of one per tick: each message costs every process it reaches ~0.1 ms here).  In
+simulation it is driven by ``/clock`` (deterministic in lockstep: what is published
+depends only on sim time); otherwise by a steady timer on the node's clock.  The trajectory is validated against the URDF's position and
 velocity limits (and ``acceleration_limit``) at start, with a clear error.
 ``speed`` is live: the phase is integrated, so changing it never makes q jump; a
 speed whose scaled trajectory would violate a limit is refused with the reason.
@@ -45,6 +48,9 @@ def specs() -> list[ParamSpec]:
         ParamSpec("rate_hz", 1000.0, "reference rate [Hz] (= control rate)", min=1.0, max=10000.0, read_only=True),
         ParamSpec("lookahead", 0.05, "publish references this far ahead of their stamp [s]", min=0.0,
                   max=5.0, read_only=True),
+        ParamSpec("publish_period", 0.02, "publish a new batch when less than lookahead - publish_period"
+                  " is left ahead [s] (0: extend the window on every tick; capped at lookahead)",
+                  min=0.0, max=5.0, read_only=True),
         ParamSpec("speed", 1.0, "speed scaling (phase rate); live, validated against the limits",
                   min=0.0, max=3.0),
         ParamSpec("start_time", 0.0, "ROS time [s] at which the trajectory starts (sim)", min=0.0,
@@ -106,6 +112,7 @@ class TrajectoryNode(Node):
         self.names = self.model.joint_names
         self.dt_ns = int(round(1e9 / p["rate_hz"]))
         self.lookahead_ns = int(round(p["lookahead"] * 1e9))
+        self.refill_ns = self.lookahead_ns - min(int(round(p["publish_period"] * 1e9)), self.lookahead_ns)
         self.lock = threading.Lock()
         self.traj = None
         self.last_ns = None  # stamp of the last published reference
@@ -173,6 +180,8 @@ class TrajectoryNode(Node):
         with self.lock:
             if self.traj is None:
                 return
+            if self.last_ns is not None and self.last_ns - now_ns > self.refill_ns:
+                return  # enough published ahead
             horizon = now_ns + self.lookahead_ns
             k = (self.last_ns + self.dt_ns) if self.last_ns is not None else \
                 int(math.ceil(max(now_ns, int(self.t0 * 1e9)) / self.dt_ns)) * self.dt_ns

@@ -1,0 +1,63 @@
+"""The ``trajectory`` node over DDS, driven by /clock as in simulation: what it publishes
+is the trajectory core's samples on the rate grid, contiguous (no gap, no duplicate),
+always at least ``lookahead - publish_period`` ahead of the clock, in one batch per
+``publish_period`` (not one message per tick)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rosgraph_msgs.msg import Clock
+from trajectory_msgs.msg import JointTrajectory
+
+from adaptive_dynamics.nodes.trajectory import TrajectoryNode
+from adaptive_dynamics.ros.conversions import from_ns, to_ns
+from adaptive_dynamics.ros.qos import CLOCK_QOS, REFERENCE_QOS
+
+pytestmark = pytest.mark.ros
+MS = 1_000_000
+
+
+def _dur(d) -> int:
+    return d.sec * 1_000_000_000 + d.nanosec
+
+
+@pytest.mark.parametrize("publish_period", [0.1, 0.0])
+def test_trajectory_batches_cover_the_grid_ahead_of_the_clock(ros, publish_period):
+    lookahead = 0.2
+    node = ros.add(TrajectoryNode, robot="planar2", use_sim_time=True, lookahead=lookahead,
+                   publish_period=publish_period, type="fourier", seed=3, amplitude=0.3,
+                   base_frequency=0.5, harmonics=3)
+    probe = ros.node("traj_probe")
+    batches = []
+    probe.create_subscription(JointTrajectory, "reference", batches.append, REFERENCE_QOS)
+    clock = probe.create_publisher(Clock, "/clock", CLOCK_QOS)
+    assert ros.spin_until(lambda: len(batches) >= 1)  # the first window goes out at start
+    last_ahead = []
+    for k in range(0, 61):  # /clock at 100 Hz for 0.6 s
+        t = k * 10 * MS
+        n_before = len(batches)
+        clock.publish(Clock(clock=from_ns(t)))
+        ros.spin_until(lambda: node.get_clock().now().nanoseconds == t, timeout=2.0)
+        ros.spin_for(0.005)
+        # the horizon published so far, seen by a consumer at sim time t
+        stamps = [to_ns(b.header.stamp) + _dur(b.points[-1].time_from_start) for b in batches]
+        last_ahead.append(max(stamps) - t)
+        assert len(batches) - n_before <= 1
+    # everything published: contiguous 1 kHz grid from 0, each point once
+    grid = np.concatenate([to_ns(b.header.stamp) + np.array([_dur(p.time_from_start) for p in b.points])
+                           for b in batches])
+    np.testing.assert_array_equal(grid, np.arange(grid.size) * MS)
+    assert grid[-1] >= 600 * MS + (lookahead - publish_period) * 1e9 - 1
+    # never less than lookahead - publish_period ahead of the clock
+    assert min(last_ahead) >= (lookahead - publish_period) * 1e9 - 10 * MS
+    # one batch per publish_period (every tick when 0)
+    expected = 1 + (61 if publish_period == 0 else int(0.6 / publish_period))
+    assert abs(len(batches) - expected) <= 1, (len(batches), expected)
+    # values: the node's trajectory sampled on the grid, and qd the derivative of q
+    Q = np.concatenate([[p.positions for p in b.points] for b in batches])
+    QD = np.concatenate([[p.velocities for p in b.points] for b in batches])
+    q_ref, qd_ref, _ = node.traj.sample_many(grid * 1e-9)
+    np.testing.assert_allclose(Q, q_ref, atol=1e-12)
+    np.testing.assert_allclose(QD, qd_ref, atol=1e-12)
+    fd = (Q[2:] - Q[:-2]) / 2e-3
+    np.testing.assert_allclose(fd, QD[1:-1], atol=1e-4 * max(1.0, np.abs(QD).max()))
