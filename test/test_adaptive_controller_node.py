@@ -6,7 +6,8 @@ true base parameters, the published parameter updates add up to the estimate's c
 (nothing lost), the parametric torque is stamped with the state it answers; gains and
 law are tuned live through SetParameters (non-SPD refused with the reason); a NaN state
 is answered with the safe command and leaves the estimate untouched; the estimate
-survives a restart (estimate_file) and a layout mismatch is refused; in franka mode
+survives a restart (estimate_file) and a layout mismatch is refused; autosave writes it
+without holding the cycle's locks; in franka mode
 (robot_compensates_gravity) the command omits exactly the model's gravity.
 """
 from __future__ import annotations
@@ -199,6 +200,31 @@ def test_estimate_survives_restart_and_layout_mismatch_is_refused(ros, tmp_path)
     np.testing.assert_array_equal(again.core.theta, theta)
     with pytest.raises(ValueError, match="parameter layout differs"):
         make_node(ros, estimate_file=path, friction=True)
+
+
+def test_autosave_writes_the_estimate_outside_the_callback_lock(ros, tmp_path):
+    """autosave_period: the estimate is written while learning, from the watchdog timer,
+    with a snapshot taken under the core lock and the file written with neither the
+    callback lock nor the core lock held (a save never delays a control cycle)."""
+    from adaptive_dynamics.control.adaptive import AdaptiveController
+    path = str(tmp_path / "auto.npz")
+    node = make_node(ros, estimate_file=path, autosave_period=0.2, diagnostics_period=0.05)
+    held = []
+    save = node.core.save
+
+    def spy(p, state=None):
+        held.append((node._cb_lock._is_owned(), node._lock.locked()))
+        return save(p, state)
+
+    node.core.save = spy
+    loop = Loop(ros, node, seconds=1.0)
+    loop.run(300)
+    ros.spin_for(0.6)
+    assert held and not any(a or b for a, b in held), held
+    theta = node.core.theta.copy()
+    saved = AdaptiveController._read(path)
+    np.testing.assert_array_equal(saved["theta"], theta)  # nothing learned after the last save
+    assert int(saved["updates"]) == node.core.updates
 
 
 def test_franka_mode_leaves_gravity_to_the_robot(ros):

@@ -135,7 +135,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from scipy.linalg.lapack import dposv as _dposv
@@ -762,14 +762,17 @@ class AdaptiveController:
             **{f"gain_{k}": np.asarray(v) for k, v in g.items()},
         }
 
-    def save(self, path) -> str:
+    def save(self, path, state: Optional[dict] = None) -> str:
         """Write the estimate, P, law, robot, parameter layout and gains to ``path``
-        (``.npz``; the suffix is added by numpy if missing).  Returns the path written."""
+        (``.npz``; the suffix is added by numpy if missing).  Returns the path written.
+
+        ``state``: a :meth:`state_dict` snapshot taken earlier (a node takes it under its
+        lock and writes the file outside it, so a save never stalls the control cycle)."""
         path = os.fspath(path)
         if not path.endswith(".npz"):
             path += ".npz"
         tmp = path + ".tmp.npz"
-        np.savez(tmp, **self.state_dict())
+        np.savez(tmp, **(self.state_dict() if state is None else state))
         os.replace(tmp, path)  # atomic: a crash never leaves a half-written estimate
         return path
 

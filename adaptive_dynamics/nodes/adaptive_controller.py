@@ -50,6 +50,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import threading
 import time
 
 import numpy as np
@@ -172,6 +173,7 @@ class AdaptiveControllerNode(JointControllerShell):
         self._cycle = 0
         self._dirty = False
         self._last_save = time.monotonic()
+        self._save_lock = threading.Lock()
         self._timing_us: list[float] = []
         # regressor_source: topics -- per-stamp buffers, the regressor node's settings
         self._topics = p["regressor_source"] == "topics"
@@ -509,7 +511,8 @@ class AdaptiveControllerNode(JointControllerShell):
 
     def _publish_learning(self, stamp: int, core) -> None:
         names = self.model.joint_names
-        self.pub_ptorque.publish(joint_state_msg(stamp, names, effort=core.parametric_torque))
+        if self.pub_ptorque.get_subscription_count():  # a pure stream: skip the ~40 us when nobody listens
+            self.pub_ptorque.publish(joint_state_msg(stamp, names, effort=core.parametric_torque))
         if core.updated:
             self._dpi_acc += core.last_delta_pi
             self._acc_n += 1
@@ -527,11 +530,12 @@ class AdaptiveControllerNode(JointControllerShell):
         if not path:
             return None
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with self._lock:
-            written = self.core.save(path)
-        self._dirty = False
-        self._last_save = time.monotonic()
-        return written
+        with self._save_lock:  # one writer at a time; the control cycle only waits for the snapshot
+            with self._lock:
+                state = self.core.state_dict()
+                self._dirty = False
+            self._last_save = time.monotonic()
+            return self.core.save(path, state)
 
     def _srv_save(self, req, res):
         return trigger_save(res, self.save_estimate, what="estimate", unset="estimate_file is not set")
@@ -561,6 +565,9 @@ class AdaptiveControllerNode(JointControllerShell):
             self.counters.set("cycle_p50_us", round(float(np.percentile(t, 50)), 1))
             self.counters.set("cycle_p99_us", round(float(np.percentile(t, 99)), 1))
             self._timing_us.clear()
+
+    def _periodic(self) -> None:
+        # outside the callback lock: writing the file must not delay a control cycle
         if self._dirty and self.p["autosave_period"] > 0 \
                 and time.monotonic() - self._last_save > self.p["autosave_period"]:
             try:

@@ -156,7 +156,8 @@ class JointControllerShell(Node):
             self.pub_err.publish(joint_state_msg(stamp, self.model.joint_names, ref.q - q, qd - v, tau))
 
     def _diagnostics(self) -> None:
-        """Update gauges in ``self.counters`` before diagnostics are published."""
+        """Update gauges in ``self.counters`` before diagnostics are published (called
+        with ``self._cb_lock`` held: no blocking work here, see :meth:`_periodic`)."""
 
     def _shutdown(self) -> None:
         """Called on destroy, before the zero command."""
@@ -271,6 +272,10 @@ class JointControllerShell(Node):
                 self._diagnostics()
                 self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(),
                                                        [self.counters.status()]))
+        self._periodic()
+
+    def _periodic(self) -> None:
+        """Slow work of the watchdog timer that must not hold ``self._cb_lock`` (file I/O)."""
 
     def send_safe_and_stop(self) -> None:
         """Shutdown hook: leave the robot with a zero torque command."""

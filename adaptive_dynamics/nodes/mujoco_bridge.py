@@ -30,6 +30,7 @@ Services: ``~/reset`` (Trigger: back to the start state), ``~/toggle_payload``
 """
 from __future__ import annotations
 
+import collections
 import json
 import threading
 import time
@@ -165,7 +166,8 @@ class MujocoBridgeNode(Node):
         self.create_service(SetBool, "~/set_payload", self._srv_set_payload)
         steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
         self._diag_last = time.monotonic()
-        self.latency_ns: list[int] = []
+        # the last 100k state->command latencies (statistics); bounded: a long run must not grow
+        self.latency_ns: collections.deque[int] = collections.deque(maxlen=100_000)
         self._published_at: dict[int, int] = {}
         self._done = False
         # lockstep state
@@ -177,7 +179,9 @@ class MujocoBridgeNode(Node):
         self._started = False
         self._start_wall = time.monotonic()
         if self.lockstep:
-            self.create_timer(0.01, self._lockstep_watchdog, clock=steady)
+            # 100 Hz while waiting to start, 10 Hz once stepping (it only checks the
+            # lockstep timeout then; every wake-up of this executor costs the hot path GIL time)
+            self._watchdog_timer = self.create_timer(0.01, self._lockstep_watchdog, clock=steady)
         else:
             self._start()
         self.create_timer(0.05, self._housekeeping, clock=steady)
@@ -299,6 +303,7 @@ class MujocoBridgeNode(Node):
                 if self._ready():
                     time.sleep(0.2)  # let the matched readers finish their handshake
                     self._start()
+                    self._watchdog_timer.timer_period_ns = 100_000_000
                 elif self.throttle("waiting") and time.monotonic() - self._start_wall > 5.0:
                     self.get_logger().info("lockstep: waiting for the controller and"
                                            f" {self.p['wait_for_nodes']} /clock subscribers")
@@ -318,9 +323,9 @@ class MujocoBridgeNode(Node):
         while self.context.ok() and not self._done:
             now = time.perf_counter()
             if now < nxt:
-                time.sleep(max(0.0, nxt - now - 2e-4))
-                while time.perf_counter() < nxt:
-                    pass
+                # sleep, never spin: a busy wait would hold the GIL the command callback
+                # needs (hrtimer sleep overshoots ~0.05-0.1 ms here, well inside a period)
+                time.sleep(nxt - now)
             elif now - nxt > period:
                 self.counters.inc("late_steps")
             nxt += period
@@ -363,7 +368,7 @@ class MujocoBridgeNode(Node):
 
     # ------------------------------------------------------------- diagnostics
     def stats(self) -> dict:
-        lat = np.array(self.latency_ns[-100000:], dtype=float) * 1e-6
+        lat = np.array(self.latency_ns, dtype=float) * 1e-6
         out = dict(self.counters.as_dict())
         wall = (time.monotonic() - self._run_wall0) if self._started else 0.0
         out.update({"wall_time": wall, "sim_per_wall": (self.plant.time / wall) if wall > 0 else 0.0,
