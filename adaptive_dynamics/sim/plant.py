@@ -469,6 +469,7 @@ class MujocoPlant:
         self._qi, self._di = joint_indices(self.model, names)
         self.data = mujoco.MjData(self.model)
         self._scratch = mujoco.MjData(self.model)
+        self._qfrc = np.zeros(self.model.nv)
 
         # ---- reality: friction, sensors
         r = self.reality
@@ -751,7 +752,7 @@ class MujocoPlant:
         fv, fc, eps = self.friction_viscous, self.friction_coulomb, self.coulomb_smoothing
         th = np.tanh(v / eps)
         coulomb = fc * th
-        qfrc = np.zeros(m.nv)
+        qfrc = self._qfrc  # preallocated (nv): only the actuated dofs are ever written
         if self.integrator == "rk4":
             # explicit: viscous in dof_damping (set once), Coulomb held over the step
             qfrc[self._di] = tau_applied - coulomb
@@ -785,11 +786,13 @@ class MujocoPlant:
         self.steps += 1
         self._draw_noise()
 
+    _WARNINGS = tuple(int(k) for k in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
+                                       mujoco.mjtWarning.mjWARN_BADQACC))
+
     def _warning_count(self) -> int:
         w = self.data.warning
-        return int(sum(w[int(k)].number for k in (mujoco.mjtWarning.mjWARN_BADQPOS,
-                                                  mujoco.mjtWarning.mjWARN_BADQVEL,
-                                                  mujoco.mjtWarning.mjWARN_BADQACC)))
+        a, b, c = self._WARNINGS
+        return w[a].number + w[b].number + w[c].number
 
     # ------------------------------------------------------------------ model queries (true robot)
     def _scratch_position(self, q) -> "mujoco.MjData":
