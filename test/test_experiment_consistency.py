@@ -63,5 +63,8 @@ def test_online_quick_four_phases_over_dds(tmp_path, capsys):
     assert np.mean(on["transform"]["2"]["q_rmse"]) < np.mean(on["transform"]["1"]["q_rmse"])
     assert res["four_phase_ratio"] == on["four_phase_ratio"] <= 1.5
     assert on["four_phase_ratio_no_transform"] > on["four_phase_ratio"]
+    # one file per robot and learner (a second learner must not overwrite the first's)
+    assert set(on["plots"]) == {"consistency_online_panda_gmm_contributions.png",
+                                "consistency_online_panda_gmm_phases.png"}
     for f in on["plots"]:
         assert (tmp_path / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

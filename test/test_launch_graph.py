@@ -97,3 +97,30 @@ def test_launch_files_use_the_shared_description():
         tree = ast.parse((ROOT / "launch" / name).read_text())
         fns = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
         assert "generate_launch_description" in fns, name
+
+
+def test_graph_process_exit_rules(monkeypatch):
+    """GraphProcess.wait: the required node finishing ends the graph (0); any other node
+    exiting is a failure named in the message -- except a draining node (the recorder)
+    that ends cleanly on its own before the required node's process is gone."""
+    import sys
+
+    from adaptive_dynamics import launcher
+    from adaptive_dynamics.launch_graph import NodeSpec
+
+    def fake(spec):  # node "<name>" sleeps <params['t']> s and exits with <params['rc']>
+        return [sys.executable, "-c", f"import time, sys; time.sleep({spec.params['t']}); sys.exit({spec.params['rc']})"]
+
+    monkeypatch.setattr(launcher, "command_line", fake)
+
+    def run(*specs):
+        g = launcher.GraphProcess(list(specs), echo=False)
+        return g.wait(timeout=20)
+
+    bridge = NodeSpec("bridge", "x", params={"t": 1.0, "rc": 0}, required=True)
+    assert run(bridge, NodeSpec("recorder", "x", params={"t": 0.1, "rc": 0}, drains=True)) == (0, "bridge finished")
+    assert run(bridge, NodeSpec("ctl", "x", params={"t": 0.1, "rc": 0})) == (1, "node 'ctl' exited with code 0")
+    assert run(bridge, NodeSpec("recorder", "x", params={"t": 0.1, "rc": 3}, drains=True)) == \
+        (3, "node 'recorder' exited with code 3")
+    assert run(NodeSpec("bridge", "x", params={"t": 0.2, "rc": 2}, required=True),
+               NodeSpec("ctl", "x", params={"t": 5, "rc": 0})) == (2, "node 'bridge' exited with code 2")

@@ -35,14 +35,12 @@ def test_trajectory_batches_cover_the_grid_ahead_of_the_clock(ros, publish_perio
     last_ahead = []
     for k in range(0, 61):  # /clock at 100 Hz for 0.6 s
         t = k * 10 * MS
-        n_before = len(batches)
         clock.publish(Clock(clock=from_ns(t)))
         ros.spin_until(lambda: node.get_clock().now().nanoseconds == t, timeout=2.0)
         ros.spin_for(0.005)
         # the horizon published so far, seen by a consumer at sim time t
         stamps = [to_ns(b.header.stamp) + _dur(b.points[-1].time_from_start) for b in batches]
         last_ahead.append(max(stamps) - t)
-        assert len(batches) - n_before <= 1
     # everything published: contiguous 1 kHz grid from 0, each point once
     grid = np.concatenate([to_ns(b.header.stamp) + np.array([_dur(p.time_from_start) for p in b.points])
                            for b in batches])

@@ -61,9 +61,9 @@ Modified Fourier reference has a 10 s period), ``--online-robots`` (default pand
 ``--quick``: phases 4,4,4,4 s on a 4 s trajectory period.
 
 Outputs in ``--out``: ``consistency.json`` (printed as the LAST line of stdout), per
-robot ``consistency_online_<robot>_contributions.png`` (Fig. 5: parametric vs
+robot and learner ``consistency_online_<robot>_<learner>_contributions.png`` (Fig. 5: parametric vs
 non-parametric torque of joint 2 and the tracking errors, with and without the
-transform), ``consistency_online_<robot>_phases.png`` (Fig. 4: per-phase RMSE), the
+transform), ``consistency_online_<robot>_<learner>_phases.png`` (Fig. 4: per-phase RMSE), the
 runs' bags (``--keep-bags``), ``consistency_virtual_<robot>.png`` (Table I as bars per joint, log scale, GMM
 and RBFN) and ``consistency_virtual_traces_<robot>.png`` (joint 1 and 2 torque over the
 first trajectory: measured, parametric + learner without and with the transform).

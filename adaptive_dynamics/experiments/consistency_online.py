@@ -133,6 +133,20 @@ class PhaseDirector:
         self._thread.join(timeout=2.0)
 
 
+def learner_settings(learner: str, phases: list[float], trajectory: dict | None) -> dict:
+    """Per-learner residual_learner settings of this experiment.
+
+    The RBFN places its basis functions in the box its warm-up samples span: with the
+    node's default 200 samples (2 s at the 100 Hz learning rate) that box covers a fifth
+    of the default 10 s trajectory period and the network predicts ~0 outside it.  Its
+    warm-up here is one trajectory period (at most 80 % of phase 1)."""
+    if learner != "rbfn":
+        return {}
+    period = 1.0 / float((trajectory or {}).get("base_frequency", 0.1))
+    rate = 1000.0 / 10  # learn_decimation 10 at 1 kHz (config/sim.yaml)
+    return {"warmup": int(max(200, min(period, 0.8 * phases[0]) * rate))}
+
+
 def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float], bag: str,
                    learner_config: str = "", timeout: float = 3600.0, echo: bool = False,
                    controller: dict | None = None, trajectory: dict | None = None) -> dict:
@@ -143,7 +157,7 @@ def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float
     duration = float(sum(phases))
     boundaries = list(np.cumsum(phases)[:3])
     lrn = {"learner": learner, "transform": bool(transform), "monitor_decimation": 10,
-           **PHASE_SETTINGS[1]["residual_learner"]}
+           **learner_settings(learner, phases, trajectory), **PHASE_SETTINGS[1]["residual_learner"]}
     if learner_config:
         lrn["learner_config"] = learner_config
     overrides = {
@@ -248,7 +262,8 @@ def analyse(bag: str, names: list[str], phases: list[float]) -> dict:
     return res
 
 
-def plot(results: dict, phases: list[float], robot: str, out_dir: str, joint: int = 1) -> list[str]:
+def plot(results: dict, phases: list[float], robot: str, out_dir: str, joint: int = 1,
+         learner: str = "gmm") -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -273,7 +288,7 @@ def plot(results: dict, phases: list[float], robot: str, out_dir: str, joint: in
         ax.plot(tr["t"], tr["nonparametric"][:, joint], lw=1.0, label="non-parametric f_hat")
         ax.plot(tr["t"], tr["parametric"][:, joint] + tr["nonparametric"][:, joint], lw=0.8, ls="--",
                 label="sum")
-        ax.set_title(f"{robot} joint {joint + 1}: torque contributions, "
+        ax.set_title(f"{robot} ({learner.upper()}) joint {joint + 1}: torque contributions, "
                      f"{'with' if key == 'transform' else 'WITHOUT'} the consistency transform", fontsize=9)
         ax.set_ylabel("N m")
         ax.legend(fontsize=7, loc="lower left")
@@ -284,7 +299,7 @@ def plot(results: dict, phases: list[float], robot: str, out_dir: str, joint: in
         ax.set_xlabel("sim time [s]")
         ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
-    f = os.path.join(out_dir, f"consistency_online_{robot}_contributions.png")
+    f = os.path.join(out_dir, f"consistency_online_{robot}_{learner}_contributions.png")
     fig.savefig(f, dpi=110)
     plt.close(fig)
     files.append(f)
@@ -302,9 +317,9 @@ def plot(results: dict, phases: list[float], robot: str, out_dir: str, joint: in
         ax.set_xticklabels([f"phase {k}" for k in x], fontsize=8)
         ax.set_title(label, fontsize=9)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"{robot}: online 4-phase experiment (mean over joints)", fontsize=10)
+    fig.suptitle(f"{robot}, {learner.upper()}: online 4-phase experiment (mean over joints)", fontsize=10)
     fig.tight_layout()
-    f = os.path.join(out_dir, f"consistency_online_{robot}_phases.png")
+    f = os.path.join(out_dir, f"consistency_online_{robot}_{learner}_phases.png")
     fig.savefig(f, dpi=110)
     plt.close(fig)
     files.append(f)
@@ -334,7 +349,7 @@ def run(robot: str = "panda", learner: str = "gmm", phases=(20.0, 20.0, 30.0, 30
     finally:
         if not keep_bags:
             shutil.rmtree(bag_root, ignore_errors=True)
-    files = plot(results, phases, robot, out_dir)
+    files = plot(results, phases, robot, out_dir, learner=learner)
     summary = {
         "robot": robot, "learner": learner, "phases_s": phases, "phase_names": PHASE_NAMES,
         "controller": dict(CONTROLLER, initial_estimate="scaled", nominal_scale=0.5),

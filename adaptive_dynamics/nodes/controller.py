@@ -124,7 +124,8 @@ class JointControllerShell(Node):
         self._cb_lock = threading.RLock()  # state/reference (io thread) vs watchdog (main thread)
         self.io = HotPath(self, enabled=self.p["hot_path_thread"])
         self._setup_topics()
-        self.io.node.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS)
+        self.io.node.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS,
+                                       raw=True)  # batch -> arrays: ReferenceBuffer.add_serialized
         self.io.node.create_subscription(JointState, "joint_states", self._on_state,
                                          stream_qos(self.p["reliable_streams"]))
         self._wall = self.create_timer(
@@ -166,7 +167,7 @@ class JointControllerShell(Node):
     def _on_reference(self, msg: JointTrajectory) -> None:
         with self._cb_lock:
             try:
-                self.refs.add(msg)
+                self.refs.add_any(msg)
             except ValueError as exc:
                 self.counters.inc("reference_rejected")
                 if self.log_throttle("ref"):

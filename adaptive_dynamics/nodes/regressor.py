@@ -107,7 +107,8 @@ class RegressorNode(Node):
         self.p.on_change("lam", lambda *_: self._publish_columns())
         self.p.on_change("filter_lambda", lambda *_: self._publish_columns())
         self.io = HotPath(self, enabled=p["hot_path_thread"])
-        self.io.node.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS)
+        self.io.node.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS,
+                                       raw=True)  # batch -> arrays: ReferenceBuffer.add_serialized
         self.io.node.create_subscription(JointState, "joint_states", self._on_state,
                                          stream_qos(p["reliable_streams"]))
         self.create_timer(p["diagnostics_period"], self._diag)
@@ -138,7 +139,7 @@ class RegressorNode(Node):
 
     def _on_reference(self, msg) -> None:
         try:
-            self.refs.add(msg)
+            self.refs.add_any(msg)
         except ValueError as exc:
             self.counters.inc("reference_rejected")
             if self.throttle("ref"):

@@ -161,7 +161,8 @@ class ResidualLearnerNode(Node):
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.io = HotPath(self, enabled=p["hot_path_thread"])
         io = self.io.node
-        io.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS)
+        io.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS,
+                                       raw=True)  # batch -> arrays: ReferenceBuffer.add_serialized
         io.create_subscription(JointState, "joint_states", self._on_state, stream_qos(p["reliable_streams"]))
         io.create_subscription(JointState, "adaptive/parametric_torque", self._on_ptorque, _DEEP_RELIABLE)
         io.create_subscription(JointState, "adaptive/parameter_update", self._on_update, _DEEP_RELIABLE)
@@ -182,7 +183,7 @@ class ResidualLearnerNode(Node):
 
     def _on_reference(self, msg: JointTrajectory) -> None:
         try:
-            self.refs.add(msg)
+            self.refs.add_any(msg)
         except ValueError as exc:
             self._reject("reference", exc)
 

@@ -24,10 +24,11 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
-from ..ros.conversions import JointStateMapper, reference_batch_msg, to_ns
+from ..ros.conversions import JointStateMapper, to_ns
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import CLOCK_QOS, REFERENCE_QOS, STREAM_QOS
+from ..ros.wire import encode_trajectory
 from ..trajectories import (
     CartesianTrajectory,
     ModifiedFourier,
@@ -190,7 +191,9 @@ class TrajectoryNode(Node):
             stamps = np.arange(k, horizon + 1, self.dt_ns, dtype=np.int64)
             Q, QD, QDD = self.traj.sample_many(stamps * 1e-9)
             # one message for the whole new window (points at stamp0 + i dt)
-            self.pub.publish(reference_batch_msg(int(stamps[0]), self.dt_ns, self.names, Q, QD, QDD))
+            # serialized directly from the arrays (ros.wire; the same bytes rclpy would
+            # produce from reference_batch_msg, ~30x cheaper for a 100-point batch)
+            self.pub.publish(encode_trajectory(int(stamps[0]), self.dt_ns, self.names, Q, QD, QDD))
             self.last_ns = int(stamps[-1])
 
     def _on_clock(self, msg: Clock) -> None:
