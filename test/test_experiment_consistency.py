@@ -68,3 +68,13 @@ def test_online_quick_four_phases_over_dds(tmp_path, capsys):
                                 "consistency_online_panda_gmm_phases.png"}
     for f in on["plots"]:
         assert (tmp_path / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_online_rbfn_warmup_spans_one_trajectory_period():
+    """The RBFN's input box comes from its warm-up samples: the online experiment makes
+    the warm-up one trajectory period at the 100 Hz learning rate (at most 80 % of phase 1)."""
+    from adaptive_dynamics.experiments.consistency_online import learner_settings
+    assert learner_settings("gmm", [20, 20, 30, 30], None) == {}
+    assert learner_settings("rbfn", [20, 20, 30, 30], None) == {"warmup": 1000}          # 10 s period
+    assert learner_settings("rbfn", [4, 4, 4, 4], {"base_frequency": 0.25}) == {"warmup": 320}  # capped
+    assert learner_settings("rbfn", [20, 20, 30, 30], {"base_frequency": 1.0}) == {"warmup": 200}  # floor

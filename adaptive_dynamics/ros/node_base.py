@@ -173,6 +173,13 @@ class HotPath:
         if not self.enabled or self._thread is not None:
             return
         target = self._lean_spin if self.lean else self._spin
+        # A thread woken by a message waits for the GIL until its holder blocks or the
+        # interpreter's switch interval (5 ms by default) forces a hand-over: with the
+        # main executor's Python running, that is a whole 1 kHz period.  0.2 ms bounds it.
+        import os
+        interval = float(os.environ.get("AD_SWITCH_INTERVAL", "0.0002"))
+        if interval > 0:
+            sys.setswitchinterval(min(sys.getswitchinterval(), interval))
         self._thread = threading.Thread(target=target, name=self.node.get_name(), daemon=True)
         self._thread.start()
 
