@@ -644,6 +644,9 @@ def test_hot_path_delivers_in_order_survives_callback_errors_and_late_subscripti
     assert got == [float(i) for i in range(200) if i != bad]  # all, in order, the bad one skipped
     if hp.lean:
         assert hp.callback_errors == 1 and hp.running
+        c = Counters("hot")
+        hp.report(c)
+        assert c.as_dict()["callback_errors"] == 1
 
     # a subscription added while the loop runs is served too
     hp.node.create_subscription(Float64MultiArray, late_topic, lambda m: late.append(m.data[0]), qos)

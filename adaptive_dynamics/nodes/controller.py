@@ -271,6 +271,7 @@ class JointControllerShell(Node):
                 for k, val in self.refs.counters.items():
                     self.counters.set(f"ref_{k}", val)
                 self._diagnostics()
+                self.io.report(self.counters)
                 self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(),
                                                        [self.counters.status()]))
         self._periodic()

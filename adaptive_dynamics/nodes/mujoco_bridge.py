@@ -394,6 +394,7 @@ class MujocoBridgeNode(Node):
                 if k in st:
                     self.counters.set(k, round(st[k], 4))
             self.counters.set("saturated_steps", int(np.sum(st["saturation_count"])))
+            self.io.report(self.counters)
             self.pub_diag.publish(diagnostic_array(from_ns(self._now_ns()), [self.counters.status()]))
 
     def destroy_node(self):

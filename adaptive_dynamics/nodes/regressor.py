@@ -229,6 +229,7 @@ class RegressorNode(Node):
         self.counters.inc("states")
 
     def _diag(self) -> None:
+        self.io.report(self.counters)
         self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [self.counters.status()]))
 
     def destroy_node(self):

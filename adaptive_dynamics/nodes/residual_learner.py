@@ -311,6 +311,7 @@ class ResidualLearnerNode(Node):
         if self.core.last_error and self.log_throttle("worker"):
             self.get_logger().error(f"learner worker: {self.core.last_error}")
         level = DiagnosticStatus.WARN if self.core.last_error or d["samples_dropped"] else None
+        self.io.report(self.counters)
         self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [self.counters.status(level)]))
         if self.p["autosave_period"] > 0 and time.monotonic() - self._last_save > self.p["autosave_period"] \
                 and (self._dirty or d["samples_learned"]):

@@ -141,6 +141,7 @@ class HotPath:
         self.owner = owner
         self.enabled = bool(enabled)
         self._thread = None
+        self.callback_errors = 0
         if not self.enabled:
             self.node = owner
             self.executor = None
@@ -164,6 +165,12 @@ class HotPath:
         else:
             self.executor = SingleThreadedExecutor(context=owner.context)
             self.executor.add_node(self.node)
+
+    def report(self, counters: "Counters") -> None:
+        """Put ``callback_errors`` (hot-path callbacks that raised) into a node's
+        diagnostics as a gauge once it is non-zero (each error is also logged)."""
+        if self.enabled and self.node is not self.owner and self.callback_errors:
+            counters.set("callback_errors", self.callback_errors)
 
     @property
     def running(self) -> bool:
