@@ -225,6 +225,16 @@ def test_autosave_writes_the_estimate_outside_the_callback_lock(ros, tmp_path):
     saved = AdaptiveController._read(path)
     np.testing.assert_array_equal(saved["theta"], theta)  # nothing learned after the last save
     assert int(saved["updates"]) == node.core.updates
+    # a failed write leaves the estimate marked unsaved: the next period retries
+    node._dirty = True
+
+    def broken(p, state=None):
+        raise OSError("disk full")
+
+    node.core.save = broken
+    with pytest.raises(OSError):
+        node.save_estimate()
+    assert node._dirty
 
 
 def test_franka_mode_leaves_gravity_to_the_robot(ros):

@@ -1,4 +1,4 @@
-"""ros.wire: the vectorised JointTrajectory CDR against two independent implementations
+"""adaptive_dynamics.wire: the vectorised JointTrajectory CDR against two independent implementations
 (rosbags' serializer byte for byte, rclpy's deserializer both ways), every alignment case
 (frame_id lengths, joint counts, point counts, optional fields), the fallback for shapes
 it does not handle, and ReferenceBuffer.add_serialized == add(message)."""
@@ -11,7 +11,7 @@ from rosbags.typesys import Stores, get_typestore
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from adaptive_dynamics.ros.conversions import ReferenceBuffer, reference_batch_msg
-from adaptive_dynamics.ros.wire import WireError, decode_trajectory, encode_trajectory
+from adaptive_dynamics.wire import WireError, decode_trajectory, encode_trajectory
 
 TS = get_typestore(Stores.ROS2_HUMBLE)
 MS = 1_000_000
@@ -104,3 +104,29 @@ def test_add_serialized_equals_add_message_and_validates():
     assert fast.counters["rejected"] == slow.counters["rejected"] == 1
     with pytest.raises(ValueError, match="missing"):
         fast.add_serialized(encode_trajectory(T0, MS, ["j1", "j2"], Q[:, :2]))
+
+
+def test_points_not_matching_joint_names_and_corrupt_bytes_are_rejected_not_raised():
+    """A point with fewer or more values than joint_names, or corrupt bytes, is a
+    ValueError counted in ``rejected`` -- as on the message path -- never another
+    exception (which would escape the node's callback) nor a silently cut matrix."""
+    names = ["a", "b", "c"]
+    buf = ReferenceBuffer(names, capacity=16)
+    for m in (2, 4):
+        raw = encode_trajectory(T0, MS, [f"j{i}" for i in range(m)], np.ones((3, m)))
+        raw = raw.replace(b"j0", b"a\x00").replace(b"j1", b"b\x00")   # same lengths: 2 bytes + NUL
+        msg = deserialize_message(raw, JointTrajectory)
+        msg.joint_names = names                                          # 3 names, m values per point
+        with pytest.raises(ValueError, match="joint names but"):
+            buf.add_serialized(bytes(serialize_message(msg)))
+    corrupt = bytearray(encode_trajectory(T0, MS, names, np.ones((2, 3))))
+    corrupt[12:16] = (10**6).to_bytes(4, "little")                       # frame_id length
+    with pytest.raises(ValueError):
+        decode_trajectory(bytes(corrupt))
+    with pytest.raises(ValueError):
+        buf.add_serialized(bytes(corrupt))
+    corrupt = bytearray(encode_trajectory(T0, MS, names, np.ones((2, 3))))
+    corrupt[28:29] = b"\xff"                                           # first name "a": not UTF-8
+    with pytest.raises(WireError):
+        decode_trajectory(bytes(corrupt))
+    assert buf.counters["rejected"] == 3 and len(buf) == 0

@@ -79,6 +79,7 @@ from typing import Optional
 
 import numpy as np
 
+from .. import wire  # numpy + struct only: no ROS import
 from .bags import TYPESTORE, read_raw, resolve_bag
 from .metrics import nmse, running_nmse
 
@@ -119,50 +120,19 @@ def _decode(raw: bytes, msgtype: str):
 
 
 _U32 = struct.Struct("<I")
-_STAMP = struct.Struct("<iI")
 
 
 class _FastReader:
     """Fast little-endian CDR decoding of the bulk of a bag: ``sensor_msgs/JointState``
     -> ``(stamp_ns, names, position, velocity, effort)`` and
     ``trajectory_msgs/JointTrajectory`` -> ``(stamp_ns, names, [(time_from_start_ns,
-    accelerations), ...])``.  A name block is decoded once (it repeats in every message);
-    CDR alignment is relative to the payload and an empty double sequence is not padded
-    (as rosbags and Fast CDR).  Anything unexpected falls back to rosbags
-    (:func:`_decode`); tested against it."""
+    accelerations), ...])``.  Header and name blocks and whole reference batches go
+    through :mod:`adaptive_dynamics.wire` (names decoded once per distinct block);
+    an empty double sequence is not padded (as rosbags and Fast CDR).  Anything
+    unexpected falls back to rosbags (:func:`_decode`); tested against it."""
 
     def __init__(self):
-        self._names: dict = {}
-        self._last = (b"\xff", ())   # (name block, names) of the previous message
-
-    def _header_names(self, b, size: int):
-        """Stamp [ns], names and the offset after the names of a header + string sequence."""
-        sec, nsec = _STAMP.unpack_from(b, 0)
-        off = 12 + _U32.unpack_from(b, 8)[0]          # frame_id
-        off = (off + 3) & ~3
-        start = off
-        last, names = self._last
-        if b[start:start + len(last)] == last:       # the same names as the previous message
-            return int(sec) * 1_000_000_000 + int(nsec), names, start + len(last)
-        count = _U32.unpack_from(b, off)[0]
-        off += 4
-        for _ in range(count):
-            off = (off + 3) & ~3
-            off += 4 + _U32.unpack_from(b, off)[0]
-        if off > size:
-            raise ValueError("truncated")
-        key = bytes(b[start:off])
-        names = self._names.get(key)
-        if names is None:
-            out, k = [], 4   # offsets in `key` keep the payload's alignment (start is 4-aligned)
-            for _ in range(count):
-                k = (k + 3) & ~3
-                n = _U32.unpack_from(key, k)[0]
-                out.append(key[k + 4: k + 4 + n].rstrip(b"\x00").decode())
-                k += 4 + n
-            names = self._names[key] = tuple(out)
-        self._last = (key, names)
-        return int(sec) * 1_000_000_000 + int(nsec), names, off
+        self._names = wire.NameCache()
 
     @staticmethod
     def _doubles(b, off: int, size: int):
@@ -175,18 +145,13 @@ class _FastReader:
             raise ValueError("truncated")
         return np.frombuffer(b, "<f8", m, off), off + 8 * m
 
-    def _start(self, raw: bytes):
-        """Little-endian CDR body after the 4-byte encapsulation, header and names."""
-        if bytes(raw[:2]) != b"\x00\x01":
-            raise ValueError("not little-endian CDR")
-        b = memoryview(raw)[4:]
-        size = len(b)
-        stamp, names, off = self._header_names(b, size)
-        return b, size, stamp, names, off
-
     def joint_state(self, raw: bytes, msgtype: str = "sensor_msgs/msg/JointState"):
         try:
-            b, size, stamp, names, off = self._start(raw)
+            if bytes(raw[:2]) != b"\x00\x01":
+                raise ValueError("not little-endian CDR")
+            b = memoryview(raw)[4:]
+            size = len(b)
+            stamp, names, off = wire.header_names(b, size, self._names)
             pos, off = self._doubles(b, off, size)
             vel, off = self._doubles(b, off, size)
             eff, off = self._doubles(b, off, size)
@@ -197,24 +162,10 @@ class _FastReader:
 
     def trajectory(self, raw: bytes, msgtype: str = "trajectory_msgs/msg/JointTrajectory"):
         try:
-            b, size, stamp, names, off = self._start(raw)
-            off = (off + 3) & ~3
-            count = _U32.unpack_from(b, off)[0]
-            off += 4
-            points = []
-            for _ in range(count):
-                _, off = self._doubles(b, off, size)           # positions
-                _, off = self._doubles(b, off, size)           # velocities
-                acc, off = self._doubles(b, off, size)
-                _, off = self._doubles(b, off, size)           # effort
-                off = (off + 3) & ~3
-                sec, nsec = _STAMP.unpack_from(b, off)
-                off += 8
-                points.append((int(sec) * 1_000_000_000 + int(nsec), acc))
-            if off > size:
-                raise ValueError("truncated")
-            return stamp, names, points
-        except (ValueError, struct.error, UnicodeDecodeError):
+            tb = wire.decode_trajectory(raw, self._names)
+            acc = tb.QDD if tb.QDD is not None else np.zeros((len(tb.t_ns), 0))
+            return tb.stamp_ns, tb.names, list(zip((tb.t_ns - tb.stamp_ns).tolist(), acc))
+        except ValueError:
             msg = _decode(raw, msgtype)
             return _stamp(msg.header), tuple(msg.joint_names), [
                 (int(p.time_from_start.sec) * 1_000_000_000 + int(p.time_from_start.nanosec), p.accelerations)

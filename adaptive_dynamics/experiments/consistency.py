@@ -342,7 +342,7 @@ def run_online(args) -> dict:
     first = out["online"][f"{args.online_robots[0]}_{args.learners[0]}"]
     out["four_phase_ratio"] = first["four_phase_ratio"]
     out["four_phase_ratio_no_transform"] = first["four_phase_ratio_no_transform"]
-    out["four_phase_ratio_max"] = max(r["four_phase_ratio"] for r in out["online"].values())
+    out["four_phase_ratio_max"] = float(np.max([r["four_phase_ratio"] for r in out["online"].values()]))  # NaN wins
     out["online_meets_target"] = all(r["meets_target"] for r in out["online"].values())
     return out
 

@@ -534,8 +534,12 @@ class AdaptiveControllerNode(JointControllerShell):
             with self._lock:
                 state = self.core.state_dict()
                 self._dirty = False
-            self._last_save = time.monotonic()
-            return self.core.save(path, state)
+            last, self._last_save = self._last_save, time.monotonic()
+            try:
+                return self.core.save(path, state)
+            except BaseException:
+                self._dirty, self._last_save = True, last  # not written: retry at the next period
+                raise
 
     def _srv_save(self, req, res):
         return trigger_save(res, self.save_estimate, what="estimate", unset="estimate_file is not set")

@@ -28,7 +28,7 @@ from ..ros.conversions import JointStateMapper, to_ns
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import CLOCK_QOS, REFERENCE_QOS, STREAM_QOS
-from ..ros.wire import encode_trajectory
+from ..wire import encode_trajectory
 from ..trajectories import (
     CartesianTrajectory,
     ModifiedFourier,
@@ -50,7 +50,7 @@ def specs() -> list[ParamSpec]:
         ParamSpec("lookahead", 0.05, "publish references this far ahead of their stamp [s]", min=0.0,
                   max=5.0, read_only=True),
         ParamSpec("publish_period", 0.02, "publish a new batch when less than lookahead - publish_period"
-                  " is left ahead [s] (0: extend the window on every tick; capped at lookahead)",
+                  " is left ahead [s] (0: extend the window on every tick; capped at lookahead / 2)",
                   min=0.0, max=5.0, read_only=True),
         ParamSpec("speed", 1.0, "speed scaling (phase rate); live, validated against the limits",
                   min=0.0, max=3.0),
@@ -113,7 +113,9 @@ class TrajectoryNode(Node):
         self.names = self.model.joint_names
         self.dt_ns = int(round(1e9 / p["rate_hz"]))
         self.lookahead_ns = int(round(p["lookahead"] * 1e9))
-        self.refill_ns = self.lookahead_ns - min(int(round(p["publish_period"] * 1e9)), self.lookahead_ns)
+        # at most half the lookahead per batch: at every tick at least lookahead / 2 stays
+        # published ahead of the clock (more than a /clock period in any sane set-up)
+        self.refill_ns = self.lookahead_ns - min(int(round(p["publish_period"] * 1e9)), self.lookahead_ns // 2)
         self.lock = threading.Lock()
         self.traj = None
         self.last_ns = None  # stamp of the last published reference
@@ -191,7 +193,7 @@ class TrajectoryNode(Node):
             stamps = np.arange(k, horizon + 1, self.dt_ns, dtype=np.int64)
             Q, QD, QDD = self.traj.sample_many(stamps * 1e-9)
             # one message for the whole new window (points at stamp0 + i dt)
-            # serialized directly from the arrays (ros.wire; the same bytes rclpy would
+            # serialized directly from the arrays (adaptive_dynamics.wire; the same bytes rclpy would
             # produce from reference_batch_msg, ~30x cheaper for a 100-point batch)
             self.pub.publish(encode_trajectory(int(stamps[0]), self.dt_ns, self.names, Q, QD, QDD))
             self.last_ns = int(stamps[-1])

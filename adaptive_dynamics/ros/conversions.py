@@ -476,8 +476,8 @@ class ReferenceBuffer:
         self._items: dict = {}
         self._last_lookup: Optional[int] = None
         self._lock = threading.Lock()
-        from .wire import _NameCache
-        self._wire_names = _NameCache()
+        from ..wire import NameCache
+        self._wire_names = NameCache()
         self.counters = {k: 0 for k in self.COUNTERS}
 
     def __len__(self) -> int:
@@ -579,11 +579,11 @@ class ReferenceBuffer:
 
     def add_serialized(self, raw: bytes) -> int:
         """Store the points of a serialized ``JointTrajectory`` (a ``raw=True``
-        subscription): decoded straight into arrays by :mod:`.wire` (~0.1 ms for 100
+        subscription): decoded straight into arrays by :mod:`adaptive_dynamics.wire` (~0.1 ms for 100
         points instead of rclpy's several ms), or by rclpy when the message has a shape
         the fast path does not handle (points with differing fields, big-endian).
         Same validation, counters and errors as :meth:`add`."""
-        from . import wire
+        from .. import wire
         try:
             batch = wire.decode_trajectory(raw, self._wire_names)
         except wire.WireError:

@@ -58,35 +58,56 @@ def _align(off: int, a: int) -> int:
 
 # ----------------------------------------------------------------------------- decoding
 
-class _NameCache:
-    """The joint-name block repeats in every message of a stream: decode it once."""
+class NameCache:
+    """Decoded name blocks (a ``string[]`` as it appears on the wire): a stream repeats
+    the same block in every message, so it is compared to the previous one and, for
+    streams that alternate between a few lists, looked up by its bytes; the strings are
+    decoded once per distinct block.  One cache per consumer thread."""
 
-    def __init__(self):
-        self.block = b"\xff"
-        self.names: tuple = ()
+    def __init__(self, max_entries: int = 32):
+        self.last: Optional[tuple] = None      # (block bytes, names)
+        self.blocks: dict = {}
+        self.max_entries = max_entries
 
 
-def _header_names(b, size: int, cache: _NameCache):
+def header_names(b, size: int, cache: NameCache):
+    """``std_msgs/Header`` then a ``string[]`` at the start of a CDR payload ``b``
+    (after the encapsulation): ``(stamp_ns, names, offset after the names)``."""
     if size < 16:
         raise WireError("truncated header")
     sec, nsec = _I32U32.unpack_from(b, 0)
     off = _align(12 + _U32.unpack_from(b, 8)[0], 4)        # after frame_id
+    if off + 4 > size:
+        raise WireError("truncated header")
     start = off
-    blk = cache.block
-    if b[start:start + len(blk)] == blk:
-        return sec * NS + nsec, cache.names, start + len(blk)
+    last = cache.last
+    if last is not None and b[start:start + len(last[0])] == last[0]:
+        return sec * NS + nsec, last[1], start + len(last[0])
     count = _U32.unpack_from(b, off)[0]
     off += 4
-    names = []
-    for _ in range(count):
+    for _ in range(count):                  # offsets only; strings decoded once per block
         off = _align(off, 4)
+        if off + 4 > size:
+            raise WireError("truncated names")
         n = _U32.unpack_from(b, off)[0]
         if n == 0 or off + 4 + n > size:
-            raise WireError("bad joint name")
-        names.append(bytes(b[off + 4:off + 3 + n]).decode())
+            raise WireError("bad string length")
         off += 4 + n
-    cache.block, cache.names = bytes(b[start:off]), tuple(names)
-    return sec * NS + nsec, cache.names, off
+    block = bytes(b[start:off])
+    names = cache.blocks.get(block)
+    if names is None:
+        out, k = [], 4   # offsets in `block` keep the payload's alignment (start is 4-aligned)
+        for _ in range(count):
+            k = _align(k, 4)
+            n = _U32.unpack_from(block, k)[0]
+            out.append(block[k + 4:k + 3 + n].decode())
+            k += 4 + n
+        names = tuple(out)
+        if len(cache.blocks) >= cache.max_entries:
+            cache.blocks.clear()
+        cache.blocks[block] = names
+    cache.last = (block, names)
+    return sec * NS + nsec, names, off
 
 
 def _point_layout(b, off: int, size: int):
@@ -112,13 +133,22 @@ def _point_layout(b, off: int, size: int):
     return seqs, time_off, off
 
 
-def decode_trajectory(raw, cache: Optional[_NameCache] = None) -> TrajectoryBatch:
-    """Decode a serialized ``JointTrajectory`` (see the module docstring)."""
+def decode_trajectory(raw, cache: Optional[NameCache] = None) -> TrajectoryBatch:
+    """Decode a serialized ``JointTrajectory`` (see the module docstring).  Raises
+    :class:`WireError` (a ``ValueError``) for anything it does not decode, corrupt bytes
+    included."""
+    try:
+        return _decode_trajectory(raw, cache or NameCache())
+    except (struct.error, UnicodeDecodeError, IndexError, TypeError) as exc:
+        raise WireError(f"undecodable JointTrajectory ({type(exc).__name__}: {exc})") from None
+
+
+def _decode_trajectory(raw, cache: NameCache) -> TrajectoryBatch:
     if len(raw) < 8 or bytes(raw[:2]) != b"\x00\x01":
         raise WireError("not little-endian CDR")
     b = memoryview(raw)[4:]
     size = len(b)
-    stamp, names, off = _header_names(b, size, cache or _NameCache())
+    stamp, names, off = header_names(b, size, cache)
     off = _align(off, 4)
     if off + 4 > size:
         raise WireError("truncated")
@@ -140,8 +170,8 @@ def decode_trajectory(raw, cache: Optional[_NameCache] = None) -> TrajectoryBatc
         ln = [q[2] for q in seqs]
         if lengths is None:
             lengths = ln
-            if ln[0] == 0 or any(m_ not in (0, ln[0]) for m_ in ln):
-                raise WireError("field lengths differ")
+            if ln[0] != len(names) or any(m_ not in (0, ln[0]) for m_ in ln):
+                raise WireError("point fields do not match joint_names")  # the generic path says how
         elif ln != lengths:
             raise WireError("field lengths differ")
         layouts.append((pos, seqs, t_off, end))
