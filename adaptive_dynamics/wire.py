@@ -110,27 +110,62 @@ def header_names(b, size: int, cache: NameCache):
     return sec * NS + nsec, names, off
 
 
-def _point_layout(b, off: int, size: int):
-    """Offsets of one point starting at ``off``: ([(len_off, data_off, length) x 4],
-    time_off, end)."""
-    seqs = []
-    for _ in range(4):
+def _layout(start: int, lengths) -> tuple:
+    """Offsets (payload-relative) of one ``JointTrajectoryPoint`` starting at ``start``
+    whose four sequences have ``lengths``: ``([(len_off, data_off)] x 4, time_off, end)``."""
+    seqs, off = [], start
+    for m in lengths:
         off = _align(off, 4)
-        if off + 4 > size:
-            raise WireError("truncated point")
-        m = _U32.unpack_from(b, off)[0]
         len_off = off
         off += 4
         if m:
             off = _align(off, 8)
-        seqs.append((len_off, off, m))
+        seqs.append((len_off, off))
         off += 8 * m
     off = _align(off, 4)
-    time_off = off
-    off += 8
-    if off > size:
-        raise WireError("truncated point")
-    return seqs, time_off, off
+    return seqs, off, off + 8
+
+
+def _plan(start: int, k: int, lengths) -> tuple:
+    """Where ``k`` points with the same ``lengths`` lie, the first at ``start``.
+
+    A point's layout depends on its start offset modulo 8 only (starts are 4-aligned: two
+    cases), so from some point ``j`` <= 1 on it repeats every ``P`` = 1 or 2 points.
+    Returns ``(groups, end)``: per group of points sharing a layout ``(index slice,
+    count, byte stride, [(len_off, data_off)] x 4, time_off)``, and the end offset."""
+    layouts, seen, pos = [], {}, start
+    j = P = None
+    for i in range(min(k, 3)):
+        if pos % 8 in seen:
+            j = seen[pos % 8]
+            P = i - j
+            break
+        seen[pos % 8] = i
+        seqs, t_off, end = _layout(pos, lengths)
+        layouts.append((seqs, t_off, end))
+        pos = end
+    if j is None:  # k <= 2 points, each its own layout
+        return [(slice(i, i + 1), 1, 8, seqs, t_off) for i, (seqs, t_off, _) in enumerate(layouts)], pos
+    period = pos - (layouts[j - 1][2] if j else start)   # bytes of points j .. j + P - 1
+    groups = [(slice(i, i + 1), 1, 8, layouts[i][0], layouts[i][1]) for i in range(j)]
+    for r in range(P):
+        cnt = len(range(j + r, k, P))
+        if cnt:
+            groups.append((slice(j + r, None, P), cnt, period, layouts[j + r][0], layouts[j + r][1]))
+    last = k - 1
+    end = layouts[j + (last - j) % P][2] + ((last - j) // P) * period
+    return groups, end
+
+
+def _first_lengths(b, start: int, size: int) -> list:
+    """The four sequence lengths of the point at ``start`` (read in stream order)."""
+    lengths = [0, 0, 0, 0]
+    for f in range(4):
+        len_off = _layout(start, lengths)[0][f][0]
+        if len_off + 4 > size:
+            raise WireError("truncated point")
+        lengths[f] = _U32.unpack_from(b, len_off)[0]
+    return lengths
 
 
 def decode_trajectory(raw, cache: Optional[NameCache] = None) -> TrajectoryBatch:
@@ -156,36 +191,10 @@ def _decode_trajectory(raw, cache: NameCache) -> TrajectoryBatch:
     off += 4
     if k == 0:
         raise WireError("no points")
-    # Parse points one by one until a start offset repeats modulo 8: from point j on the
-    # layout is periodic with P = 1 or 2 points (starts are 4-aligned: two phases only).
-    layouts, seen, pos, lengths = [], {}, off, None
-    j = P = None
-    for i in range(min(k, 3)):
-        if pos % 8 in seen:
-            j = seen[pos % 8]
-            P = i - j
-            break
-        seen[pos % 8] = i
-        seqs, t_off, end = _point_layout(b, pos, size)
-        ln = [q[2] for q in seqs]
-        if lengths is None:
-            lengths = ln
-            if ln[0] != len(names) or any(m_ not in (0, ln[0]) for m_ in ln):
-                raise WireError("point fields do not match joint_names")  # the generic path says how
-        elif ln != lengths:
-            raise WireError("field lengths differ")
-        layouts.append((pos, seqs, t_off, end))
-        pos = end
-    if j is None:            # every point parsed (k <= 2): a degenerate period
-        j, P = 0, len(layouts)
-        period = 0
-    else:
-        period = pos - layouts[j][0]
-        if period % 8:
-            raise WireError("no periodic layout")  # cannot happen for CDR; be safe
-    last = k - 1
-    t_last = last if last < j else j + (last - j) % P
-    end = layouts[t_last][3] + (0 if last < j else ((last - j) // P) * period)
+    lengths = _first_lengths(b, off, size)
+    if lengths[0] != len(names) or any(m_ not in (0, lengths[0]) for m_ in lengths):
+        raise WireError("point fields do not match joint_names")  # the generic path says how
+    groups, end = _plan(off, k, lengths)
     if end > size:
         raise WireError("truncated")
     buf = raw if isinstance(raw, (bytes, bytearray)) else bytes(raw)
@@ -194,17 +203,11 @@ def _decode_trajectory(raw, cache: NameCache) -> TrajectoryBatch:
     out = [np.empty((k, m)), np.empty((k, m)) if lengths[1] else None,
            np.empty((k, m)) if lengths[2] else None]
     t = np.empty(k, dtype=np.int64)
-    # classes of points sharing a template: each prefix point alone, then j + r + P i
-    classes = [(i, 1, 0) for i in range(j)] + [(j + r, len(range(j + r, k, P)), period) for r in range(P)]
-    for tpl, cnt, stride in classes:
-        if cnt <= 0:
-            continue
-        _, seqs, t_off, _ = layouts[tpl]
-        idx = slice(tpl, tpl + 1) if stride == 0 and tpl < j else slice(tpl, None, P)
-        stride = stride or 8  # a single point: any stride
-        for f, (len_off, data_off, ln) in enumerate(seqs):
-            lens = np.ndarray((cnt,), "<u4", buf, base + len_off, (stride,))
-            if not (lens == ln).all():
+    for idx, cnt, stride, seqs, t_off in groups:
+        # every point's length fields, read where this layout puts them: the first that
+        # differs is at a correctly predicted offset, so a batch with differing points fails
+        for f, ((len_off, data_off), ln) in enumerate(zip(seqs, lengths)):
+            if not (np.ndarray((cnt,), "<u4", buf, base + len_off, (stride,)) == ln).all():
                 raise WireError("field lengths differ")
             if f < 3 and ln:
                 out[f][idx] = np.ndarray((cnt, m), "<f8", buf, base + data_off, (stride, 8))
@@ -254,55 +257,19 @@ def _template(names: tuple, frame_id: str, k: int, m: int, present: tuple):
     hit = _TEMPLATES.get(key)
     if hit is not None:
         return hit
-    payload = _head(0, names, frame_id)
     w = _Writer()
-    w.buf = payload
+    w.buf = _head(0, names, frame_id)
     w.u32(k)
-    # write points (zeros for the data) until a start offset repeats modulo 8; from
-    # point j on the layout repeats every P points (see decode_trajectory)
-    layouts, seen = [], {}
-    j = P = None
-    for i in range(min(k, 3)):
-        p_start = len(w.buf)
-        if p_start % 8 in seen:
-            j = seen[p_start % 8]
-            P = i - j
-            break
-        seen[p_start % 8] = i
-        seqs = []
-        for has in list(present) + [False]:  # positions, velocities, accelerations, effort
-            w.u32(m if has else 0)
-            if has:
-                w.pad(8)
-                seqs.append(len(w.buf))
-                w.buf += b"\x00" * (8 * m)
-            else:
-                seqs.append(None)
-        w.pad(4)
-        t_off = len(w.buf)
-        w.buf += b"\x00" * 8
-        layouts.append((p_start, seqs, t_off, len(w.buf)))
-    if j is None:                          # every point written (k <= 2)
-        body = bytearray(ENCAPSULATION_LE) + w.buf
-        j, P, period = 0, len(layouts), 0
-    else:
-        period = layouts[j + P - 1][3] - layouts[j][0]
-        block = bytes(w.buf[layouts[j][0]:layouts[j + P - 1][3]])
-        n_per = k - j
-        reps = -(-n_per // P)
-        body = bytearray(ENCAPSULATION_LE) + w.buf[:layouts[j][0]] + block * reps
-        last = k - 1
-        t_last = j + (last - j) % P
-        end = layouts[t_last][3] + ((last - j) // P) * period
-        del body[4 + end:]
-    classes = [(i, 1, 0) for i in range(j)] + [(j + r, len(range(j + r, k, P)), period) for r in range(P)]
+    start = len(w.buf)
+    lengths = [m if has else 0 for has in present] + [0]   # positions, velocities, accelerations, effort
+    groups, end = _plan(start, k, lengths)
+    body = bytearray(ENCAPSULATION_LE) + w.buf + bytes(end - start)   # zero data, times, padding
     plan = []
-    for tpl, cnt, stride in classes:
-        if cnt <= 0:
-            continue
-        _, seqs, t_off, _ = layouts[tpl]
-        idx = slice(tpl, tpl + 1) if tpl < j or stride == 0 else slice(tpl, None, P)
-        plan.append((idx, cnt, stride or 8, seqs, t_off))
+    for idx, cnt, stride, seqs, t_off in groups:
+        for (len_off, _), ln in zip(seqs, lengths):
+            np.ndarray((cnt,), "<u4", body, 4 + len_off, (stride,))[:] = ln
+        plan.append((idx, cnt, stride, [data_off if ln else None for (_, data_off), ln in zip(seqs, lengths)],
+                     t_off))
     if len(_TEMPLATES) > 64:
         _TEMPLATES.clear()
     hit = _TEMPLATES[key] = (bytes(body), plan)

@@ -142,8 +142,13 @@ def learner_settings(learner: str, phases: list[float], trajectory: dict | None)
     warm-up here is one trajectory period (at most 80 % of phase 1)."""
     if learner != "rbfn":
         return {}
-    period = 1.0 / float((trajectory or {}).get("base_frequency", 0.1))
-    rate = 1000.0 / 10  # learn_decimation 10 at 1 kHz (config/sim.yaml)
+    from ..launch_graph import config_path
+    from ..ros.params import load_param_file
+    sim = config_path("sim.yaml")   # the learning rate the graph runs at
+    rate = (load_param_file(sim, "mujoco_bridge")["rate_hz"]
+            / load_param_file(sim, "residual_learner")["learn_decimation"])
+    traj = load_param_file(sim, "trajectory")
+    period = 1.0 / float((trajectory or {}).get("base_frequency", traj["base_frequency"]))
     return {"warmup": int(max(200, min(period, 0.8 * phases[0]) * rate))}
 
 

@@ -156,7 +156,6 @@ class HotPath:
                          parameter_overrides=overrides)
         import os
         self.lean = os.environ.get("AD_HOT_PATH", "lean") != "executor"
-        self.callback_errors = 0
         self._stop = threading.Event()
         self._last_error_log = 0.0
         if self.lean:
