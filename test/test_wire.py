@@ -1,7 +1,9 @@
-"""adaptive_dynamics.wire: the vectorised JointTrajectory CDR against two independent implementations
-(rosbags' serializer byte for byte, rclpy's deserializer both ways), every alignment case
-(frame_id lengths, joint counts, point counts, optional fields), the fallback for shapes
-it does not handle, and ReferenceBuffer.add_serialized == add(message)."""
+"""adaptive_dynamics.wire: the vectorised JointTrajectory, JointState and Float64MultiArray CDR
+against two independent implementations (rosbags' serializer byte for byte, rclpy's
+deserializer both ways), every alignment case (frame_id and name lengths, joint counts,
+point counts, optional fields), the fallback for what it does not handle (big-endian via
+rclpy; corrupt bytes are ValueErrors), and that the node-facing helpers (ReferenceBuffer,
+JointStateMapper, split_command / command_from_msg) give the same for bytes as for messages."""
 from __future__ import annotations
 
 import numpy as np
@@ -130,3 +132,128 @@ def test_points_not_matching_joint_names_and_corrupt_bytes_are_rejected_not_rais
     with pytest.raises(WireError):
         decode_trajectory(bytes(corrupt))
     assert buf.counters["rejected"] == 3 and len(buf) == 0
+
+
+# ------------------------------------------------------------------ JointState and commands
+
+def _rosbags_joint_state(stamp, frame, names, fields):
+    H, Tm = TS.types["std_msgs/msg/Header"], TS.types["builtin_interfaces/msg/Time"]
+    J = TS.types["sensor_msgs/msg/JointState"]
+    e = np.zeros(0)
+    q, v, f = (e if x is None else np.asarray(x, float) for x in fields)
+    msg = J(header=H(stamp=Tm(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id=frame), name=list(names),
+            position=q, velocity=v, effort=f)
+    return msg
+
+
+def _rosbags_command(values, label):
+    L, D = TS.types["std_msgs/msg/MultiArrayLayout"], TS.types["std_msgs/msg/MultiArrayDimension"]
+    F = TS.types["std_msgs/msg/Float64MultiArray"]
+    return F(layout=L(dim=[D(label=label, size=len(values), stride=len(values))], data_offset=0),
+             data=np.asarray(values, float))
+
+
+@pytest.mark.parametrize("frame", ["", "a", "base_link"])
+@pytest.mark.parametrize("n", [1, 2, 7])
+@pytest.mark.parametrize("present", [(1, 1, 1), (1, 0, 0), (1, 1, 0), (1, 0, 1), (0, 1, 1)])
+def test_joint_state_encode_decode_match_rosbags_and_rclpy(frame, n, present):
+    from sensor_msgs.msg import JointState
+
+    from adaptive_dynamics.ros.conversions import JointStateMapper, joint_state_msg
+    from adaptive_dynamics.wire import JointStateEncoder, NameCache, decode_joint_state
+    rng = np.random.default_rng(n)
+    names = [f"j{'x' * i}" for i in range(n)]           # names of every length mod 4
+    fields = [rng.normal(size=n) if p else None for p in present]
+    enc = JointStateEncoder(names, frame)
+    for stamp in (0, T0, T0 + 999_999_999):
+        mine = enc.encode(stamp, *fields)
+        assert mine == bytes(TS.serialize_cdr(_rosbags_joint_state(stamp, frame, names, fields),
+                                              "sensor_msgs/msg/JointState"))
+        back = deserialize_message(mine, JointState)          # rclpy reads ours
+        assert list(back.name) == names and back.header.frame_id == frame
+        # ours reads rclpy's (whose padding bytes are not zeroed)
+        theirs = bytes(serialize_message(joint_state_msg(stamp, names, *fields, frame_id=frame)))
+        s, nm, *arrays = decode_joint_state(theirs, NameCache())
+        assert s == stamp and nm == tuple(names)
+        for got, want in zip(arrays, fields):
+            assert got.size == 0 if want is None else np.array_equal(got, want)
+    if present[0] and present[1]:  # the mapper takes the bytes like the message, any name order
+        mapper = JointStateMapper(names[::-1])
+        raw = bytes(serialize_message(joint_state_msg(T0, names, *fields)))
+        for a, b in zip(mapper.map(raw), mapper.map(joint_state_msg(T0, names, *fields))):
+            assert (a is None and b is None) or np.array_equal(a, b)
+
+
+def test_joint_state_bytes_rejected_or_handed_to_rclpy():
+    from adaptive_dynamics.ros.conversions import JointStateMapper, NonFiniteError, joint_state_msg, state_stamp
+    from adaptive_dynamics.wire import JointStateEncoder, NameCache, decode_joint_state
+    names = ["a", "b", "c"]
+    good = JointStateEncoder(names).encode(T0, [1.0, 2.0, 3.0], [0.0] * 3, [0.0] * 3)
+    for bad in (good[:-3], good[:20], b"\x00\x01\x00\x00", b"", good[:12] + b"\xff\xff\xff\x7f" + good[16:]):
+        with pytest.raises(WireError):
+            decode_joint_state(bad, NameCache())
+    mapper = JointStateMapper(names)
+    with pytest.raises(ValueError):   # not even rclpy can read it: a ValueError, as for a bad message
+        mapper.map(good[:-3])
+    assert state_stamp(good) == T0 and state_stamp(b"junk") is None
+    # big-endian CDR (rosbags writes it): the fast path declines, rclpy reads it
+    be = bytes(TS.serialize_cdr(_rosbags_joint_state(T0, "", names, ([1.0, 2.0, 3.0], [4.0, 5.0, 6.0], None)),
+                                "sensor_msgs/msg/JointState", little_endian=False))
+    with pytest.raises(WireError):
+        decode_joint_state(be, NameCache())
+    stamp, q, v, e = mapper.map(be)
+    assert stamp == T0 and q.tolist() == [1.0, 2.0, 3.0] and v.tolist() == [4.0, 5.0, 6.0] and e is None
+    # the same validation as for messages
+    nan = JointStateEncoder(names).encode(T0, [1.0, float("nan"), 3.0])
+    with pytest.raises(NonFiniteError, match="b="):
+        mapper.map(nan)
+    with pytest.raises(ValueError, match="missing"):
+        JointStateMapper(["a", "z"]).map(bytes(serialize_message(joint_state_msg(T0, names, [1.0, 2.0, 3.0]))))
+
+
+@pytest.mark.parametrize("label", ["joints", "joints@1", f"joints@{T0}", "ab"])
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_command_encode_decode_match_rosbags_and_rclpy(label, n):
+    from std_msgs.msg import Float64MultiArray
+
+    from adaptive_dynamics.ros.conversions import (command_from_msg, command_stamp, encode_stamped_command,
+                                                   float64_array_msg, split_command, stamped_command_msg)
+    from adaptive_dynamics.wire import decode_command, encode_command
+    x = np.random.default_rng(n).normal(size=n)
+    mine = encode_command(x, label)
+    assert mine == bytes(TS.serialize_cdr(_rosbags_command(x, label), "std_msgs/msg/Float64MultiArray"))
+    assert list(deserialize_message(mine, Float64MultiArray).data) == list(x)
+    lab, off, data = decode_command(bytes(serialize_message(float64_array_msg(x, label=label))))
+    assert lab == label and off == 0 and np.array_equal(data, x)
+    # stamped commands: bytes and messages give the same stamp and values
+    for stamp in (None, T0):
+        raw, msg = encode_stamped_command(x, stamp), stamped_command_msg(x, stamp)
+        assert raw == bytes(TS.serialize_cdr(_rosbags_command(x, "joints" if stamp is None else f"joints@{stamp}"),
+                                             "std_msgs/msg/Float64MultiArray"))
+        assert command_stamp(raw) == command_stamp(msg) == stamp
+        assert split_command(raw)[0] == split_command(msg)[0] == stamp
+        if n:
+            assert np.array_equal(command_from_msg(raw, n), command_from_msg(msg, n))
+            with pytest.raises(ValueError, match=f"expected {n + 1} values"):
+                command_from_msg(raw, n + 1)
+
+
+def test_command_bytes_edge_cases():
+    from std_msgs.msg import Float64MultiArray
+
+    from adaptive_dynamics.ros.conversions import command_from_msg, split_command
+    from adaptive_dynamics.wire import decode_command, encode_command
+    m = Float64MultiArray()                     # no layout dimension, data_offset used
+    m.layout.data_offset = 1
+    m.data = [9.0, 1.0, 2.0]
+    raw = bytes(serialize_message(m))
+    assert decode_command(raw)[0] is None and split_command(raw)[:2] == (None, 1)
+    assert command_from_msg(raw, 2).tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError, match="not finite"):
+        command_from_msg(encode_command([1.0, float("inf")], "joints"), 2)
+    good = encode_command([1.0, 2.0], "joints@5")
+    for bad in (good[:-1], good[:10], b"\x00\x01\x00\x00"):
+        with pytest.raises(WireError):
+            decode_command(bad)
+        with pytest.raises(ValueError):
+            split_command(bad)

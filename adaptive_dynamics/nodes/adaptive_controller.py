@@ -59,7 +59,8 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from ..control.adaptive import AdaptiveController, spd_gain
-from ..ros.conversions import MATRIX_STAMP_OFFSET, joint_state_msg, matrix_from_msg, to_ns, vector_from_msg
+from ..ros.conversions import (MATRIX_STAMP_OFFSET, joint_state_msg, matrix_from_msg, state_stamp,
+                               vector_from_msg)
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, RELIABLE_STREAM_QOS, stream_qos
@@ -420,11 +421,12 @@ class AdaptiveControllerNode(JointControllerShell):
                 return False  # the regressor callback (or the watchdog) comes back to it
         return super()._try_pending(allow_stale)
 
-    def _on_state(self, msg: JointState) -> None:
+    def _on_state(self, msg) -> None:
         if self._topics:
             with self._cb_lock:
                 pend = self._pending
-                if pend is not None and to_ns(msg.header.stamp) > pend[0]:
+                stamp = state_stamp(msg)
+                if pend is not None and stamp is not None and stamp > pend[0]:
                     why = self._regressor_wait(pend[0], pend[3])
                     ref = self.refs.lookup(pend[0], int(self.p["reference_tolerance"] * 1e9), max_staleness_ns=-1)
                     if why is not None and ref is not None:  # only the regressor is missing

@@ -110,7 +110,8 @@ class RegressorNode(Node):
         self.io.node.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS,
                                        raw=True)  # batch -> arrays: ReferenceBuffer.add_serialized
         self.io.node.create_subscription(JointState, "joint_states", self._on_state,
-                                         stream_qos(p["reliable_streams"]))
+                                         stream_qos(p["reliable_streams"]),
+                                         raw=True)  # serialized -> arrays (wire.py)
         self.create_timer(p["diagnostics_period"], self._diag)
         # wall clock: in lockstep sim time stands still while a state waits
         self.create_timer(0.01, self._wait_timer, clock=Clock(clock_type=ClockType.STEADY_TIME))
@@ -167,7 +168,7 @@ class RegressorNode(Node):
             if self._pending is not None and time.monotonic() - self._pending_since > self.p["reference_wait"]:
                 self._flush()
 
-    def _on_state(self, msg: JointState) -> None:
+    def _on_state(self, msg) -> None:
         try:
             stamp, q, v, tau = self.mapper.map(msg)
             if v is None:

@@ -163,7 +163,8 @@ class ResidualLearnerNode(Node):
         io = self.io.node
         io.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS,
                                        raw=True)  # batch -> arrays: ReferenceBuffer.add_serialized
-        io.create_subscription(JointState, "joint_states", self._on_state, stream_qos(p["reliable_streams"]))
+        io.create_subscription(JointState, "joint_states", self._on_state, stream_qos(p["reliable_streams"]),
+                               raw=True)  # serialized -> arrays (wire.py)
         io.create_subscription(JointState, "adaptive/parametric_torque", self._on_ptorque, _DEEP_RELIABLE)
         io.create_subscription(JointState, "adaptive/parameter_update", self._on_update, _DEEP_RELIABLE)
         self.create_service(Trigger, "~/save_model", self._srv_save)
@@ -187,7 +188,7 @@ class ResidualLearnerNode(Node):
         except ValueError as exc:
             self._reject("reference", exc)
 
-    def _on_state(self, msg: JointState) -> None:
+    def _on_state(self, msg) -> None:
         try:
             stamp, q, v, tau = self.mapper.map(msg)
             if v is None or tau is None:
