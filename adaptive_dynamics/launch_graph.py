@@ -62,6 +62,13 @@ def config_path(name: str) -> str:
     return str(path)
 
 
+#: real time: /clock every 50th step (20 Hz at 1 kHz).  Every /clock message wakes each
+#: sim-time node's rclpy executor (~0.3 ms of Python holding that process's GIL); at
+#: 100 Hz that interference tripled the loop's deadline misses (bench/loop.py).  Nodes
+#: that need exact time read the joint_states stamps; references are published 0.2 s ahead.
+REALTIME_CLOCK_DECIMATION = 50
+
+
 def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str = "computed_torque",
                 learner: str = "none", use_sim_time: bool | None = None, record: bool = False,
                 mode: str = "lockstep", duration: float = 0.0, namespace: str = "",
@@ -104,6 +111,7 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         # the bridge *is* the clock: it never runs on sim time itself
         nodes.append(NodeSpec("mujoco_bridge", "mujoco_bridge", files,
                               {"use_sim_time": False, "mode": mode, "max_sim_time": float(duration),
+                               **({"clock_decimation": REALTIME_CLOCK_DECIMATION} if mode == "realtime" else {}),
                                "wait_for_nodes": 2 + int(record) + int(learner != "none"),
                                "wait_for_state_subscribers": 1 + int(record) + int(learner != "none")},
                               namespace=namespace, required=True))

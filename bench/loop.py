@@ -26,6 +26,14 @@ nodes as separate processes over DDS (started like `adaptive-dynamics launch sim
     per step), ``lockstep_timeouts``.  If the run exceeds its wall budget it is stopped
     and the figures cover the part that ran (``lockstep_sim_s`` says how much).
 
+(c) Platform floor, measured in the same run: two bare rclpy processes, no simulation
+    and no control law, play the same 1 kHz exchange (a JointState of the robot's joints
+    out as bytes, a stamped command back; best effort, depth 1; the pinger waits on an
+    rcl wait set like the bridge): ``floor_p50_ms``, ``floor_p99_ms``,
+    ``floor_deadline_miss_rate`` (answer later than 1 ms or never).  What this machine's
+    DDS and scheduler allow before any of our work: the loop's miss rate cannot be
+    expected below it.
+
 ``realtime_cpu_ms_per_step`` / ``lockstep_cpu_ms_per_step``: CPU time each node process
 used per simulation step from the moment the bridge started stepping (start-up
 excluded), sampled from /proc every 0.1 s.  In lockstep the bridge and the controller
@@ -97,7 +105,8 @@ def run_graph(mode: str, sim_s: float, robot: str, budget: float,
     fd, stats_file = tempfile.mkstemp(prefix=f"bench_loop_{mode}_", suffix=".json")
     os.close(fd)
     nodes = build_graph("sim", robot=robot, mode=mode, duration=sim_s,
-                        overrides={**(overrides or {}), "mujoco_bridge": {"stats_file": stats_file}})
+                        overrides={**(overrides or {}), "mujoco_bridge": {
+                            **(overrides or {}).get("mujoco_bridge", {}), "stats_file": stats_file}})
     t0 = time.perf_counter()
     g = GraphProcess(nodes, echo=False)
     sampler = CpuSampler(g)
@@ -146,6 +155,104 @@ def realtime(seconds: float, robot: str, reliable: bool) -> dict:
         "realtime_sim_per_wall": round(stats.get("sim_per_wall", 0.0), 4),
         "realtime_run_wall_s": round(wall, 2),
         "realtime_cpu_ms_per_step": stats["_cpu_ms_per_step"],
+        "n_joints": len(stats.get("saturation_count", [])) or 9,
+    }
+
+
+FLOOR_TOPICS = ("bench_loop/state", "bench_loop/command")
+
+
+def _floor_qos():
+    from adaptive_dynamics.ros.qos import COMMAND_QOS
+    return COMMAND_QOS   # best effort, depth 1: what the real-time controller/bridge use
+
+
+def floor_echo(seconds: float, n_joints: int) -> int:
+    """Child process of (c): answer every state with a command stamped like it."""
+    import rclpy
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+
+    from adaptive_dynamics.ros.conversions import encode_stamped_command, state_stamp
+    rclpy.init()
+    node = rclpy.create_node("bench_loop_echo")
+    pub = node.create_publisher(Float64MultiArray, FLOOR_TOPICS[1], _floor_qos())
+    zeros = [0.0] * n_joints
+    sub = node.create_subscription(JointState, FLOOR_TOPICS[0],
+                             lambda raw: pub.publish(encode_stamped_command(zeros, state_stamp(raw))),
+                             _floor_qos(), raw=True)
+    end = time.monotonic() + seconds
+    from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+    ws = _rclpy.WaitSet(1, 0, 0, 0, 0, 0, node.context.handle)
+    with sub.handle:
+        while time.monotonic() < end:
+            ws.clear_entities()
+            ws.add_subscription(sub.handle)
+            ws.wait(100_000_000)
+            while (taken := sub.handle.take_message(JointState, True)) is not None:
+                sub.callback(taken[0])
+    node.destroy_node()
+    rclpy.try_shutdown()
+    return 0
+
+
+def floor(seconds: float, n_joints: int) -> dict:
+    """(c): the bare 1 kHz exchange between two processes (see the module docstring)."""
+    import subprocess
+
+    import numpy as np
+    import rclpy
+    from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+
+    from adaptive_dynamics.ros.conversions import command_stamp
+    from adaptive_dynamics.wire import JointStateEncoder
+
+    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--floor-echo", str(seconds + 8.0),
+                              "--floor-joints", str(n_joints)])
+    try:
+        rclpy.init()
+        node = rclpy.create_node("bench_loop_ping")
+        pub = node.create_publisher(JointState, FLOOR_TOPICS[0], _floor_qos())
+        sub = node.create_subscription(Float64MultiArray, FLOOR_TOPICS[1], lambda m: None, _floor_qos(), raw=True)
+        deadline = time.monotonic() + 6.0
+        while (pub.get_subscription_count() < 1 or sub.get_publisher_count() < 1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        enc = JointStateEncoder([f"joint{i}" for i in range(n_joints)])
+        q = np.zeros(n_joints)
+        n = int(seconds * 1000)
+        sent = np.zeros(n, dtype=np.int64)
+        lat = np.full(n, np.inf)
+        ws = _rclpy.WaitSet(1, 0, 0, 0, 0, 0, node.context.handle)
+        clock, period = time.perf_counter_ns, 1_000_000
+        with sub.handle:
+            nxt = clock() + period
+            for k in range(n + 1):
+                while (rem := nxt - clock()) > 0:      # take answers until the tick
+                    ws.clear_entities()
+                    ws.add_subscription(sub.handle)
+                    ws.wait(rem)
+                    while (taken := sub.handle.take_message(Float64MultiArray, True)) is not None:
+                        st = command_stamp(taken[0])
+                        if st is not None and 0 <= st < n:
+                            lat[st] = clock() - sent[st]
+                nxt += period
+                if k < n:
+                    sent[k] = clock()
+                    pub.publish(enc.encode(k, q, q, q))
+        node.destroy_node()
+        rclpy.try_shutdown()
+    finally:
+        child.terminate()
+        child.wait(timeout=10)
+    ok = lat[np.isfinite(lat)] * 1e-6
+    return {
+        "floor_p50_ms": round(float(np.percentile(ok, 50)), 4) if ok.size else None,
+        "floor_p99_ms": round(float(np.percentile(ok, 99)), 4) if ok.size else None,
+        "floor_deadline_miss_rate": round(float(np.mean(~(lat <= period))), 5),
+        "floor_cycles": n,
     }
 
 
@@ -175,12 +282,18 @@ def main() -> int:
                     help="real time: the controller subscribes joint_states reliably (depth 10) as in lockstep;"
                     " default best effort depth 1, the real-time setting the README documents")
     ap.add_argument("--quick", action="store_true", help="3 s each")
+    ap.add_argument("--floor-s", type=float, default=8.0, help="seconds of the platform-floor exchange (c);"
+                    " 0 skips it (default 8)")
     ap.add_argument("-v", "--verbose", action="store_true", help="show the nodes' last log lines")
+    ap.add_argument("--floor-echo", type=float, help=argparse.SUPPRESS)   # (c)'s child process
+    ap.add_argument("--floor-joints", type=int, default=9, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.floor_echo is not None:
+        return floor_echo(a.floor_echo, a.floor_joints)
     global VERBOSE
     VERBOSE = a.verbose
     if a.quick:
-        a.realtime_s, a.lockstep_s, a.lockstep_budget = 3.0, 3.0, 15.0
+        a.realtime_s, a.lockstep_s, a.lockstep_budget, a.floor_s = 3.0, 3.0, 15.0, 2.0
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
     print(f"bench/loop: {a.robot}; (a) real time {a.realtime_s:g} s at 1 kHz, (b) lockstep {a.lockstep_s:g} s"
@@ -197,6 +310,10 @@ def main() -> int:
     print(f"(b) lockstep: {res['lockstep_sim_s']:.2f} s sim in {res['lockstep_wall_s']:.2f} s wall ="
           f" {res['lockstep_sim_s_per_wall_s']:.3f} sim-s/wall-s ({res['lockstep_step_us']} us/step),"
           f" timeouts {res['lockstep_timeouts']}; CPU ms/step {res['lockstep_cpu_ms_per_step']}", flush=True)
+    if a.floor_s > 0:
+        res.update(floor(a.floor_s, res["n_joints"]))
+        print(f"(c) platform floor (bare two-process exchange, no work): p50 {res['floor_p50_ms']} ms,"
+              f" p99 {res['floor_p99_ms']} ms, misses {100 * res['floor_deadline_miss_rate']:.2f} %", flush=True)
     res["loadavg_1min"] = round(max(load0, os.getloadavg()[0]), 2)
     res["cpus"] = os.cpu_count()
     res["targets"] = TARGETS

@@ -124,3 +124,15 @@ def test_graph_process_exit_rules(monkeypatch):
         (3, "node 'recorder' exited with code 3")
     assert run(NodeSpec("bridge", "x", params={"t": 0.2, "rc": 2}, required=True),
                NodeSpec("ctl", "x", params={"t": 5, "rc": 0})) == (2, "node 'bridge' exited with code 2")
+
+
+def test_realtime_decimates_clock():
+    """Real time publishes /clock at 20 Hz (see REALTIME_CLOCK_DECIMATION); lockstep keeps
+    config/sim.yaml's value; an override still wins."""
+    from adaptive_dynamics.launch_graph import REALTIME_CLOCK_DECIMATION
+    rt = resolved(by_name(build_graph("sim", mode="realtime"))["mujoco_bridge"])
+    ls = resolved(by_name(build_graph("sim", mode="lockstep"))["mujoco_bridge"])
+    assert rt["clock_decimation"] == REALTIME_CLOCK_DECIMATION == 50
+    assert ls["clock_decimation"] == 10
+    ov = build_graph("sim", mode="realtime", overrides={"mujoco_bridge": {"clock_decimation": 5}})
+    assert resolved(by_name(ov)["mujoco_bridge"])["clock_decimation"] == 5

@@ -655,3 +655,38 @@ def test_hot_path_delivers_in_order_survives_callback_errors_and_late_subscripti
     hp.stop()
     assert not hp.running
     hp.stop()  # idempotent
+
+
+@pytest.mark.ros
+def test_hot_path_periodic_runs_on_the_hot_thread_and_survives_errors(ros, monkeypatch):
+    """HotPath.add_periodic: the function runs at its period on the companion's thread
+    (where the hot callbacks run), between messages; one that raises is logged and
+    counted and the loop goes on.  Without a lean thread it declines (the caller then
+    uses an owner timer)."""
+    import threading
+
+    from adaptive_dynamics.ros.node_base import HotPath
+    owner = ros.node("periodic_owner")
+    hp = HotPath(owner)
+    calls, threads = [], set()
+
+    def tick():
+        calls.append(time.monotonic())
+        threads.add(threading.current_thread().name)
+        if len(calls) == 3:
+            raise RuntimeError("third call fails")
+
+    assert hp.add_periodic(0.02, tick)
+    hot_name = hp.node.get_name()
+    hp.start()
+    assert not hp.add_periodic(0.02, tick)      # not after start
+    time.sleep(0.5)
+    hp.stop()
+    n = len(calls)
+    assert 5 <= n <= 40, n                         # ~25 at 20 ms; loose: a loaded machine delays it
+    assert threads == {hot_name}                   # the hot thread, not the main thread
+    assert hp.callback_errors == 1
+    assert 0.015 <= np.median(np.diff(calls)) <= 0.06   # the period, not the 0.2 s idle wait
+    assert not HotPath(ros.node("periodic_owner2"), enabled=False).add_periodic(0.02, tick)
+    monkeypatch.setenv("AD_HOT_PATH", "executor")
+    assert not HotPath(ros.node("periodic_owner3")).add_periodic(0.02, tick)

@@ -34,9 +34,9 @@ from ..control.baseline import LAWS, make_controller, saturate
 from ..ros.conversions import (
     JointStateMapper,
     ReferenceBuffer,
+    encode_stamped_command,
     joint_state_msg,
-    stamped_command_msg,
-    to_ns,
+    state_stamp,
 )
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
@@ -127,9 +127,13 @@ class JointControllerShell(Node):
         self.io.node.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS,
                                        raw=True)  # batch -> arrays: ReferenceBuffer.add_serialized
         self.io.node.create_subscription(JointState, "joint_states", self._on_state,
-                                         stream_qos(self.p["reliable_streams"]))
-        self._wall = self.create_timer(
-            0.01, self._watchdog, clock=rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME))
+                                         stream_qos(self.p["reliable_streams"]), raw=True)  # wire.py
+        steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
+        # the 10 ms watchdog runs on the hot thread (it shares the pending state; no main
+        # executor wake-up at 100 Hz); diagnostics and slow work on the main executor
+        if not self.io.add_periodic(0.01, self._watchdog):
+            self.create_timer(0.01, self._watchdog, clock=steady)
+        self.create_timer(0.05, self._housekeeping, clock=steady)
         self._diag_last = time.monotonic()
         self.get_logger().info(f"{self._describe()}; joints {self.joint_names}")
         self.io.start()
@@ -176,7 +180,8 @@ class JointControllerShell(Node):
             if self._pending is not None:
                 self._try_pending()
 
-    def _on_state(self, msg: JointState) -> None:
+    def _on_state(self, msg) -> None:
+        """A joint state, serialized (``raw=True``) or as a message."""
         with self._cb_lock:
             self._last_state_wall = time.monotonic()
             try:
@@ -187,7 +192,7 @@ class JointControllerShell(Node):
                 self.counters.inc("state_rejected")
                 if self.log_throttle("state"):
                     self.get_logger().error(f"joint_states rejected ({exc}); sending the safe command")
-                self._publish(self._safe_command(), to_ns(msg.header.stamp))
+                self._publish(self._safe_command(), state_stamp(msg))
                 return
             if self._last_stamp is not None and stamp <= self._last_stamp:
                 # a duplicate or reordered sample: answering it would feed the learners an
@@ -240,7 +245,7 @@ class JointControllerShell(Node):
     def _publish(self, tau_model: np.ndarray, stamp) -> None:
         out = np.empty(self.n)
         out[self.cmd_index] = tau_model
-        self.pub_cmd.publish(stamped_command_msg(out, stamp))
+        self.pub_cmd.publish(encode_stamped_command(out, stamp))
 
     def _watchdog(self) -> None:
         with self._cb_lock:
@@ -265,6 +270,11 @@ class JointControllerShell(Node):
                     self.get_logger().warning(f"no joint_states for {self.p['state_timeout']} s: safe command")
                 self._publish(np.zeros(self.n), None)
                 self._last_state_wall = now
+
+    def _housekeeping(self) -> None:
+        """Main executor, 20 Hz: diagnostics, then :meth:`_periodic`."""
+        with self._cb_lock:
+            now = time.monotonic()
             if now - self._diag_last >= self.p["diagnostics_period"]:
                 self._diag_last = now
                 self.counters.set("saturated_steps", int(self.sat.sum()))
@@ -277,7 +287,7 @@ class JointControllerShell(Node):
         self._periodic()
 
     def _periodic(self) -> None:
-        """Slow work of the watchdog timer that must not hold ``self._cb_lock`` (file I/O)."""
+        """Slow work of the housekeeping timer that must not hold ``self._cb_lock`` (file I/O)."""
 
     def send_safe_and_stop(self) -> None:
         """Shutdown hook: leave the robot with a zero torque command."""

@@ -46,7 +46,8 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
 from ..sim.plant import MujocoPlant, RealityConfig
-from ..ros.conversions import command_from_msg, command_stamp, from_ns, joint_state_msg
+from ..ros.conversions import command_values, from_ns, split_command
+from ..wire import JointStateEncoder
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import CLOCK_QOS, COMMAND_QOS, LOCKSTEP_COMMAND_QOS, PUBLISHER_STREAM_QOS
@@ -84,7 +85,9 @@ def specs() -> list[ParamSpec]:
                   read_only=True),
         ParamSpec("diagnostics_period", 1.0, "diagnostics period [s] (wall)", min=0.05, max=60.0),
         ParamSpec("hot_path_thread", True, "take commands on a lean companion node (<name>_io) with its"
-                  " own executor thread (faster lockstep; see HotPath)", read_only=True),
+                  " own executor thread (faster lockstep; see HotPath); in real time the 1 kHz loop"
+                  " takes them itself between its ticks", read_only=True),
+
         # "reality" (RealityConfig): the controller's model never sees these
         ParamSpec("friction_viscous", [0.0], "joint viscous friction [Nm s/rad], 1 or n values", min=0.0,
                   type="float[]", read_only=True),
@@ -159,8 +162,15 @@ class MujocoBridgeNode(Node):
         self.pub_clock = self.create_publisher(Clock, "/clock", CLOCK_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.io = HotPath(self, enabled=p["hot_path_thread"])
+        # real time: the 1 kHz loop takes the commands itself between its ticks (one thread
+        # reads, steps and writes, like a ros2_control update loop; no hand-over to a second
+        # thread on the critical path)
+        self._loop_takes_commands = (not self.lockstep) and self.io.enabled and self.io.lean
+        # the 1 kHz streams go as bytes through adaptive_dynamics.wire (same wire format,
+        # a few us instead of rclpy's message objects)
+        self._state_encoder = JointStateEncoder(self.names)
         self.io.node.create_subscription(Float64MultiArray, "effort_controller/commands", self._on_command,
-                                         LOCKSTEP_COMMAND_QOS if self.lockstep else COMMAND_QOS)
+                                         LOCKSTEP_COMMAND_QOS if self.lockstep else COMMAND_QOS, raw=True)
         self.create_service(Trigger, "~/reset", self._srv_reset)
         self.create_service(Trigger, "~/toggle_payload", self._srv_toggle)
         self.create_service(SetBool, "~/set_payload", self._srv_set_payload)
@@ -187,7 +197,8 @@ class MujocoBridgeNode(Node):
         self.create_timer(0.05, self._housekeeping, clock=steady)
         self.get_logger().info(f"{p['mode']} at {p['rate_hz']:.0f} Hz, joints {self.names},"
                                f" reality {self.plant.reality}")
-        self.io.start()
+        if not self._loop_takes_commands:
+            self.io.start()
 
     # ----------------------------------------------------------------- helpers
     def _ready(self) -> bool:
@@ -215,11 +226,11 @@ class MujocoBridgeNode(Node):
         stamp = int(round(t * 1e9))
         self._stamp = stamp
         self._sent_wall = time.monotonic()
-        self._published_at[stamp] = time.perf_counter_ns()
-        if len(self._published_at) > 2000:
-            for k in sorted(self._published_at)[:1000]:
-                del self._published_at[k]
-        self.pub_state.publish(joint_state_msg(stamp, self.names, q, v, tau))
+        pub = self._published_at
+        pub[stamp] = time.perf_counter_ns()
+        if len(pub) > 2000:  # oldest first (insertion order): O(1) per step, no periodic sort
+            del pub[next(iter(pub))]
+        self.pub_state.publish(self._state_encoder.encode(stamp, q, v, tau))
         # /clock after the state: the controller answering this state is on the critical
         # path, the /clock readers (trajectory, time sources) are not
         if self.plant.steps % self.p["clock_decimation"] == 0:
@@ -251,11 +262,18 @@ class MujocoBridgeNode(Node):
         rclpy.try_shutdown(context=self.context)
 
     # ---------------------------------------------------------------- commands
-    def _on_command(self, msg: Float64MultiArray) -> None:
+    def _on_command(self, msg) -> None:
+        """A command, serialized (``raw=True``) or as a message."""
         with self.lock:
             if self._done or not self._started:
                 return
-            stamp = command_stamp(msg)
+            try:
+                stamp, offset, data = split_command(msg)
+            except ValueError as exc:   # undecodable bytes: no stamp to pair it with
+                self.counters.inc("rejected_commands")
+                if self.throttle("bad"):
+                    self.get_logger().error(f"command rejected ({exc})")
+                return
             if stamp is not None:
                 sent = self._published_at.get(stamp)
                 if sent is not None:
@@ -264,7 +282,7 @@ class MujocoBridgeNode(Node):
                     if lat > self.dt * 1e9:
                         self.counters.inc("deadline_misses")
             try:
-                tau = command_from_msg(msg, self.n)
+                tau = command_values(data, offset, self.n)
             except ValueError as exc:
                 self.counters.inc("rejected_commands")
                 if self.throttle("bad"):
@@ -319,30 +337,54 @@ class MujocoBridgeNode(Node):
 
     def _realtime_loop(self) -> None:
         period = self.dt
-        nxt = time.perf_counter() + period
-        while self.context.ok() and not self._done:
-            now = time.perf_counter()
-            if now < nxt:
+        period_ns = int(round(period * 1e9))
+        clock = time.perf_counter_ns
+        io = self.io if self._loop_takes_commands else None
+        nxt = clock() + period_ns
+        try:
+            while self.context.ok() and not self._done:
+                now = clock()
+                if now < nxt:
+                    self._wait_until(nxt, io)
+                elif now - nxt > period_ns:
+                    self.counters.inc("late_steps")
+                nxt += period_ns
+                if clock() - nxt > 10 * period_ns:  # far behind: resynchronise
+                    nxt = clock() + period_ns
+                with self.lock:
+                    fresh = self.plant.time - self._latest_cmd_time <= self.p["command_timeout"]
+                    if self._latest_cmd is not None and fresh:
+                        self.plant.step(self._latest_cmd)
+                        self.counters.inc("steps")
+                    else:
+                        if self._latest_cmd is not None and self.throttle("rt_timeout"):
+                            self.get_logger().warning(f"no valid command for {self.p['command_timeout']} s:"
+                                                      f" safe action ({self.p['safe_mode']})")
+                        self.counters.inc("command_timeouts" if self._latest_cmd is not None
+                                          else "startup_steps")
+                        self._safe_step()
+                    self._after_step()
+        finally:
+            if io is not None:
+                io.release()
+
+    def _wait_until(self, deadline_ns: int, io) -> None:
+        """Until the next tick: take commands as they arrive (``io``: the loop's own
+        wait set, blocking until a command or the tick), else sleep (then the
+        companion's thread takes them)."""
+        clock = time.perf_counter_ns
+        while True:
+            rem = deadline_ns - clock()
+            if rem <= 0:
+                return
+            if io is None:
                 # sleep, never spin: a busy wait would hold the GIL the command callback
                 # needs (hrtimer sleep overshoots ~0.05-0.1 ms here, well inside a period)
-                time.sleep(nxt - now)
-            elif now - nxt > period:
-                self.counters.inc("late_steps")
-            nxt += period
-            if time.perf_counter() - nxt > 10 * period:  # far behind: resynchronise
-                nxt = time.perf_counter() + period
-            with self.lock:
-                fresh = self.plant.time - self._latest_cmd_time <= self.p["command_timeout"]
-                if self._latest_cmd is not None and fresh:
-                    self.plant.step(self._latest_cmd)
-                    self.counters.inc("steps")
-                else:
-                    if self._latest_cmd is not None and self.throttle("rt_timeout"):
-                        self.get_logger().warning(f"no valid command for {self.p['command_timeout']} s:"
-                                                  f" safe action ({self.p['safe_mode']})")
-                    self.counters.inc("command_timeouts" if self._latest_cmd is not None else "startup_steps")
-                    self._safe_step()
-                self._after_step()
+                time.sleep(rem * 1e-9)
+                return
+            io.spin_once(rem)
+            if self._done or not self.context.ok():
+                return
 
     # ---------------------------------------------------------------- services
     def _srv_reset(self, req, res):

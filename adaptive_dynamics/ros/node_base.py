@@ -16,8 +16,10 @@ keep the node in WARN forever.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+import time
 from typing import Any, Dict, Iterable, Optional, Sequence
 
 import rclpy
@@ -142,6 +144,8 @@ class HotPath:
         self.enabled = bool(enabled)
         self._thread = None
         self.callback_errors = 0
+        self._held, self._subs, self._wait_set, self._entries = None, None, None, ()
+        self._periodic: list = []
         if not self.enabled:
             self.node = owner
             self.executor = None
@@ -201,75 +205,117 @@ class HotPath:
     #: messages taken from one ready subscription before the others get their turn (a
     #: stream arriving faster than its callback runs must not starve the rest)
     DRAIN_LIMIT = 16
+    #: longest blocking wait of the companion's own thread (it re-checks stop/shutdown)
+    IDLE_WAIT_NS = 200_000_000
+
+    def add_periodic(self, period_s: float, fn) -> bool:
+        """Call ``fn()`` every ``period_s`` (steady clock) on the companion's own thread,
+        between messages: a watchdog that shares the hot path's state then runs where
+        that state lives, without waking the owner's executor (whose every wake-up
+        costs the hot thread GIL time).  Returns False when there is no lean thread
+        (``enabled=False`` or ``AD_HOT_PATH=executor``): use an owner timer then.
+        Keep ``fn`` short and non-blocking (no file I/O): it delays the next message."""
+        if not (self.enabled and self.lean) or self._thread is not None:
+            return False
+        self._periodic.append([int(period_s * 1e9), fn, time.perf_counter_ns()])
+        return True
+
+    def _run_periodic(self) -> int:
+        """Call what is due; returns the ns until the next is due."""
+        now = time.perf_counter_ns()
+        nxt = self.IDLE_WAIT_NS
+        for item in self._periodic:
+            period, fn, due = item
+            if now >= due:
+                try:
+                    fn()
+                except Exception as exc:  # like a callback: logged, counted, the loop goes on
+                    self._callback_failed(fn, exc)
+                due = item[2] = max(due + period, now)
+            nxt = min(nxt, due - now)
+        return max(0, nxt)
 
     def _lean_spin(self) -> None:
-        """Wait on the companion's subscriptions; take and dispatch what is ready."""
-        import contextlib
+        """The companion's own thread: :meth:`spin_once` (and what :meth:`add_periodic`
+        registered) until stopped."""
+        try:
+            while not self._stop.is_set() and self.node.context.ok():
+                self.spin_once(self._run_periodic() if self._periodic else self.IDLE_WAIT_NS)
+        except (KeyboardInterrupt, ExternalShutdownException):
+            pass
+        except Exception:
+            if self.node.context.ok() and not self._stop.is_set():
+                raise
+        finally:
+            self.release()
 
+    def spin_once(self, timeout_ns: int) -> int:
+        """Wait up to ``timeout_ns`` (0 = poll) for the companion's subscriptions, take
+        what is ready and hand it to the callbacks; returns the number of messages taken.
+
+        Serves the companion's own thread, or a caller that runs its own loop instead
+        of :meth:`start` (the bridge's real-time loop takes commands between its ticks
+        this way: one thread, no hand-over).  Call it from one thread only."""
         from rclpy.exceptions import InvalidHandle
         from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
         from rclpy.subscription import Subscription
 
-        ctx = self.node.context
-        wait_set, subs, entries = None, None, ()
-        # the handles in use are held (entered) from one (re)build to the next, as rclpy's
-        # executor holds them across its wait: a subscription destroyed meanwhile is only
-        # released once the loop has let go of it
-        held = contextlib.ExitStack()
-        try:
-            held.enter_context(ctx.handle)
-            while not self._stop.is_set() and ctx.ok():
-                current = tuple(self.node.subscriptions)
-                if current != subs:  # (re)built when a subscription was added or removed
-                    held.close()
-                    held = contextlib.ExitStack()
-                    held.enter_context(ctx.handle)
-                    live = []
-                    for s in current:
-                        try:
-                            held.enter_context(s.handle)
-                            live.append(s)
-                        except InvalidHandle:  # destroyed already
-                            pass
-                    subs = current
-                    wait_set = _rclpy.WaitSet(len(live), 1, 0, 0, 0, 0, ctx.handle)
-                    entries = tuple((s.handle, s.msg_type, s.raw, s.callback,
-                                     s._callback_type is Subscription.CallbackType.MessageOnly)
-                                    for s in live)
-                wait_set.clear_entities()
-                for e in entries:
-                    wait_set.add_subscription(e[0])
-                wait_set.add_guard_condition(self._guard.handle)
-                wait_set.wait(200_000_000)  # 0.2 s: re-check stop/shutdown at least that often
-                if self._stop.is_set():
+        current = tuple(self.node.subscriptions)
+        if current != self._subs:  # (re)built when a subscription was added or removed
+            # the handles in use are held (entered) from one (re)build to the next, as
+            # rclpy's executor holds them across its wait: a subscription destroyed
+            # meanwhile is only released once the loop has let go of it
+            self.release()
+            held = contextlib.ExitStack()
+            held.enter_context(self.node.context.handle)
+            live = []
+            for s in current:
+                try:
+                    held.enter_context(s.handle)
+                    live.append(s)
+                except InvalidHandle:  # destroyed already
+                    pass
+            self._held, self._subs = held, current
+            self._wait_set = _rclpy.WaitSet(len(live), 1, 0, 0, 0, 0, self.node.context.handle)
+            self._entries = tuple((s.handle, s.msg_type, s.raw, s.callback,
+                                   s._callback_type is Subscription.CallbackType.MessageOnly)
+                                  for s in live)
+        wait_set = self._wait_set
+        wait_set.clear_entities()
+        for e in self._entries:
+            wait_set.add_subscription(e[0])
+        wait_set.add_guard_condition(self._guard.handle)
+        wait_set.wait(timeout_ns)
+        if self._stop.is_set():
+            return 0
+        ready = wait_set.get_ready_entities("subscription")
+        if not ready:
+            return 0
+        n = 0
+        for h, msg_type, raw, callback, message_only in self._entries:
+            if h.pointer not in ready:
+                continue
+            for _ in range(self.DRAIN_LIMIT):  # a ready subscription may hold several
+                taken = h.take_message(msg_type, raw)
+                if taken is None:
                     break
-                ready = wait_set.get_ready_entities("subscription")
-                if not ready:
-                    continue
-                for h, msg_type, raw, callback, message_only in entries:
-                    if h.pointer not in ready:
-                        continue
-                    for _ in range(self.DRAIN_LIMIT):  # a ready subscription may hold several
-                        taken = h.take_message(msg_type, raw)
-                        if taken is None:
-                            break
-                        try:
-                            if message_only:
-                                callback(taken[0])
-                            else:
-                                callback(*taken)
-                        except Exception as exc:  # keep the hot path alive, say what failed
-                            self._callback_failed(callback, exc)
-        except (KeyboardInterrupt, ExternalShutdownException):
-            pass
-        except Exception:
-            if ctx.ok() and not self._stop.is_set():
-                raise
-        finally:
-            held.close()
+                n += 1
+                try:
+                    if message_only:
+                        callback(taken[0])
+                    else:
+                        callback(*taken)
+                except Exception as exc:  # keep the hot path alive, say what failed
+                    self._callback_failed(callback, exc)
+        return n
+
+    def release(self) -> None:
+        """Let go of the handles :meth:`spin_once` holds (it re-acquires them if called again)."""
+        if self._held is not None:
+            self._held.close()
+        self._held, self._subs, self._wait_set, self._entries = None, None, None, ()
 
     def _callback_failed(self, callback, exc: BaseException) -> None:
-        import time
         import traceback
         self.callback_errors += 1
         now = time.monotonic()
