@@ -168,46 +168,56 @@ def _floor_qos():
 
 
 def floor_echo(seconds: float, n_joints: int) -> int:
-    """Child process of (c): answer every state with a command stamped like it."""
+    """Child process of (c): answer every state with a command stamped like it, on a
+    HotPath thread as the controller does."""
     import rclpy
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
     from adaptive_dynamics.ros.conversions import encode_stamped_command, state_stamp
+    from adaptive_dynamics.ros.node_base import HotPath
     rclpy.init()
     node = rclpy.create_node("bench_loop_echo")
     pub = node.create_publisher(Float64MultiArray, FLOOR_TOPICS[1], _floor_qos())
     zeros = [0.0] * n_joints
-    sub = node.create_subscription(JointState, FLOOR_TOPICS[0],
-                             lambda raw: pub.publish(encode_stamped_command(zeros, state_stamp(raw))),
-                             _floor_qos(), raw=True)
-    end = time.monotonic() + seconds
-    from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
-    ws = _rclpy.WaitSet(1, 0, 0, 0, 0, 0, node.context.handle)
-    with sub.handle:
-        while time.monotonic() < end:
-            ws.clear_entities()
-            ws.add_subscription(sub.handle)
-            ws.wait(100_000_000)
-            while (taken := sub.handle.take_message(JointState, True)) is not None:
-                sub.callback(taken[0])
-    node.destroy_node()
-    rclpy.try_shutdown()
+    io = HotPath(node)
+    io.node.create_subscription(JointState, FLOOR_TOPICS[0],
+                                lambda raw: pub.publish(encode_stamped_command(zeros, state_stamp(raw))),
+                                _floor_qos(), raw=True)
+    io.start()
+    try:
+        time.sleep(seconds)
+    finally:
+        io.stop()
+        node.destroy_node()
+        rclpy.try_shutdown()
     return 0
 
 
 def floor(seconds: float, n_joints: int) -> dict:
-    """(c): the bare 1 kHz exchange between two processes (see the module docstring)."""
+    """(c): the bare 1 kHz exchange between two processes (see the module docstring);
+    this process plays the bridge: it takes the answers between its ticks with
+    ``HotPath.spin_once``, as the bridge's real-time loop does."""
     import subprocess
 
     import numpy as np
     import rclpy
-    from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
     from adaptive_dynamics.ros.conversions import command_stamp
+    from adaptive_dynamics.ros.node_base import HotPath
     from adaptive_dynamics.wire import JointStateEncoder
+
+    n = int(seconds * 1000)
+    clock, period = time.perf_counter_ns, 1_000_000
+    sent = np.zeros(n, dtype=np.int64)
+    lat = np.full(n, np.inf)
+
+    def on_answer(raw):
+        st = command_stamp(raw)
+        if st is not None and 0 <= st < n:
+            lat[st] = clock() - sent[st]
 
     child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--floor-echo", str(seconds + 8.0),
                               "--floor-joints", str(n_joints)])
@@ -215,38 +225,33 @@ def floor(seconds: float, n_joints: int) -> dict:
         rclpy.init()
         node = rclpy.create_node("bench_loop_ping")
         pub = node.create_publisher(JointState, FLOOR_TOPICS[0], _floor_qos())
-        sub = node.create_subscription(Float64MultiArray, FLOOR_TOPICS[1], lambda m: None, _floor_qos(), raw=True)
+        io = HotPath(node)
+        sub = io.node.create_subscription(Float64MultiArray, FLOOR_TOPICS[1], on_answer, _floor_qos(), raw=True)
         deadline = time.monotonic() + 6.0
         while (pub.get_subscription_count() < 1 or sub.get_publisher_count() < 1) and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)
         enc = JointStateEncoder([f"joint{i}" for i in range(n_joints)])
         q = np.zeros(n_joints)
-        n = int(seconds * 1000)
-        sent = np.zeros(n, dtype=np.int64)
-        lat = np.full(n, np.inf)
-        ws = _rclpy.WaitSet(1, 0, 0, 0, 0, 0, node.context.handle)
-        clock, period = time.perf_counter_ns, 1_000_000
-        with sub.handle:
-            nxt = clock() + period
-            for k in range(n + 1):
-                while (rem := nxt - clock()) > 0:      # take answers until the tick
-                    ws.clear_entities()
-                    ws.add_subscription(sub.handle)
-                    ws.wait(rem)
-                    while (taken := sub.handle.take_message(Float64MultiArray, True)) is not None:
-                        st = command_stamp(taken[0])
-                        if st is not None and 0 <= st < n:
-                            lat[st] = clock() - sent[st]
-                nxt += period
-                if k < n:
-                    sent[k] = clock()
-                    pub.publish(enc.encode(k, q, q, q))
+        nxt = clock() + period
+        for k in range(n + 1):
+            while (rem := nxt - clock()) > 0:      # take answers until the tick
+                io.spin_once(rem)
+            nxt += period
+            if k < n:
+                sent[k] = clock()
+                pub.publish(enc.encode(k, q, q, q))
+        io.release()
+        io.stop()
         node.destroy_node()
         rclpy.try_shutdown()
     finally:
         child.terminate()
-        child.wait(timeout=10)
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
     ok = lat[np.isfinite(lat)] * 1e-6
     return {
         "floor_p50_ms": round(float(np.percentile(ok, 50)), 4) if ok.size else None,

@@ -87,7 +87,6 @@ def specs() -> list[ParamSpec]:
         ParamSpec("hot_path_thread", True, "take commands on a lean companion node (<name>_io) with its"
                   " own executor thread (faster lockstep; see HotPath); in real time the 1 kHz loop"
                   " takes them itself between its ticks", read_only=True),
-
         # "reality" (RealityConfig): the controller's model never sees these
         ParamSpec("friction_viscous", [0.0], "joint viscous friction [Nm s/rad], 1 or n values", min=0.0,
                   type="float[]", read_only=True),
