@@ -28,8 +28,9 @@ nodes as separate processes over DDS (started like `adaptive-dynamics launch sim
 
 (c) Platform floor, measured in the same run: two bare rclpy processes, no simulation
     and no control law, play the same 1 kHz exchange (a JointState of the robot's joints
-    out as bytes, a stamped command back; best effort, depth 1; the pinger waits on an
-    rcl wait set like the bridge): ``floor_p50_ms``, ``floor_p99_ms``,
+    out as bytes, a stamped command back, with the real-time graph's QoS; the pinger takes
+    answers between its ticks like the bridge, the echo answers on a hot thread like the
+    controller): ``floor_p50_ms``, ``floor_p99_ms``,
     ``floor_deadline_miss_rate`` (answer later than 1 ms or never).  What this machine's
     DDS and scheduler allow before any of our work: the loop's miss rate cannot be
     expected below it.
@@ -162,9 +163,11 @@ def realtime(seconds: float, robot: str, reliable: bool) -> dict:
 FLOOR_TOPICS = ("bench_loop/state", "bench_loop/command")
 
 
-def _floor_qos():
-    from adaptive_dynamics.ros.qos import COMMAND_QOS
-    return COMMAND_QOS   # best effort, depth 1: what the real-time controller/bridge use
+def _floor_qos(which: str):
+    """The QoS of the real-time graph: state published reliably (deep history), read best
+    effort depth 1 by the controller; commands reliable depth 1 both ways."""
+    from adaptive_dynamics.ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, stream_qos
+    return {"state_pub": PUBLISHER_STREAM_QOS, "state_sub": stream_qos(False), "command": COMMAND_QOS}[which]
 
 
 def floor_echo(seconds: float, n_joints: int) -> int:
@@ -178,12 +181,12 @@ def floor_echo(seconds: float, n_joints: int) -> int:
     from adaptive_dynamics.ros.node_base import HotPath
     rclpy.init()
     node = rclpy.create_node("bench_loop_echo")
-    pub = node.create_publisher(Float64MultiArray, FLOOR_TOPICS[1], _floor_qos())
+    pub = node.create_publisher(Float64MultiArray, FLOOR_TOPICS[1], _floor_qos("command"))
     zeros = [0.0] * n_joints
     io = HotPath(node)
     io.node.create_subscription(JointState, FLOOR_TOPICS[0],
                                 lambda raw: pub.publish(encode_stamped_command(zeros, state_stamp(raw))),
-                                _floor_qos(), raw=True)
+                                _floor_qos("state_sub"), raw=True)
     io.start()
     try:
         time.sleep(seconds)
@@ -224,9 +227,10 @@ def floor(seconds: float, n_joints: int) -> dict:
     try:
         rclpy.init()
         node = rclpy.create_node("bench_loop_ping")
-        pub = node.create_publisher(JointState, FLOOR_TOPICS[0], _floor_qos())
+        pub = node.create_publisher(JointState, FLOOR_TOPICS[0], _floor_qos("state_pub"))
         io = HotPath(node)
-        sub = io.node.create_subscription(Float64MultiArray, FLOOR_TOPICS[1], on_answer, _floor_qos(), raw=True)
+        sub = io.node.create_subscription(Float64MultiArray, FLOOR_TOPICS[1], on_answer, _floor_qos("command"),
+                                          raw=True)
         deadline = time.monotonic() + 6.0
         while (pub.get_subscription_count() < 1 or sub.get_publisher_count() < 1) and time.monotonic() < deadline:
             time.sleep(0.05)

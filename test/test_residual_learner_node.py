@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sensor_msgs.msg import JointState
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_srvs.srv import Trigger
 
 from adaptive_dynamics.dynamics import RobotModel
@@ -14,7 +15,7 @@ from adaptive_dynamics.learning import OnlineResidual
 from adaptive_dynamics.nodes.residual_learner import ResidualLearnerNode
 from adaptive_dynamics.ros.conversions import joint_state_msg, reference_batch_msg, to_ns
 from adaptive_dynamics.ros.params import to_parameters
-from adaptive_dynamics.ros.qos import PUBLISHER_STREAM_QOS, RELIABLE_STREAM_QOS, REFERENCE_QOS
+from adaptive_dynamics.ros.qos import PUBLISHER_STREAM_QOS, REFERENCE_QOS
 from trajectory_msgs.msg import JointTrajectory
 
 pytestmark = pytest.mark.ros
@@ -55,9 +56,11 @@ class Probe:
         self.update = self.node.create_publisher(JointState, "adaptive/parameter_update", PUBLISHER_STREAM_QOS)
         self.ref = self.node.create_publisher(JointTrajectory, "reference", REFERENCE_QOS)
         self.res, self.mon = [], []
-        self.node.create_subscription(JointState, "feedforward/residual", self.res.append, RELIABLE_STREAM_QOS)
-        self.node.create_subscription(JointState, "residual_learner/prediction", self.mon.append,
-                                      RELIABLE_STREAM_QOS)
+        # the checks are exactly-once: a deep reader queue, so a test thread that is slow to
+        # spin on a loaded machine cannot lose residuals in its own reader history
+        deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
+        self.node.create_subscription(JointState, "feedforward/residual", self.res.append, deep)
+        self.node.create_subscription(JointState, "residual_learner/prediction", self.mon.append, deep)
 
     def send(self, k, q, v, tau, pt):
         r = slice(None, None, -1)
