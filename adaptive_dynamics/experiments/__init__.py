@@ -19,6 +19,19 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
 }
 
 
+def save_plot(fig, out_dir: str, name: str, files: list) -> str:
+    """Write ``fig`` as ``out_dir/name`` (PNG, 110 dpi), close it and append the path to
+    ``files`` (the experiment's list of written plots); returns the path."""
+    import os
+
+    import matplotlib.pyplot as plt
+    path = os.path.join(out_dir, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    files.append(path)
+    return path
+
+
 def run(name: str, argv: list[str]) -> int:
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose from {sorted(EXPERIMENTS)}")

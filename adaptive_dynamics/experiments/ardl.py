@@ -87,6 +87,8 @@ from typing import Any
 
 import numpy as np
 
+from . import save_plot
+
 TARGETS = {"composite_vs_pd_rmse_ratio": 0.2, "base_param_rel_error": 0.05}
 PHASES = (("feedback", 0.0, 16.0), ("learning", 16.0, 96.0), ("off", 96.0, 112.0))
 PERIOD = 8.0
@@ -323,10 +325,7 @@ def plot_robot(robot: str, runs: dict, scale: float, out_dir: str) -> list[str]:
     ax.set_title(f"{robot}: tracking error (grey: learning off)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    f = os.path.join(out_dir, f"{robot}_tracking_error.png")
-    fig.savefig(f, dpi=110)
-    plt.close(fig)
-    files.append(f)
+    save_plot(fig, out_dir, f"{robot}_tracking_error.png", files)
 
     # feed-forward vs feedback torques (ARDL Fig. 2b / 3b), joints 1 and 2
     keys = [k for k in ("direct/zero", "composite/zero") if k in runs]
@@ -345,10 +344,7 @@ def plot_robot(robot: str, runs: dict, scale: float, out_dir: str) -> list[str]:
                 ax.set_ylabel("torque [N m]")
                 ax.legend(fontsize=7)
         fig.tight_layout()
-        f = os.path.join(out_dir, f"{robot}_torques.png")
-        fig.savefig(f, dpi=110)
-        plt.close(fig)
-        files.append(f)
+        save_plot(fig, out_dir, f"{robot}_torques.png", files)
 
     # parameter error (friction-free)
     ideal = {k: v for k, v in runs.items() if "perr" in v}
@@ -363,10 +359,7 @@ def plot_robot(robot: str, runs: dict, scale: float, out_dir: str) -> list[str]:
         ax.set_title(f"{robot}: base-parameter error, friction- and payload-free")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        f = os.path.join(out_dir, f"{robot}_parameter_error.png")
-        fig.savefig(f, dpi=110)
-        plt.close(fig)
-        files.append(f)
+        save_plot(fig, out_dir, f"{robot}_parameter_error.png", files)
     return files
 
 

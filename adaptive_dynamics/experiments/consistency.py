@@ -84,6 +84,8 @@ from typing import Any
 
 import numpy as np
 
+from . import save_plot
+
 TARGET_RATIO = 0.15
 #: start (and end) pose of the trajectories; default the middle of the joint limits
 START_POSE = {"iiwa14": [0.0, 0.6, 0.0, -1.2, 0.0, 0.9, 0.0]}
@@ -241,10 +243,7 @@ def plot_robot(robot: str, res: dict, traces: dict, out_dir: str) -> list[str]:
     axes[0].set_ylabel("torque RMSE [N m]")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    path = os.path.join(out_dir, f"consistency_virtual_{robot}.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    files.append(path)
+    save_plot(fig, out_dir, f"consistency_virtual_{robot}.png", files)
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 6), sharex=True)
     t = traces["t"]
@@ -261,10 +260,7 @@ def plot_robot(robot: str, res: dict, traces: dict, out_dir: str) -> list[str]:
         axes[1, col].set_xlabel("t [s]")
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
-    path = os.path.join(out_dir, f"consistency_virtual_traces_{robot}.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    files.append(path)
+    save_plot(fig, out_dir, f"consistency_virtual_traces_{robot}.png", files)
     return files
 
 

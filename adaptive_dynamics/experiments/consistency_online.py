@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from . import save_plot
+
 # phase -> parameter changes at its start (phase 1's are the nodes' start parameters)
 PHASE_SETTINGS = {
     1: {"adaptive_controller": {"learning": False}, "residual_learner": {"learning": True, "output": False}},
@@ -304,10 +306,7 @@ def plot(results: dict, phases: list[float], robot: str, out_dir: str, joint: in
         ax.set_xlabel("sim time [s]")
         ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
-    f = os.path.join(out_dir, f"consistency_online_{robot}_{learner}_contributions.png")
-    fig.savefig(f, dpi=110)
-    plt.close(fig)
-    files.append(f)
+    save_plot(fig, out_dir, f"consistency_online_{robot}_{learner}_contributions.png", files)
 
     # Fig. 4: per-phase RMSE (mean over joints), both runs, log scale
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
@@ -324,10 +323,7 @@ def plot(results: dict, phases: list[float], robot: str, out_dir: str, joint: in
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{robot}, {learner.upper()}: online 4-phase experiment (mean over joints)", fontsize=10)
     fig.tight_layout()
-    f = os.path.join(out_dir, f"consistency_online_{robot}_{learner}_phases.png")
-    fig.savefig(f, dpi=110)
-    plt.close(fig)
-    files.append(f)
+    save_plot(fig, out_dir, f"consistency_online_{robot}_{learner}_phases.png", files)
     return files
 
 
