@@ -68,6 +68,15 @@ def config_path(name: str) -> str:
 #: that need exact time read the joint_states stamps; references are published 0.2 s ahead.
 REALTIME_CLOCK_DECIMATION = 50
 
+#: real time: SCHED_FIFO priority of the nodes on the 1 kHz critical path (bridge,
+#: controller, the regressor node when the controller consumes it), as ros2_control's
+#: controller manager gives its update loop.  Their threads then run ahead of the other
+#: nodes' (trajectory, recorder, learner), whose /clock and batch work otherwise lands in
+#: the middle of the exchange: 40-55 % late cycles in the millisecond after each /clock
+#: message without it, ~5 % with it (bench/loop.py).  Without permission the nodes warn
+#: and run normally scheduled (adaptive_dynamics.realtime).
+REALTIME_PRIORITY = 50
+
 
 def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str = "computed_torque",
                 learner: str = "none", use_sim_time: bool | None = None, record: bool = False,
@@ -111,7 +120,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         # the bridge *is* the clock: it never runs on sim time itself
         nodes.append(NodeSpec("mujoco_bridge", "mujoco_bridge", files,
                               {"use_sim_time": False, "mode": mode, "max_sim_time": float(duration),
-                               **({"clock_decimation": REALTIME_CLOCK_DECIMATION} if mode == "realtime" else {}),
+                               **({"clock_decimation": REALTIME_CLOCK_DECIMATION,
+                                   "realtime_priority": REALTIME_PRIORITY} if mode == "realtime" else {}),
                                "wait_for_nodes": 2 + int(record) + int(learner != "none"),
                                "wait_for_state_subscribers": 1 + int(record) + int(learner != "none")},
                               namespace=namespace, required=True))
@@ -122,6 +132,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         ctl_params["robot_compensates_gravity"] = preset in GRAVITY_COMPENSATING_PRESETS
     else:  # lockstep must not lose a state; in real time the latest state is what matters
         ctl_params["reliable_streams"] = mode == "lockstep"
+        if mode == "realtime":
+            ctl_params["realtime_priority"] = REALTIME_PRIORITY
     nodes.append(NodeSpec(ctl, ctl, files, ctl_params, list(remaps), namespace))
     reg = regressor_node_for(nodes[-1], overrides.get(ctl, {})) if ctl == "adaptive_controller" else None
     if reg is not None:  # adaptive_controller.regressor_source: topics -> start the regressor node too
@@ -149,7 +161,7 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
 
 #: controller parameters the regressor node must share for ``regressor_source: topics``
 REGRESSOR_SHARED = ("lam", "filter_lambda", "rate_hz", "friction", "reliable_streams", "reference_tolerance",
-                    "reference_wait", "hot_path_thread")
+                    "reference_wait", "hot_path_thread", "realtime_priority")
 
 
 def regressor_node_for(ctl: NodeSpec, ctl_overrides: dict[str, Any]) -> NodeSpec | None:

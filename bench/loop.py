@@ -16,6 +16,9 @@ nodes as separate processes over DDS (started like `adaptive-dynamics launch sim
       than a period behind its schedule (the simulator, not the loop, was late);
       ``realtime_command_timeouts``: steps run with the safe action because no command
       arrived for ``command_timeout`` (50 ms).
+    As ``adaptive-dynamics launch sim mode:=realtime`` does, the bridge and the
+    controller run SCHED_FIFO (``launch_graph.REALTIME_PRIORITY``; ``realtime_sched``
+    says whether it was permitted).
     The controller subscribes ``joint_states`` best effort with depth 1 here, the
     real-time setting the README documents (``config/sim.yaml`` sets
     ``reliable_streams: true`` for lockstep; a reliable depth-10 queue turns any backlog
@@ -30,10 +33,15 @@ nodes as separate processes over DDS (started like `adaptive-dynamics launch sim
     and no control law, play the same 1 kHz exchange (a JointState of the robot's joints
     out as bytes, a stamped command back, with the real-time graph's QoS; the pinger takes
     answers between its ticks like the bridge, the echo answers on a hot thread like the
-    controller): ``floor_p50_ms``, ``floor_p99_ms``,
-    ``floor_deadline_miss_rate`` (answer later than 1 ms or never).  What this machine's
+    controller), both with the loop's scheduling (``floor_sched``): ``floor_p50_ms``,
+    ``floor_p99_ms``, ``floor_deadline_miss_rate`` (answer later than 1 ms or never).  What this machine's
     DDS and scheduler allow before any of our work: the loop's miss rate cannot be
     expected below it.
+
+``realtime_vm_steal_pct`` / ``lockstep_vm_steal_pct``: the share of the machine's CPU time
+the hypervisor took (``/proc/stat`` steal) while the graph was stepping.  On a shared VM
+a run with more than ~1 % steal measures the host, not this code (a 1 kHz exchange
+misses whenever a vCPU is taken away for a millisecond).
 
 ``realtime_cpu_ms_per_step`` / ``lockstep_cpu_ms_per_step``: CPU time each node process
 used per simulation step from the moment the bridge started stepping (start-up
@@ -76,13 +84,25 @@ def _cpu_s(pid: int) -> float | None:
         return None
 
 
+def _steal_s() -> float | None:
+    """CPU time the hypervisor took from this VM so far (all CPUs; /proc/stat 'steal')."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class CpuSampler(threading.Thread):
     """CPU time of each node process, sampled every 0.1 s while the graph runs: the last
-    value seen, and the value when the bridge started stepping (start-up excluded)."""
+    value seen, and the value when the bridge started stepping (start-up excluded); and
+    the VM's steal time over the same window."""
 
     def __init__(self, graph: GraphProcess):
         super().__init__(daemon=True)
         self.graph, self.cpu, self.at_start, self.done = graph, {}, None, threading.Event()
+        self.steal = None  # (wall, steal) when stepping started, and the latest
 
     def run(self):
         while not self.done.is_set():
@@ -92,7 +112,18 @@ class CpuSampler(threading.Thread):
                     self.cpu[name] = c
             if self.at_start is None and any("started after" in ln for ln in self.graph.logs["mujoco_bridge"]):
                 self.at_start = dict(self.cpu)
+                self.steal = [(time.monotonic(), _steal_s())] * 2
+            elif self.steal is not None:
+                self.steal[1] = (time.monotonic(), _steal_s())
             self.done.wait(0.1)
+
+    def steal_pct(self) -> float | None:
+        """Share [%] of the machine's CPU time the hypervisor took while stepping: on a
+        shared VM, a run with a few % of steal is not a measurement of this code."""
+        if self.steal is None or self.steal[0][1] is None or self.steal[1][1] is None:
+            return None
+        (w0, s0), (w1, s1) = self.steal
+        return round(100 * (s1 - s0) / max(1e-9, (w1 - w0) * (os.cpu_count() or 1)), 2)
 
     def per_step_ms(self, steps: int) -> dict:
         """CPU ms per step of each node from the start of stepping to its last sample."""
@@ -130,6 +161,7 @@ def run_graph(mode: str, sim_s: float, robot: str, budget: float,
     if rc == 124 or VERBOSE:
         print(f"bench/loop: {mode} run: {why}; last log lines:\n{logs}", file=sys.stderr, flush=True)
     stats["_cpu_ms_per_step"] = sampler.per_step_ms(int(stats.get("plant_steps", 0)))
+    stats["_steal_pct"] = sampler.steal_pct()
     return stats, wall, why
 
 
@@ -156,6 +188,8 @@ def realtime(seconds: float, robot: str, reliable: bool) -> dict:
         "realtime_sim_per_wall": round(stats.get("sim_per_wall", 0.0), 4),
         "realtime_run_wall_s": round(wall, 2),
         "realtime_cpu_ms_per_step": stats["_cpu_ms_per_step"],
+        "realtime_sched": stats.get("sched", "normal"),
+        "realtime_vm_steal_pct": stats["_steal_pct"],
         "n_joints": len(stats.get("saturation_count", [])) or 9,
     }
 
@@ -188,6 +222,7 @@ def floor_echo(seconds: float, n_joints: int) -> int:
                                 lambda raw: pub.publish(encode_stamped_command(zeros, state_stamp(raw))),
                                 _floor_qos("state_sub"), raw=True)
     io.start()
+    _floor_sched()
     try:
         time.sleep(seconds)
     finally:
@@ -197,12 +232,45 @@ def floor_echo(seconds: float, n_joints: int) -> int:
     return 0
 
 
-def floor(seconds: float, n_joints: int) -> dict:
-    """(c): the bare 1 kHz exchange between two processes (see the module docstring);
-    this process plays the bridge: it takes the answers between its ticks with
-    ``HotPath.spin_once``, as the bridge's real-time loop does."""
-    import subprocess
+def _floor_sched() -> str:
+    """Both floor processes get the loop's scheduling (launch_graph.REALTIME_PRIORITY)."""
+    from adaptive_dynamics.launch_graph import REALTIME_PRIORITY
+    from adaptive_dynamics.realtime import set_fifo_priority
+    ok, _msg = set_fifo_priority(REALTIME_PRIORITY)
+    return f"SCHED_FIFO {REALTIME_PRIORITY}" if ok else "normal (SCHED_FIFO not permitted)"
 
+
+def floor(seconds: float, n_joints: int) -> dict:
+    """(c): the bare 1 kHz exchange between two processes (see the module docstring), both
+    children of this one (their real-time scheduling must not outlive them)."""
+    import subprocess
+    args = ["--floor-joints", str(n_joints)]
+    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--floor-echo", str(seconds + 8.0)] + args)
+    w0, s0 = time.monotonic(), _steal_s()
+    try:
+        ping = subprocess.run([sys.executable, os.path.abspath(__file__), "--floor-ping", str(seconds)] + args,
+                              capture_output=True, text=True, timeout=seconds + 60)
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    lines = ping.stdout.strip().splitlines()
+    if ping.returncode != 0 or not lines:
+        raise SystemExit(f"bench/loop: the floor exchange failed (exit {ping.returncode}):\n{ping.stderr[-2000:]}")
+    res = json.loads(lines[-1])
+    s1 = _steal_s()
+    res["floor_vm_steal_pct"] = None if None in (s0, s1) else \
+        round(100 * (s1 - s0) / ((time.monotonic() - w0) * (os.cpu_count() or 1)), 2)
+    return res
+
+
+def floor_ping(seconds: float, n_joints: int) -> int:
+    """(c)'s measuring process: plays the bridge, taking the answers between its ticks
+    with ``HotPath.spin_once`` as the bridge's real-time loop does; prints its figures
+    as one JSON line."""
     import numpy as np
     import rclpy
     from sensor_msgs.msg import JointState
@@ -222,47 +290,40 @@ def floor(seconds: float, n_joints: int) -> dict:
         if st is not None and 0 <= st < n:
             lat[st] = clock() - sent[st]
 
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--floor-echo", str(seconds + 8.0),
-                              "--floor-joints", str(n_joints)])
-    try:
-        rclpy.init()
-        node = rclpy.create_node("bench_loop_ping")
-        pub = node.create_publisher(JointState, FLOOR_TOPICS[0], _floor_qos("state_pub"))
-        io = HotPath(node)
-        sub = io.node.create_subscription(Float64MultiArray, FLOOR_TOPICS[1], on_answer, _floor_qos("command"),
-                                          raw=True)
-        deadline = time.monotonic() + 6.0
-        while (pub.get_subscription_count() < 1 or sub.get_publisher_count() < 1) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)
-        enc = JointStateEncoder([f"joint{i}" for i in range(n_joints)])
-        q = np.zeros(n_joints)
-        nxt = clock() + period
-        for k in range(n + 1):
-            while (rem := nxt - clock()) > 0:      # take answers until the tick
-                io.spin_once(rem)
-            nxt += period
-            if k < n:
-                sent[k] = clock()
-                pub.publish(enc.encode(k, q, q, q))
-        io.release()
-        io.stop()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    finally:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+    rclpy.init()
+    node = rclpy.create_node("bench_loop_ping")
+    pub = node.create_publisher(JointState, FLOOR_TOPICS[0], _floor_qos("state_pub"))
+    io = HotPath(node)
+    sub = io.node.create_subscription(Float64MultiArray, FLOOR_TOPICS[1], on_answer, _floor_qos("command"),
+                                      raw=True)
+    sched = _floor_sched()
+    deadline = time.monotonic() + 6.0
+    while (pub.get_subscription_count() < 1 or sub.get_publisher_count() < 1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    enc = JointStateEncoder([f"joint{i}" for i in range(n_joints)])
+    q = np.zeros(n_joints)
+    nxt = clock() + period
+    for k in range(n + 1):
+        while (rem := nxt - clock()) > 0:      # take answers until the tick
+            io.spin_once(rem)
+        nxt += period
+        if k < n:
+            sent[k] = clock()
+            pub.publish(enc.encode(k, q, q, q))
+    io.release()
+    io.stop()
+    node.destroy_node()
+    rclpy.try_shutdown()
     ok = lat[np.isfinite(lat)] * 1e-6
-    return {
+    print(json.dumps({
         "floor_p50_ms": round(float(np.percentile(ok, 50)), 4) if ok.size else None,
         "floor_p99_ms": round(float(np.percentile(ok, 99)), 4) if ok.size else None,
         "floor_deadline_miss_rate": round(float(np.mean(~(lat <= period))), 5),
         "floor_cycles": n,
-    }
+        "floor_sched": sched,
+    }), flush=True)
+    return 0
 
 
 def lockstep(seconds: float, robot: str, budget: float) -> dict:
@@ -278,6 +339,7 @@ def lockstep(seconds: float, robot: str, budget: float) -> dict:
         "lockstep_run_wall_s": round(wall, 2),
         "lockstep_complete": why.endswith("finished"),
         "lockstep_cpu_ms_per_step": stats["_cpu_ms_per_step"],
+        "lockstep_vm_steal_pct": stats["_steal_pct"],
     }
 
 
@@ -294,11 +356,14 @@ def main() -> int:
     ap.add_argument("--floor-s", type=float, default=8.0, help="seconds of the platform-floor exchange (c);"
                     " 0 skips it (default 8)")
     ap.add_argument("-v", "--verbose", action="store_true", help="show the nodes' last log lines")
-    ap.add_argument("--floor-echo", type=float, help=argparse.SUPPRESS)   # (c)'s child process
+    ap.add_argument("--floor-echo", type=float, help=argparse.SUPPRESS)   # (c)'s child processes
+    ap.add_argument("--floor-ping", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--floor-joints", type=int, default=9, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.floor_echo is not None:
         return floor_echo(a.floor_echo, a.floor_joints)
+    if a.floor_ping is not None:
+        return floor_ping(a.floor_ping, a.floor_joints)
     global VERBOSE
     VERBOSE = a.verbose
     if a.quick:
@@ -313,16 +378,19 @@ def main() -> int:
           f" max {res['realtime_max_ms']:.1f} ms; deadline misses {100 * res['deadline_miss_rate']:.2f} %"
           f" ({res['realtime_late_commands']} late + {res['realtime_unanswered']} unanswered of"
           f" {res['realtime_cycles']} cycles); bridge late steps {res['realtime_late_steps']},"
-          f" command timeouts {res['realtime_command_timeouts']};"
+          f" command timeouts {res['realtime_command_timeouts']}; {res['realtime_sched']};"
+          f" VM steal {res['realtime_vm_steal_pct']} %;"
           f" CPU ms/step {res['realtime_cpu_ms_per_step']}", flush=True)
     res.update(lockstep(a.lockstep_s, a.robot, a.lockstep_budget))
     print(f"(b) lockstep: {res['lockstep_sim_s']:.2f} s sim in {res['lockstep_wall_s']:.2f} s wall ="
           f" {res['lockstep_sim_s_per_wall_s']:.3f} sim-s/wall-s ({res['lockstep_step_us']} us/step),"
-          f" timeouts {res['lockstep_timeouts']}; CPU ms/step {res['lockstep_cpu_ms_per_step']}", flush=True)
+          f" timeouts {res['lockstep_timeouts']}; CPU ms/step {res['lockstep_cpu_ms_per_step']};"
+          f" VM steal {res['lockstep_vm_steal_pct']} %", flush=True)
     if a.floor_s > 0:
         res.update(floor(a.floor_s, res["n_joints"]))
         print(f"(c) platform floor (bare two-process exchange, no work): p50 {res['floor_p50_ms']} ms,"
-              f" p99 {res['floor_p99_ms']} ms, misses {100 * res['floor_deadline_miss_rate']:.2f} %", flush=True)
+              f" p99 {res['floor_p99_ms']} ms, misses {100 * res['floor_deadline_miss_rate']:.2f} %"
+              f" ({res['floor_sched']}; VM steal {res['floor_vm_steal_pct']} %)", flush=True)
     res["loadavg_1min"] = round(max(load0, os.getloadavg()[0]), 2)
     res["cpus"] = os.cpu_count()
     res["targets"] = TARGETS

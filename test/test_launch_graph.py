@@ -126,6 +126,23 @@ def test_graph_process_exit_rules(monkeypatch):
                NodeSpec("ctl", "x", params={"t": 5, "rc": 0})) == (2, "node 'bridge' exited with code 2")
 
 
+def test_realtime_puts_the_critical_path_on_fifo():
+    """Real time: bridge, controller (and the regressor node it consumes) get
+    REALTIME_PRIORITY; the trajectory and every node of a lockstep graph stay normally
+    scheduled; an override still wins."""
+    from adaptive_dynamics.launch_graph import REALTIME_PRIORITY
+    assert 1 <= REALTIME_PRIORITY <= 98
+    rt = {k: resolved(v).get("realtime_priority", 0) for k, v in by_name(build_graph(
+        "sim", mode="realtime", controller="composite",
+        overrides={"adaptive_controller": {"regressor_source": "topics"}})).items()}
+    assert rt == {"mujoco_bridge": REALTIME_PRIORITY, "trajectory": 0,
+                  "adaptive_controller": REALTIME_PRIORITY, "regressor": REALTIME_PRIORITY}
+    ls = by_name(build_graph("sim", mode="lockstep"))
+    assert all(resolved(v).get("realtime_priority", 0) == 0 for v in ls.values())
+    ov = build_graph("sim", mode="realtime", overrides={"controller": {"realtime_priority": 0}})
+    assert resolved(by_name(ov)["controller"])["realtime_priority"] == 0
+
+
 def test_realtime_decimates_clock():
     """Real time publishes /clock at 20 Hz (see REALTIME_CLOCK_DECIMATION); lockstep keeps
     config/sim.yaml's value; an override still wins."""

@@ -3,8 +3,9 @@
 * mujoco_bridge (lockstep): NaN and wrong-length commands -> one safe step each,
   counted; a stale stamp or an unstamped command -> ignored, counted; no command ->
   the lockstep timeout steps with the safe action; every published state is finite.
-* mujoco_bridge (real time): no command -> safe action; a NaN command is rejected
-  and the command timeout takes over; counters in /diagnostics.
+* mujoco_bridge (real time): holds still until the graph is connected; no command ->
+  safe action; a NaN command is rejected and the command timeout takes over;
+  counters in /diagnostics.
 * controller: joint_states matched by name (shuffled + extra joints work), wrong
   names / count / NaN -> the safe command for that stamp (never a NaN), a missing
   reference -> the safe command after ``reference_wait``, silence -> the watchdog's
@@ -111,7 +112,7 @@ def test_bridge_lockstep_bad_commands(ros):
 
 def test_bridge_realtime_safe_action_on_nan_and_timeout(ros):
     bridge = ros.add(MujocoBridgeNode, robot=ROBOT, mode="realtime", command_timeout=0.05,
-                     safe_mode="damping", diagnostics_period=0.1)
+                     safe_mode="damping", diagnostics_period=0.1, wait_for_nodes=0)
     probe = Probe(ros)
     n = bridge.n
     assert ros.spin_until(lambda: len(probe.states) > 50, timeout=10.0)
@@ -127,6 +128,23 @@ def test_bridge_realtime_safe_action_on_nan_and_timeout(ros):
     assert all(np.all(np.isfinite(m.effort)) for m in probe.states)
     assert ros.spin_until(lambda: (probe.diag_value("mujoco_bridge", "command_timeouts") or 0) > 0,
                           timeout=3.0)
+
+
+
+def test_bridge_realtime_holds_still_until_the_graph_is_connected(ros):
+    """Real time starts like lockstep, once wait_for_nodes /clock subscribers, a command
+    publisher and a joint_states reader are matched: no step is simulated (no state, no
+    /clock) before its controller can answer."""
+    from rosgraph_msgs.msg import Clock
+    from adaptive_dynamics.ros.qos import CLOCK_QOS
+    bridge = ros.add(MujocoBridgeNode, robot=ROBOT, mode="realtime", wait_for_nodes=1)
+    probe = Probe(ros)
+    ros.spin_for(1.0)  # matched with the probe, but nobody on /clock yet
+    assert not probe.states and bridge.plant.steps == 0 and not bridge._started
+    clocks = []
+    ros.node("clock_reader").create_subscription(Clock, "/clock", clocks.append, CLOCK_QOS)
+    assert ros.spin_until(lambda: len(probe.states) > 20 and clocks, timeout=10.0)
+    assert bridge.counters.as_dict().get("startup_steps", 0) > 0  # running, on the safe action
 
 
 # ------------------------------------------------------------------- controller

@@ -567,6 +567,30 @@ def test_counters_diagnostics():
     assert arr.header.stamp.nanosec == 5 and len(arr.status) == 1
 
 
+
+@pytest.mark.parametrize("capacity", [1, 7, 100])
+def test_sample_ring_matches_a_bounded_deque(capacity):
+    """SampleRing (the bridge's latency store) keeps what ``deque(maxlen=capacity)``
+    keeps, in the same order, at every fill level including wrap-around."""
+    import collections
+    from adaptive_dynamics.nodes.common import SampleRing
+    ring, ref = SampleRing(capacity), collections.deque(maxlen=capacity)
+    rng = np.random.default_rng(3)
+    assert len(ring) == 0 and ring.all().size == 0 and ring.recent(5).size == 0
+    for i, x in enumerate(rng.integers(0, 10**9, size=3 * capacity + 5)):
+        ring.add(int(x))
+        ref.append(int(x))
+        assert len(ring) == len(ref) and ring.total == i + 1
+        np.testing.assert_array_equal(ring.all(), list(ref))
+        for k in (1, capacity // 2, capacity + 3):
+            np.testing.assert_array_equal(ring.recent(k), list(ref)[-k:] if k else [])
+    snapshot = ring.recent(capacity)
+    ring.add(-1)
+    assert snapshot[-1] != -1  # a copy, not a view the hot path keeps writing into
+    with pytest.raises(ValueError):
+        SampleRing(0)
+
+
 # ------------------------------------------------------------------ run_node
 
 _RUN_NODE_SCRIPT = """

@@ -41,7 +41,7 @@ from ..ros.conversions import (
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE_STREAM_QOS, stream_qos
-from .common import Throttle, load_robot, robot_specs
+from .common import Throttle, apply_realtime_priority, load_robot, realtime_spec, robot_specs
 
 
 def shell_specs() -> list[ParamSpec]:
@@ -65,6 +65,7 @@ def shell_specs() -> list[ParamSpec]:
         ParamSpec("diagnostics_period", 1.0, "diagnostics publishing period [s] (wall)", min=0.05, max=60.0),
         ParamSpec("hot_path_thread", True, "take joint_states and references on a lean companion node"
                   " (<name>_io) with its own executor thread (lower latency; see HotPath)", read_only=True),
+        realtime_spec(),
     ]
 
 
@@ -137,6 +138,8 @@ class JointControllerShell(Node):
         self._diag_last = time.monotonic()
         self.get_logger().info(f"{self._describe()}; joints {self.joint_names}")
         self.io.start()
+        # last: every thread (companion, DDS) exists now; threads created later inherit it
+        self.realtime = apply_realtime_priority(self, self.counters)
 
     # ------------------------------------------------------------ subclass hooks
     def _model_kwargs(self) -> dict:

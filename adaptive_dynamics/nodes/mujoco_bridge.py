@@ -21,6 +21,11 @@ Modes
   Late steps and commands that miss their cycle are counted; cycle latency
   (state published -> its command received) is measured.
 
+Both modes start once the graph is connected: ``wait_for_nodes`` /clock subscribers
+(every sim-time node), a command publisher and ``wait_for_state_subscribers``
+joint_states readers; until then the robot holds still (no step, nothing published),
+like a real arm with its brakes on until its controller connects.
+
 Malformed commands (wrong length, NaN/inf) are rejected with a log line and a counter;
 the safe action (``safe_mode``: ``damping`` = zero torque + joint damping, or ``hold``
 = PD to the position where commands went bad) covers the step.  Never crashes on input.
@@ -30,7 +35,6 @@ Services: ``~/reset`` (Trigger: back to the start state), ``~/toggle_payload``
 """
 from __future__ import annotations
 
-import collections
 import json
 import threading
 import time
@@ -51,7 +55,7 @@ from ..wire import JointStateEncoder
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import CLOCK_QOS, COMMAND_QOS, LOCKSTEP_COMMAND_QOS, PUBLISHER_STREAM_QOS
-from .common import Throttle, resolve_urdf, robot_specs
+from .common import SampleRing, Throttle, apply_realtime_priority, realtime_spec, resolve_urdf, robot_specs
 
 
 def specs() -> list[ParamSpec]:
@@ -71,10 +75,10 @@ def specs() -> list[ParamSpec]:
         ParamSpec("safe_damping", 5.0, "joint damping of the safe action [Nm s/rad]", min=0.0, max=1e4),
         ParamSpec("reliable_streams", True, "(kept for symmetry: joint_states is always published"
                   " reliably, which also serves best-effort readers)", read_only=True),
-        ParamSpec("wait_for_nodes", 1, "lockstep: start only when this many other nodes subscribe to"
+        ParamSpec("wait_for_nodes", 1, "start (either mode) only when this many other nodes subscribe to"
                   " /clock (every use_sim_time node does) and a command publisher is matched", min=0,
                   max=100, read_only=True),
-        ParamSpec("wait_for_state_subscribers", 1, "lockstep: start only when this many joint_states"
+        ParamSpec("wait_for_state_subscribers", 1, "start (either mode) only when this many joint_states"
                   " subscribers are matched (controller, recorder, ...)", min=0, max=100, read_only=True),
         ParamSpec("clock_decimation", 1, "publish /clock every k-th step (joint_states carry exact"
                   " stamps; sim-time nodes then tick at rate_hz / k)", min=1, max=1000, read_only=True),
@@ -84,6 +88,7 @@ def specs() -> list[ParamSpec]:
         ParamSpec("stats_file", "", "write the final counters/latency statistics as JSON here on exit",
                   read_only=True),
         ParamSpec("diagnostics_period", 1.0, "diagnostics period [s] (wall)", min=0.05, max=60.0),
+        realtime_spec(),
         ParamSpec("hot_path_thread", True, "take commands on a lean companion node (<name>_io) with its"
                   " own executor thread (faster lockstep; see HotPath); in real time the 1 kHz loop"
                   " takes them itself between its ticks", read_only=True),
@@ -176,7 +181,7 @@ class MujocoBridgeNode(Node):
         steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
         self._diag_last = time.monotonic()
         # the last 100k state->command latencies (statistics); bounded: a long run must not grow
-        self.latency_ns: collections.deque[int] = collections.deque(maxlen=100_000)
+        self.latency_ns = SampleRing(100_000)
         self._published_at: dict[int, int] = {}
         self._done = False
         # lockstep state
@@ -187,17 +192,17 @@ class MujocoBridgeNode(Node):
         self._latest_cmd_time = -np.inf
         self._started = False
         self._start_wall = time.monotonic()
-        if self.lockstep:
-            # 100 Hz while waiting to start, 10 Hz once stepping (it only checks the
-            # lockstep timeout then; every wake-up of this executor costs the hot path GIL time)
-            self._watchdog_timer = self.create_timer(0.01, self._lockstep_watchdog, clock=steady)
-        else:
-            self._start()
+        # both modes start once the graph is connected (_ready): checked at 100 Hz until then;
+        # lockstep keeps the timer at 10 Hz for its command timeout (every wake-up of this
+        # executor costs the hot path GIL time), real time cancels it (its loop keeps time)
+        self._watchdog_timer = self.create_timer(0.01, self._watchdog, clock=steady)
         self.create_timer(0.05, self._housekeeping, clock=steady)
         self.get_logger().info(f"{p['mode']} at {p['rate_hz']:.0f} Hz, joints {self.names},"
                                f" reality {self.plant.reality}")
         if not self._loop_takes_commands:
             self.io.start()
+        # last: every thread (real-time loop, companion, DDS) exists now; later ones inherit it
+        self.realtime = apply_realtime_priority(self, self.counters)
 
     # ----------------------------------------------------------------- helpers
     def _ready(self) -> bool:
@@ -277,7 +282,7 @@ class MujocoBridgeNode(Node):
                 sent = self._published_at.get(stamp)
                 if sent is not None:
                     lat = time.perf_counter_ns() - sent
-                    self.latency_ns.append(lat)
+                    self.latency_ns.add(lat)
                     if lat > self.dt * 1e9:
                         self.counters.inc("deadline_misses")
             try:
@@ -312,7 +317,7 @@ class MujocoBridgeNode(Node):
                 self._latest_cmd = tau
                 self._latest_cmd_time = self.plant.time
 
-    def _lockstep_watchdog(self) -> None:
+    def _watchdog(self) -> None:
         with self.lock:
             if self._done:
                 return
@@ -320,9 +325,12 @@ class MujocoBridgeNode(Node):
                 if self._ready():
                     time.sleep(0.2)  # let the matched readers finish their handshake
                     self._start()
-                    self._watchdog_timer.timer_period_ns = 100_000_000
+                    if self.lockstep:
+                        self._watchdog_timer.timer_period_ns = 100_000_000
+                    else:
+                        self._watchdog_timer.cancel()
                 elif self.throttle("waiting") and time.monotonic() - self._start_wall > 5.0:
-                    self.get_logger().info("lockstep: waiting for the controller and"
+                    self.get_logger().info(f"{self.p['mode']}: waiting for the controller and"
                                            f" {self.p['wait_for_nodes']} /clock subscribers")
                 return
             if time.monotonic() - self._sent_wall > self.p["lockstep_timeout"]:
@@ -408,14 +416,19 @@ class MujocoBridgeNode(Node):
         return res
 
     # ------------------------------------------------------------- diagnostics
-    def stats(self) -> dict:
-        lat = np.array(self.latency_ns, dtype=float) * 1e-6
+    #: live diagnostics: latency percentiles over this many most recent answered states
+    DIAG_WINDOW = 1000
+
+    def stats(self, window: int | None = None) -> dict:
+        """Counters and latency statistics: over every retained sample (the final
+        ``stats_file``) or the last ``window`` (the periodic diagnostics: cheap)."""
+        lat = (self.latency_ns.all() if window is None else self.latency_ns.recent(window)) * 1e-6
         out = dict(self.counters.as_dict())
         wall = (time.monotonic() - self._run_wall0) if self._started else 0.0
         out.update({"wall_time": wall, "sim_per_wall": (self.plant.time / wall) if wall > 0 else 0.0,
                     "sim_time": self.plant.time, "plant_steps": int(self.plant.steps),
                     "saturation_count": self.plant.saturation_count.tolist(),
-                    "latency_samples": int(lat.size)})
+                    "latency_samples": int(self.latency_ns.total)})
         if lat.size:
             out.update({"latency_p50_ms": float(np.percentile(lat, 50)),
                         "latency_p99_ms": float(np.percentile(lat, 99)),
@@ -430,7 +443,7 @@ class MujocoBridgeNode(Node):
     def _housekeeping(self) -> None:
         if time.monotonic() - self._diag_last >= self.p["diagnostics_period"]:
             self._diag_last = time.monotonic()
-            st = self.stats()
+            st = self.stats(window=self.DIAG_WINDOW)
             for k in ("latency_p50_ms", "latency_p99_ms", "sim_time"):
                 if k in st:
                     self.counters.set(k, round(st[k], 4))

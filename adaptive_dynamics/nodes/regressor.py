@@ -45,11 +45,11 @@ from ..ros.conversions import JointStateMapper, ReferenceBuffer, joint_state_msg
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, stream_qos
-from .common import Throttle, load_robot, robot_specs
+from .common import Throttle, apply_realtime_priority, load_robot, realtime_spec, robot_specs
 
 
 def specs() -> list[ParamSpec]:
-    return robot_specs() + [
+    return robot_specs() + [realtime_spec()] + [
         ParamSpec("standard_decimation", 1, "publish regressor/standard every k states (0 = off)", min=0),
         ParamSpec("slotine_li_decimation", 1, "publish regressor/slotine_li every k states (0 = off)", min=0),
         ParamSpec("filtered_decimation", 1, "publish regressor/filtered every k states (0 = off; the"
@@ -118,6 +118,7 @@ class RegressorNode(Node):
         self.get_logger().info(f"{len(self.columns)} {self.col_label} columns; standard from"
                                f" {p['standard_input']}")
         self.io.start()
+        self.realtime = apply_realtime_priority(self, self.counters)  # last: every thread exists
 
     def settings(self) -> dict:
         """What the published matrices depend on besides the state (``regressor/columns``)."""

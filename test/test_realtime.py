@@ -1,0 +1,116 @@
+"""adaptive_dynamics.realtime: SCHED_FIFO for every thread of a node process.
+
+Each case runs in a child process (a FIFO pytest would outrank everything else on the
+machine); the child's threads are read back from outside with ``os.sched_getscheduler``
+(the kernel's view, independent of the module's own bookkeeping).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from adaptive_dynamics.realtime import MAX_PRIORITY, set_fifo_priority, thread_policies
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="Linux only")
+
+
+def _fifo_permitted() -> bool:
+    code = "import os; os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+needs_rt = pytest.mark.skipif(not _fifo_permitted(), reason="SCHED_FIFO not permitted here (no rtprio)")
+
+_CHILD = textwrap.dedent("""
+    import json, os, sys, threading, time
+    from adaptive_dynamics.realtime import set_fifo_priority
+    stop = threading.Event()
+    early = [threading.Thread(target=stop.wait, daemon=True) for _ in range(3)]
+    for t in early:
+        t.start()
+    if sys.argv[2] == "deny":  # the 3rd thread refuses: nothing may be left changed
+        real, calls = os.sched_setscheduler, []
+        def flaky(tid, policy, param):
+            calls.append(tid)
+            if len(calls) == 3:
+                raise PermissionError(1, "Operation not permitted")
+            return real(tid, policy, param)
+        os.sched_setscheduler = flaky
+    ok, msg = set_fifo_priority(int(sys.argv[1]))
+    late = threading.Thread(target=stop.wait, daemon=True)  # created after: inherits the policy
+    late.start()
+    print(json.dumps({"ok": ok, "msg": msg, "late": late.native_id}), flush=True)
+    sys.stdin.readline()
+""")
+
+
+def _run_child(priority: int, mode: str = "ok"):
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(priority), mode], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        out = json.loads(proc.stdout.readline())
+        return out, thread_policies(proc.pid)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+
+
+@needs_rt
+def test_every_thread_and_later_ones_become_fifo():
+    out, pol = _run_child(37)
+    assert out["ok"], out["msg"]
+    assert len(pol) >= 5  # main + 3 early + the late one
+    assert set(pol.values()) == {("SCHED_FIFO", 37)}
+    assert pol[out["late"]] == ("SCHED_FIFO", 37)
+    assert f"on {len(pol) - 1} threads" in out["msg"]  # every thread that existed at the call
+
+
+def test_refusal_changes_nothing_and_says_how_to_allow_it():
+    out, pol = _run_child(20, "deny")
+    assert not out["ok"]
+    assert "not permitted" in out["msg"] and "rtprio" in out["msg"]
+    assert set(p for p, _ in pol.values()) == {"SCHED_OTHER"}  # the two changed threads restored
+
+
+@pytest.mark.parametrize("priority", [0, -1, MAX_PRIORITY + 1])
+def test_priority_out_of_range_is_refused(priority):
+    before = thread_policies()
+    ok, msg = set_fifo_priority(priority)
+    assert not ok and "outside" in msg
+    assert thread_policies() == before
+
+
+@needs_rt
+@pytest.mark.ros
+def test_node_parameter_puts_the_node_process_on_fifo(tmp_path):
+    """``realtime_priority`` on a controller node: every thread of its process (executor,
+    hot path, DDS) is SCHED_FIFO at that priority, and its diagnostics say so."""
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "adaptive_dynamics.nodes.controller", "--ros-args",
+                             "-r", f"__ns:=/rt_{os.getpid()}", "-p", "robot:=planar2",
+                             "-p", "realtime_priority:=23"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        lines = []
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "realtime_priority:" in line:
+                break
+        assert any("SCHED_FIFO priority 23" in ln for ln in lines), "".join(lines)
+        pol = thread_policies(proc.pid)
+        assert len(pol) > 5 and set(pol.values()) == {("SCHED_FIFO", 23)}, pol
+        names = {open(f"/proc/{proc.pid}/task/{t}/comm").read().strip() for t in pol}
+        assert any(n.startswith("dds.") for n in names)  # the DDS receive threads too
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
