@@ -147,6 +147,37 @@ def test_bridge_realtime_holds_still_until_the_graph_is_connected(ros):
     assert bridge.counters.as_dict().get("startup_steps", 0) > 0  # running, on the safe action
 
 
+
+def test_bridge_run_wall_time_ends_at_the_last_step(ros):
+    """``wall_time`` / ``sim_per_wall`` (the lockstep throughput bench/loop.py reports)
+    cover the stepping only: not the wait for the readers' final acknowledgements at the
+    end (Fast DDS acknowledges on its heartbeat, up to ~3 s later)."""
+    bridge = ros.add(MujocoBridgeNode, robot=ROBOT, mode="lockstep", wait_for_nodes=0,
+                     wait_for_state_subscribers=1, max_sim_time=0.05)
+    node = ros.node("answer")
+    pub = node.create_publisher(Float64MultiArray, "effort_controller/commands", COMMAND_QOS)
+    times = []
+
+    def answer(msg):
+        times.append(time.monotonic())
+        pub.publish(stamped_command_msg(np.zeros(bridge.n), _stamp(msg)))
+
+    node.create_subscription(JointState, "joint_states", answer, RELIABLE_STREAM_QOS)
+    try:
+        ros.spin_until(lambda: bridge._done, timeout=15.0)
+    except Exception:  # the bridge shuts the (test's own) context down when it finishes
+        pass
+    deadline = time.monotonic() + 5.0
+    while bridge.latency_ns.total < 50 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    st = bridge.stats()
+    assert st["plant_steps"] == 50 and len(times) == 50
+    stepping = times[-1] - times[0]  # first state received .. last command sent
+    assert stepping <= st["wall_time"] <= stepping + 0.15, (st["wall_time"], stepping)
+    time.sleep(0.2)
+    assert bridge.stats()["wall_time"] == st["wall_time"]  # frozen once finished
+
+
 # ------------------------------------------------------------------- controller
 
 

@@ -184,6 +184,7 @@ class MujocoBridgeNode(Node):
         self.latency_ns = SampleRing(100_000)
         self._published_at: dict[int, int] = {}
         self._done = False
+        self._end_wall = None  # wall time of the last step (max_sim_time reached)
         # lockstep state
         self._stamp = 0          # stamp (ns) of the state awaiting its command
         self._sent_wall = 0.0
@@ -256,6 +257,7 @@ class MujocoBridgeNode(Node):
         if self._done:
             return
         self._done = True
+        self._end_wall = time.monotonic()  # the run's wall time stops at its last step, not after the acks
         self.get_logger().info(f"max_sim_time {self.p['max_sim_time']} s reached after"
                                f" {self.plant.steps} steps; exiting")
         try:  # let reliable readers (recorder) acknowledge the last states before we go
@@ -424,7 +426,8 @@ class MujocoBridgeNode(Node):
         ``stats_file``) or the last ``window`` (the periodic diagnostics: cheap)."""
         lat = (self.latency_ns.all() if window is None else self.latency_ns.recent(window)) * 1e-6
         out = dict(self.counters.as_dict())
-        wall = (time.monotonic() - self._run_wall0) if self._started else 0.0
+        end = self._end_wall if self._end_wall is not None else time.monotonic()
+        wall = (end - self._run_wall0) if self._started else 0.0
         out.update({"wall_time": wall, "sim_per_wall": (self.plant.time / wall) if wall > 0 else 0.0,
                     "sim_time": self.plant.time, "plant_steps": int(self.plant.steps),
                     "saturation_count": self.plant.saturation_count.tolist(),
