@@ -49,7 +49,10 @@ excluded), sampled from /proc every 0.1 s.  In lockstep the bridge and the contr
 work one after the other, so their sum (plus two DDS hops) bounds the step time: a
 1 kHz lockstep loop at >= 1 sim-s/wall-s needs that sum well below 1 ms.
 
-Targets (issue 3): lockstep >= 1.0 sim-s per wall-s; deadline misses <= 1 %.  The
+Targets (issue 3): lockstep >= 1.0 sim-s per wall-s; deadline misses <= 1 %.
+``host_quiet``: the VM lost < 1 % of its CPU time to the hypervisor in every part and the
+bare exchange (c) met the miss target, i.e. the machine itself could hold the deadline
+during this run; a run that is not quiet measures the host, not this code.  The
 machine's 1-min load average is reported too: on a shared 2-core VM other processes
 take CPU time from the three Python nodes.
 
@@ -398,6 +401,11 @@ def main() -> int:
         "lockstep": res["lockstep_sim_s_per_wall_s"] >= TARGETS["lockstep_sim_s_per_wall_s"],
         "deadline_misses": res["deadline_miss_rate"] <= TARGETS["deadline_miss_rate"],
     }
+    # the machine itself could hold the deadline: the hypervisor took (almost) no CPU and
+    # the bare exchange (c) met the target; otherwise the run measures the host
+    steal = [res.get(k) for k in ("realtime_vm_steal_pct", "lockstep_vm_steal_pct", "floor_vm_steal_pct")]
+    res["host_quiet"] = all(x is not None and x < 1.0 for x in steal) and \
+        res.get("floor_deadline_miss_rate", 0.0) <= TARGETS["deadline_miss_rate"]
     res["bench_wall_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(res))
     return 0
