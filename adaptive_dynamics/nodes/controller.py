@@ -139,7 +139,7 @@ class JointControllerShell(Node):
         self.get_logger().info(f"{self._describe()}; joints {self.joint_names}")
         self.io.start()
         # last: every thread (companion, DDS) exists now; threads created later inherit it
-        self.realtime = apply_realtime_priority(self, self.counters)
+        apply_realtime_priority(self, self.counters)
 
     # ------------------------------------------------------------ subclass hooks
     def _model_kwargs(self) -> dict:

@@ -203,7 +203,7 @@ class MujocoBridgeNode(Node):
         if not self._loop_takes_commands:
             self.io.start()
         # last: every thread (real-time loop, companion, DDS) exists now; later ones inherit it
-        self.realtime = apply_realtime_priority(self, self.counters)
+        apply_realtime_priority(self, self.counters)
 
     # ----------------------------------------------------------------- helpers
     def _ready(self) -> bool:

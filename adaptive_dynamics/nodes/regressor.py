@@ -118,7 +118,7 @@ class RegressorNode(Node):
         self.get_logger().info(f"{len(self.columns)} {self.col_label} columns; standard from"
                                f" {p['standard_input']}")
         self.io.start()
-        self.realtime = apply_realtime_priority(self, self.counters)  # last: every thread exists
+        apply_realtime_priority(self, self.counters)  # last: every thread exists
 
     def settings(self) -> dict:
         """What the published matrices depend on besides the state (``regressor/columns``)."""
