@@ -97,6 +97,15 @@ def _steal_s() -> float | None:
         return None
 
 
+def _steal_pct(start: tuple, end: tuple) -> float | None:
+    """Share [%] of the machine's CPU time the hypervisor took between two
+    ``(monotonic wall, _steal_s())`` readings (None when /proc/stat was unreadable)."""
+    (w0, s0), (w1, s1) = start, end
+    if s0 is None or s1 is None:
+        return None
+    return round(100 * (s1 - s0) / max(1e-9, (w1 - w0) * (os.cpu_count() or 1)), 2)
+
+
 class CpuSampler(threading.Thread):
     """CPU time of each node process, sampled every 0.1 s while the graph runs: the last
     value seen, and the value when the bridge started stepping (start-up excluded); and
@@ -123,10 +132,7 @@ class CpuSampler(threading.Thread):
     def steal_pct(self) -> float | None:
         """Share [%] of the machine's CPU time the hypervisor took while stepping: on a
         shared VM, a run with a few % of steal is not a measurement of this code."""
-        if self.steal is None or self.steal[0][1] is None or self.steal[1][1] is None:
-            return None
-        (w0, s0), (w1, s1) = self.steal
-        return round(100 * (s1 - s0) / max(1e-9, (w1 - w0) * (os.cpu_count() or 1)), 2)
+        return None if self.steal is None else _steal_pct(*self.steal)
 
     def per_step_ms(self, steps: int) -> dict:
         """CPU ms per step of each node from the start of stepping to its last sample."""
@@ -249,7 +255,7 @@ def floor(seconds: float, n_joints: int) -> dict:
     import subprocess
     args = ["--floor-joints", str(n_joints)]
     child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--floor-echo", str(seconds + 8.0)] + args)
-    w0, s0 = time.monotonic(), _steal_s()
+    steal0 = (time.monotonic(), _steal_s())
     try:
         ping = subprocess.run([sys.executable, os.path.abspath(__file__), "--floor-ping", str(seconds)] + args,
                               capture_output=True, text=True, timeout=seconds + 60)
@@ -264,9 +270,7 @@ def floor(seconds: float, n_joints: int) -> dict:
     if ping.returncode != 0 or not lines:
         raise SystemExit(f"bench/loop: the floor exchange failed (exit {ping.returncode}):\n{ping.stderr[-2000:]}")
     res = json.loads(lines[-1])
-    s1 = _steal_s()
-    res["floor_vm_steal_pct"] = None if None in (s0, s1) else \
-        round(100 * (s1 - s0) / ((time.monotonic() - w0) * (os.cpu_count() or 1)), 2)
+    res["floor_vm_steal_pct"] = _steal_pct(steal0, (time.monotonic(), _steal_s()))
     return res
 
 
