@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MAX_PRIORITY", "set_fifo_priority", "thread_policies"]
+__all__ = ["MAX_PRIORITY", "raise_thread_priority", "set_fifo_priority", "thread_policies"]
 
 #: highest priority offered: 99 is left to the kernel's own threads (watchdogs, migration)
 MAX_PRIORITY = 98
@@ -65,6 +65,23 @@ def set_fifo_priority(priority: int) -> tuple[bool, str]:
                        f" the rtprio limit to >= {priority}, e.g. '@realtime - rtprio 98' in"
                        f" /etc/security/limits.conf)")
     return True, f"SCHED_FIFO priority {priority} on {len(done)} threads"
+
+
+def raise_thread_priority(delta: int = 1) -> int | None:
+    """Raise the *calling* thread's ``SCHED_FIFO`` priority by ``delta`` (capped at
+    :data:`MAX_PRIORITY`) above the process's, e.g. a loop that keeps the ticks over the
+    DDS threads of its own process; returns the new priority, or ``None`` when the
+    thread is not FIFO (nothing changed) or the change is refused."""
+    if not hasattr(os, "sched_setscheduler"):
+        return None
+    try:
+        if os.sched_getscheduler(0) != os.SCHED_FIFO:
+            return None
+        prio = min(os.sched_getparam(0).sched_priority + int(delta), MAX_PRIORITY)
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))  # 0: this thread (Linux)
+        return prio
+    except OSError:
+        return None
 
 
 def _rtprio_limit() -> str:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from adaptive_dynamics.realtime import MAX_PRIORITY, set_fifo_priority, thread_policies
+from adaptive_dynamics.realtime import MAX_PRIORITY, raise_thread_priority, set_fifo_priority, thread_policies
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="Linux only")
 
@@ -76,6 +76,48 @@ def test_refusal_changes_nothing_and_says_how_to_allow_it():
     assert not out["ok"]
     assert "not permitted" in out["msg"] and "rtprio" in out["msg"]
     assert set(p for p, _ in pol.values()) == {"SCHED_OTHER"}  # the two changed threads restored
+
+
+_RAISE_CHILD = textwrap.dedent("""
+    import json, sys, threading
+    from adaptive_dynamics.realtime import raise_thread_priority, set_fifo_priority
+    ok, msg = set_fifo_priority(int(sys.argv[1]))
+    stop, out = threading.Event(), {}
+    def loop():
+        out["prio"] = raise_thread_priority(1)
+        out["tid"] = threading.get_native_id()
+        ready.set()
+        stop.wait()
+    ready = threading.Event()
+    threading.Thread(target=loop, daemon=True).start()
+    ready.wait()
+    print(json.dumps({"ok": ok, "msg": msg, **out}), flush=True)
+    sys.stdin.readline()
+""")
+
+
+@needs_rt
+@pytest.mark.parametrize("priority", [40, MAX_PRIORITY])
+def test_a_loop_thread_goes_one_priority_above_its_process(priority):
+    """The bridge's tick loop: only the calling thread is raised (capped at MAX_PRIORITY)."""
+    proc = subprocess.Popen([sys.executable, "-c", _RAISE_CHILD, str(priority)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        out = json.loads(proc.stdout.readline())
+        pol = thread_policies(proc.pid)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+    assert out["ok"], out["msg"]
+    want = min(priority + 1, MAX_PRIORITY)
+    assert out["prio"] == want and pol[out["tid"]] == ("SCHED_FIFO", want)
+    assert {v for t, v in pol.items() if t != out["tid"]} == {("SCHED_FIFO", priority)}
+
+
+def test_raising_a_normally_scheduled_thread_changes_nothing():
+    before = thread_policies()
+    assert raise_thread_priority(1) is None
+    assert thread_policies() == before
 
 
 @pytest.mark.parametrize("priority", [0, -1, MAX_PRIORITY + 1])
