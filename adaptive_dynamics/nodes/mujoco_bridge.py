@@ -16,10 +16,17 @@ Modes
   cannot stamp its commands.
   No answer within ``lockstep_timeout`` wall seconds: one step with the safe action,
   logged and counted.
-* ``realtime`` — a 1 kHz (``rate_hz``) wall-clock loop applies the latest valid
-  command; no valid command for ``command_timeout`` sim seconds -> the safe action.
-  Late steps and commands that miss their cycle are counted; cycle latency
-  (state published -> its command received) is measured.
+* ``realtime`` — a 1 kHz (``rate_hz``) wall-clock loop publishes the state of step k at
+  tick k.  The command answering it steps the plant as soon as it arrives (one thread
+  takes commands and keeps the ticks), so tick k+1 only releases the state already
+  computed; if the answer has not come by then (a *deadline miss*), the step runs at
+  the tick on the newest valid command.  No valid command for ``command_timeout`` sim
+  seconds -> the safe action.  Counted: ``deadline_misses`` (ticks at which the answer
+  to the last state was not in hand), ``late_commands`` (answers received more than a
+  period after their state), ``late_steps`` (the tick itself more than a period late);
+  measured: cycle latency (state published -> its command received by the DDS layer,
+  the message info's ``received_timestamp``) and how late each tick woke
+  (``tick_late_*``).
 
 Both modes start once the graph is connected: ``wait_for_nodes`` /clock subscribers
 (every sim-time node), a command publisher and ``wait_for_state_subscribers``
@@ -54,7 +61,8 @@ from ..ros.conversions import command_values, from_ns, split_command
 from ..wire import JointStateEncoder
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
-from ..ros.qos import CLOCK_QOS, COMMAND_QOS, LOCKSTEP_COMMAND_QOS, PUBLISHER_STREAM_QOS
+from ..realtime import raise_thread_priority
+from ..ros.qos import CLOCK_QOS, LOCKSTEP_COMMAND_QOS, REALTIME_COMMAND_QOS, PUBLISHER_STREAM_QOS
 from .common import SampleRing, Throttle, apply_realtime_priority, realtime_spec, resolve_urdf, robot_specs
 
 
@@ -174,7 +182,7 @@ class MujocoBridgeNode(Node):
         # a few us instead of rclpy's message objects)
         self._state_encoder = JointStateEncoder(self.names)
         self.io.node.create_subscription(Float64MultiArray, "effort_controller/commands", self._on_command,
-                                         LOCKSTEP_COMMAND_QOS if self.lockstep else COMMAND_QOS, raw=True)
+                                         LOCKSTEP_COMMAND_QOS if self.lockstep else REALTIME_COMMAND_QOS, raw=True)
         self.create_service(Trigger, "~/reset", self._srv_reset)
         self.create_service(Trigger, "~/toggle_payload", self._srv_toggle)
         self.create_service(SetBool, "~/set_payload", self._srv_set_payload)
@@ -182,6 +190,10 @@ class MujocoBridgeNode(Node):
         self._diag_last = time.monotonic()
         # the last 100k state->command latencies (statistics); bounded: a long run must not grow
         self.latency_ns = SampleRing(100_000)
+        # real time: how late each tick woke (the simulator's own timing)
+        self.tick_late_ns = SampleRing(100_000)
+        # state stamp -> wall time it was published (CLOCK_REALTIME ns, the clock of the
+        # DDS reception stamps the latency is measured against)
         self._published_at: dict[int, int] = {}
         self._done = False
         self._end_wall = None  # wall time of the last step (max_sim_time reached)
@@ -191,13 +203,20 @@ class MujocoBridgeNode(Node):
         # realtime state
         self._latest_cmd = None
         self._latest_cmd_time = -np.inf
+        self._latest_stamp = None  # stamp of the state _latest_cmd answers (None: unstamped)
+        self._ahead = False        # the step to the next tick's state is done (its answer came)
+        self._ahead_late = False   # ... but its answer was received after the tick was due
+        self._deadline_rt = 0      # the next tick, CLOCK_REALTIME ns (the reception stamps' clock)
         self._started = False
         self._start_wall = time.monotonic()
         # both modes start once the graph is connected (_ready): checked at 100 Hz until then;
         # lockstep keeps the timer at 10 Hz for its command timeout (every wake-up of this
         # executor costs the hot path GIL time), real time cancels it (its loop keeps time)
         self._watchdog_timer = self.create_timer(0.01, self._watchdog, clock=steady)
-        self.create_timer(0.05, self._housekeeping, clock=steady)
+        # diagnostics: checked at 20 Hz on the executor until real time starts; the real-time
+        # loop then does it itself in the slack after a step (no second Python thread
+        # taking the GIL from the 1 kHz loop)
+        self._housekeeping_timer = self.create_timer(0.05, self._housekeeping, clock=steady)
         self.get_logger().info(f"{p['mode']} at {p['rate_hz']:.0f} Hz, joints {self.names},"
                                f" reality {self.plant.reality}")
         if not self._loop_takes_commands:
@@ -219,6 +238,7 @@ class MujocoBridgeNode(Node):
         self._run_wall0 = time.monotonic()
         self._publish_state()
         if not self.lockstep:
+            self._housekeeping_timer.cancel()
             self._rt_thread = threading.Thread(target=self._realtime_loop, daemon=True)
             self._rt_thread.start()
         self.get_logger().info(f"started after {time.monotonic() - self._start_wall:.2f} s (wall)")
@@ -232,7 +252,7 @@ class MujocoBridgeNode(Node):
         self._stamp = stamp
         self._sent_wall = time.monotonic()
         pub = self._published_at
-        pub[stamp] = time.perf_counter_ns()
+        pub[stamp] = time.time_ns()
         if len(pub) > 2000:  # oldest first (insertion order): O(1) per step, no periodic sort
             del pub[next(iter(pub))]
         self.pub_state.publish(self._state_encoder.encode(stamp, q, v, tau))
@@ -268,8 +288,8 @@ class MujocoBridgeNode(Node):
         rclpy.try_shutdown(context=self.context)
 
     # ---------------------------------------------------------------- commands
-    def _on_command(self, msg) -> None:
-        """A command, serialized (``raw=True``) or as a message."""
+    def _on_command(self, msg, info) -> None:
+        """A command, serialized (``raw=True``) or as a message, with its message info."""
         with self.lock:
             if self._done or not self._started:
                 return
@@ -280,13 +300,16 @@ class MujocoBridgeNode(Node):
                 if self.throttle("bad"):
                     self.get_logger().error(f"command rejected ({exc})")
                 return
+            # arrival as the DDS layer stamped it (not when this thread took it); the local
+            # clock if the RMW does not stamp receptions
+            arrived = (info.get("received_timestamp") if isinstance(info, dict) else 0) or time.time_ns()
             if stamp is not None:
                 sent = self._published_at.get(stamp)
                 if sent is not None:
-                    lat = time.perf_counter_ns() - sent
+                    lat = arrived - sent
                     self.latency_ns.add(lat)
                     if lat > self.dt * 1e9:
-                        self.counters.inc("deadline_misses")
+                        self.counters.inc("late_commands")
             try:
                 tau = command_values(data, offset, self.n)
             except ValueError as exc:
@@ -318,6 +341,16 @@ class MujocoBridgeNode(Node):
             else:
                 self._latest_cmd = tau
                 self._latest_cmd_time = self.plant.time
+                self._latest_stamp = stamp
+                if not self._ahead and stamp is not None and stamp == self._stamp:
+                    # the answer to the last state: step now, while the loop waits for its
+                    # tick; the tick then only publishes (the state is released at its time)
+                    self.plant.step(tau)
+                    self.counters.inc("steps")
+                    self._ahead = True
+                    # the loop may take it only after the tick was due (it woke late): the
+                    # step still uses it, but the answer missed its deadline
+                    self._ahead_late = arrived > self._deadline_rt
 
     def _watchdog(self) -> None:
         with self.lock:
@@ -345,50 +378,67 @@ class MujocoBridgeNode(Node):
                 self._after_step()
 
     def _realtime_loop(self) -> None:
-        period = self.dt
-        period_ns = int(round(period * 1e9))
+        """Every period: wait for the tick, taking commands as they arrive (``io``: the
+        loop's own wait set; with the executor fallback they come in on another thread).
+        The command answering the last state steps the plant as soon as it arrives
+        (:meth:`_on_command`), so at the tick the next state is ready and only
+        published: the state goes out right at its time, the controller's whole period
+        is its own.  If the answer has not come by the tick (a deadline miss), the
+        step runs there on the newest valid command (or the safe action).  An answer
+        the DDS layer received after the tick was due is a miss too, even when the
+        loop, woken late, still used it.  The loop thread runs one SCHED_FIFO
+        priority above its process (when the process has one): the ticks go first."""
+        period_ns = int(round(self.dt * 1e9))
         clock = time.perf_counter_ns
         io = self.io if self._loop_takes_commands else None
+        HotPath.shorten_switch_interval()
+        # the ticks go ahead of this process's DDS threads (when it runs SCHED_FIFO)
+        raise_thread_priority(1)
         nxt = clock() + period_ns
+        self._deadline_rt = nxt + (time.time_ns() - clock())
         try:
             while self.context.ok() and not self._done:
-                now = clock()
-                if now < nxt:
-                    self._wait_until(nxt, io)
-                elif now - nxt > period_ns:
+                self._wait_until(nxt, io)
+                late = clock() - nxt
+                self.tick_late_ns.add(max(late, 0))
+                if late > period_ns:
                     self.counters.inc("late_steps")
                 nxt += period_ns
                 if clock() - nxt > 10 * period_ns:  # far behind: resynchronise
                     nxt = clock() + period_ns
                 with self.lock:
-                    fresh = self.plant.time - self._latest_cmd_time <= self.p["command_timeout"]
-                    if self._latest_cmd is not None and fresh:
-                        self.plant.step(self._latest_cmd)
-                        self.counters.inc("steps")
-                    else:
-                        if self._latest_cmd is not None and self.throttle("rt_timeout"):
-                            self.get_logger().warning(f"no valid command for {self.p['command_timeout']} s:"
-                                                      f" safe action ({self.p['safe_mode']})")
-                        self.counters.inc("command_timeouts" if self._latest_cmd is not None
-                                          else "startup_steps")
-                        self._safe_step()
+                    if self._done:
+                        break
+                    self._deadline_rt = nxt + (time.time_ns() - clock())
+                    if self._ahead_late:
+                        self.counters.inc("deadline_misses")
+                    if not self._ahead:
+                        cmd = self._latest_cmd
+                        if cmd is not None and self._latest_stamp is not None:
+                            self.counters.inc("deadline_misses")  # the answer to the last state is not here
+                        if cmd is not None and self.plant.time - self._latest_cmd_time <= self.p["command_timeout"]:
+                            self.plant.step(cmd)
+                            self.counters.inc("steps")
+                        else:
+                            if cmd is not None and self.throttle("rt_timeout"):
+                                self.get_logger().warning(f"no valid command for {self.p['command_timeout']}"
+                                                          f" s: safe action ({self.p['safe_mode']})")
+                            self.counters.inc("command_timeouts" if cmd is not None else "startup_steps")
+                            self._safe_step()
+                    self._ahead = self._ahead_late = False
                     self._after_step()
+                self._housekeeping()
         finally:
             if io is not None:
                 io.release()
 
     def _wait_until(self, deadline_ns: int, io) -> None:
-        """Until the next tick: take commands as they arrive (``io``: the loop's own
-        wait set, blocking until a command or the tick), else sleep (then the
-        companion's thread takes them)."""
+        """Until the tick: take commands as they arrive (``io``: block in the loop's own
+        wait set until a command or the tick), else sleep (the companion's thread takes
+        them).  Sleep, never spin: a busy wait takes the core the DDS receive threads need."""
         clock = time.perf_counter_ns
-        while True:
-            rem = deadline_ns - clock()
-            if rem <= 0:
-                return
+        while (rem := deadline_ns - clock()) > 0:
             if io is None:
-                # sleep, never spin: a busy wait would hold the GIL the command callback
-                # needs (hrtimer sleep overshoots ~0.05-0.1 ms here, well inside a period)
                 time.sleep(rem * 1e-9)
                 return
             io.spin_once(rem)
@@ -436,6 +486,9 @@ class MujocoBridgeNode(Node):
             out.update({"latency_p50_ms": float(np.percentile(lat, 50)),
                         "latency_p99_ms": float(np.percentile(lat, 99)),
                         "latency_max_ms": float(lat.max())})
+        tick = (self.tick_late_ns.all() if window is None else self.tick_late_ns.recent(window)) * 1e-6
+        if tick.size:
+            out.update({"tick_late_p99_ms": float(np.percentile(tick, 99)), "tick_late_max_ms": float(tick.max())})
         return out
 
     def _write_stats(self) -> None:
@@ -447,7 +500,7 @@ class MujocoBridgeNode(Node):
         if time.monotonic() - self._diag_last >= self.p["diagnostics_period"]:
             self._diag_last = time.monotonic()
             st = self.stats(window=self.DIAG_WINDOW)
-            for k in ("latency_p50_ms", "latency_p99_ms", "sim_time"):
+            for k in ("latency_p50_ms", "latency_p99_ms", "tick_late_p99_ms", "sim_time"):
                 if k in st:
                     self.counters.set(k, round(st[k], 4))
             self.counters.set("saturated_steps", int(np.sum(st["saturation_count"])))

@@ -62,7 +62,7 @@ from rclpy.qos import (
     ReliabilityPolicy,
 )
 
-__all__ = ["STREAM_QOS", "LATCHED_QOS", "COMMAND_QOS", "LOCKSTEP_COMMAND_QOS", "CLOCK_QOS", "RELIABLE_STREAM_QOS",
+__all__ = ["STREAM_QOS", "LATCHED_QOS", "COMMAND_QOS", "LOCKSTEP_COMMAND_QOS", "REALTIME_COMMAND_QOS", "CLOCK_QOS", "RELIABLE_STREAM_QOS",
            "REFERENCE_QOS", "PUBLISHER_STREAM_QOS", "stream_qos", "describe_qos"]
 
 STREAM_QOS = QoSProfile(
@@ -92,6 +92,18 @@ COMMAND_QOS = QoSProfile(
 LOCKSTEP_COMMAND_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
     depth=100,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
+
+# The real-time bridge's command subscription: a few commands kept, not one, so two
+# arriving while the loop is busy (stepping, publishing) are both taken -- a late answer
+# is measured rather than overwritten -- and the newest applied.  Reader depth is not
+# part of QoS matching: any command publisher (COMMAND_QOS, ros2_control's
+# SystemDefaultsQoS) connects.
+REALTIME_COMMAND_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=8,
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.VOLATILE,
 )
