@@ -288,31 +288,34 @@ def floor(seconds: float, n_joints: int) -> dict:
 
 def floor_ping(seconds: float, n_joints: int) -> int:
     """(c)'s measuring process: plays the bridge's real-time loop -- take answers as they
-    arrive until the tick (``HotPath.spin_once``), count a miss when the answer to the
-    last state is not in hand at the tick, publish the next state -- and prints its
-    figures as one JSON line.  Latency: the DDS reception stamp of the answer minus the
-    state's publication time, as the bridge measures it."""
+    arrive until the tick (``HotPath.spin_once``), publish the next state at the tick,
+    one FIFO priority above its process -- and prints its figures as one JSON line.
+    As the bridge counts: a miss is an answer whose DDS reception stamp is after the
+    tick that needed it (or none); latency is that stamp minus the state's publication
+    time."""
     import numpy as np
     import rclpy
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
     from adaptive_dynamics.ros.conversions import command_stamp
+    from adaptive_dynamics.realtime import raise_thread_priority
     from adaptive_dynamics.ros.node_base import HotPath
     from adaptive_dynamics.wire import JointStateEncoder
 
     n = int(seconds * 1000)
     clock, period = time.perf_counter_ns, 1_000_000
     sent = np.zeros(n, dtype=np.int64)      # CLOCK_REALTIME ns, the clock of the reception stamps
+    due = np.zeros(n, dtype=np.int64)       # the tick after each state (CLOCK_REALTIME ns)
     lat = np.full(n, np.inf)
-    answered = np.zeros(n, dtype=bool)      # answer in hand at the tick after the state
-    newest = [-1]
+    answered = np.zeros(n, dtype=bool)      # received by the tick after the state
 
     def on_answer(raw, info):
         st = command_stamp(raw)
         if st is not None and 0 <= st < n:
-            lat[st] = (info.get("received_timestamp") or time.time_ns()) - sent[st]
-            newest[0] = max(newest[0], st)
+            arrived = info.get("received_timestamp") or time.time_ns()
+            lat[st] = arrived - sent[st]
+            answered[st] = arrived <= due[st]
 
     rclpy.init()
     node = rclpy.create_node("bench_loop_ping")
@@ -322,6 +325,7 @@ def floor_ping(seconds: float, n_joints: int) -> int:
                                       raw=True)
     sched = _floor_sched()
     HotPath.shorten_switch_interval()
+    raise_thread_priority(1)
     deadline = time.monotonic() + 6.0
     while (pub.get_subscription_count() < 1 or sub.get_publisher_count() < 1) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -333,10 +337,9 @@ def floor_ping(seconds: float, n_joints: int) -> int:
         while (rem := nxt - clock()) > 0:      # take answers until the tick
             io.spin_once(rem)
         nxt += period
-        if k > 0:
-            answered[k - 1] = newest[0] == k - 1
         if k < n:
             sent[k] = time.time_ns()
+            due[k] = nxt + (sent[k] - clock())
             pub.publish(enc.encode(k, q, q, q))
     t_end = clock() + 50_000_000
     while (rem := t_end - clock()) > 0:       # answers after the last tick: their latency counts
