@@ -259,8 +259,32 @@ class HotPath:
         what is ready and hand it to the callbacks; returns the number of messages taken.
 
         Serves the companion's own thread, or a caller that runs its own loop instead
-        of :meth:`start`.  Call it from one thread only."""
-        self._refresh()
+        of :meth:`start` (the bridge's real-time loop takes commands between its ticks
+        this way: one thread, no hand-over).  Call it from one thread only."""
+        from rclpy.exceptions import InvalidHandle
+        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+        from rclpy.subscription import Subscription
+
+        current = tuple(self.node.subscriptions)
+        if current != self._subs:  # (re)built when a subscription was added or removed
+            # the handles in use are held (entered) from one (re)build to the next, as
+            # rclpy's executor holds them across its wait: a subscription destroyed
+            # meanwhile is only released once the loop has let go of it
+            self.release()
+            held = contextlib.ExitStack()
+            held.enter_context(self.node.context.handle)
+            live = []
+            for s in current:
+                try:
+                    held.enter_context(s.handle)
+                    live.append(s)
+                except InvalidHandle:  # destroyed already
+                    pass
+            self._held, self._subs = held, current
+            self._wait_set = _rclpy.WaitSet(len(live), 1, 0, 0, 0, 0, self.node.context.handle)
+            self._entries = tuple((s.handle, s.msg_type, s.raw, s.callback,
+                                   s._callback_type is Subscription.CallbackType.MessageOnly)
+                                  for s in live)
         wait_set = self._wait_set
         wait_set.clear_entities()
         for e in self._entries:
@@ -272,52 +296,22 @@ class HotPath:
         ready = wait_set.get_ready_entities("subscription")
         if not ready:
             return 0
-        return sum(self._drain(e) for e in self._entries if e[0].pointer in ready)
-
-    def _refresh(self) -> None:
-        """(Re)build the entries when a subscription was added or removed."""
-        current = tuple(self.node.subscriptions)
-        if current == self._subs:
-            return
-        from rclpy.exceptions import InvalidHandle
-        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
-        from rclpy.subscription import Subscription
-
-        # the handles in use are held (entered) from one (re)build to the next, as
-        # rclpy's executor holds them across its wait: a subscription destroyed
-        # meanwhile is only released once the loop has let go of it
-        self.release()
-        held = contextlib.ExitStack()
-        held.enter_context(self.node.context.handle)
-        live = []
-        for s in current:
-            try:
-                held.enter_context(s.handle)
-                live.append(s)
-            except InvalidHandle:  # destroyed already
-                pass
-        self._held, self._subs = held, current
-        self._wait_set = _rclpy.WaitSet(len(live), 1, 0, 0, 0, 0, self.node.context.handle)
-        self._entries = tuple((s.handle, s.msg_type, s.raw, s.callback,
-                               s._callback_type is Subscription.CallbackType.MessageOnly)
-                              for s in live)
-
-    def _drain(self, entry) -> int:
-        """Take up to ``DRAIN_LIMIT`` messages of one subscription (in order) into its callback."""
-        h, msg_type, raw, callback, message_only = entry
         n = 0
-        for _ in range(self.DRAIN_LIMIT):  # a ready subscription may hold several
-            taken = h.take_message(msg_type, raw)
-            if taken is None:
-                break
-            n += 1
-            try:
-                if message_only:
-                    callback(taken[0])
-                else:
-                    callback(*taken)
-            except Exception as exc:  # keep the hot path alive, say what failed
-                self._callback_failed(callback, exc)
+        for h, msg_type, raw, callback, message_only in self._entries:
+            if h.pointer not in ready:
+                continue
+            for _ in range(self.DRAIN_LIMIT):  # a ready subscription may hold several
+                taken = h.take_message(msg_type, raw)
+                if taken is None:
+                    break
+                n += 1
+                try:
+                    if message_only:
+                        callback(taken[0])
+                    else:
+                        callback(*taken)
+                except Exception as exc:  # keep the hot path alive, say what failed
+                    self._callback_failed(callback, exc)
         return n
 
     def release(self) -> None:
