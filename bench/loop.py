@@ -7,10 +7,9 @@ nodes as separate processes over DDS (started like `adaptive-dynamics launch sim
       layer receiving the command that answers it (commands carry the stamp of their
       state; the reception time is the message info's ``received_timestamp``), over
       every answered cycle: ``realtime_p50_ms``, ``realtime_p99_ms``, ``realtime_max_ms``;
-    * deadline misses: a cycle misses when, at the bridge's next tick, the command
-      answering its state is not in hand, so step k+1 runs on an older command (the
-      bridge's ``deadline_misses`` counter): the command arrived after the tick, or
-      never (the controller skipped that state).  The bridge steps as soon as the
+    * deadline misses: a cycle misses when the command answering its state was
+      received (its DDS reception stamp) after the bridge's next tick was due, or never
+      (the controller skipped that state); the bridge's ``deadline_misses`` counter.  The bridge steps as soon as the
       answer arrives and only publishes at the tick, so the controller's budget is the
       period less the tick's wake-up lateness (``realtime_tick_late_p99_ms``).
       ``deadline_miss_rate`` = misses / cycles, where the cycles are the steps after
@@ -40,8 +39,8 @@ nodes as separate processes over DDS (started like `adaptive-dynamics launch sim
     out as bytes, a stamped command back, with the real-time graph's QoS; the pinger takes
     answers between its ticks like the bridge, the echo answers on a hot thread like the
     controller), both with the loop's scheduling (``floor_sched``): ``floor_p50_ms``,
-    ``floor_p99_ms``, ``floor_deadline_miss_rate`` (answer not in hand at the next tick,
-    as the bridge counts).  What this machine's
+    ``floor_p99_ms``, ``floor_deadline_miss_rate`` (answer received after the next tick
+    was due, or never, as the bridge counts).  What this machine's
     DDS and scheduler allow before any of our work: the loop's miss rate cannot be
     expected below it.
 

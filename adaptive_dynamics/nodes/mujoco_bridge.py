@@ -21,8 +21,8 @@ Modes
   takes commands and keeps the ticks), so tick k+1 only releases the state already
   computed; if the answer has not come by then (a *deadline miss*), the step runs at
   the tick on the newest valid command.  No valid command for ``command_timeout`` sim
-  seconds -> the safe action.  Counted: ``deadline_misses`` (ticks at which the answer
-  to the last state was not in hand), ``late_commands`` (answers received more than a
+  seconds -> the safe action.  Counted: ``deadline_misses`` (ticks whose answer to the
+  last state was received after the tick was due, or not at all), ``late_commands`` (answers received more than a
   period after their state), ``late_steps`` (the tick itself more than a period late);
   measured: cycle latency (state published -> its command received by the DDS layer,
   the message info's ``received_timestamp``) and how late each tick woke
