@@ -282,7 +282,7 @@ def encode_trajectory(stamp0_ns: int, dt_ns: int, names: Sequence[str], Q, QD=No
                       frame_id: str = "") -> bytes:
     """Serialized ``JointTrajectory`` whose point ``i`` applies at
     ``stamp0 + i * dt`` (``time_from_start = i * dt``), rows of ``Q``/``QD``/``QDD``
-    the points (what :func:`~adaptive_dynamics.ros.conversions.reference_batch_msg`
+    the points (what :func:`~adaptive_dynamics.ros.references.reference_batch_msg`
     builds, byte for byte)."""
     Q = np.ascontiguousarray(Q, dtype="<f8")
     k, m = Q.shape
@@ -324,7 +324,7 @@ def encode_trajectory(stamp0_ns: int, dt_ns: int, names: Sequence[str], Q, QD=No
 
 class JointStateEncoder:
     """Serialized ``sensor_msgs/JointState`` for a fixed name list (the bytes
-    :func:`~adaptive_dynamics.ros.conversions.joint_state_msg` gives, byte for byte).
+    :func:`~adaptive_dynamics.ros.joint_states.joint_state_msg` gives, byte for byte).
 
     The layout depends only on the names and on which of position / velocity / effort
     are present, so it is laid out once per such shape; :meth:`encode` writes the stamp
@@ -405,7 +405,7 @@ _MAD = struct.Struct("<II")
 def encode_command(values, label: str) -> bytes:
     """Serialized 1-D ``std_msgs/Float64MultiArray`` with one layout dimension
     ``label`` (size = stride = len(values), data_offset 0): the bytes of
-    :func:`~adaptive_dynamics.ros.conversions.float64_array_msg`."""
+    :func:`~adaptive_dynamics.ros.commands.float64_array_msg`."""
     data = np.ascontiguousarray(values, dtype="<f8")
     n = data.size
     lab = label.encode() + b"\x00"

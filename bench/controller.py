@@ -42,7 +42,7 @@ def measure_node(n: int = 5000, round_trips: int = 1000) -> dict:
     from adaptive_dynamics.dynamics import RobotModel
     from adaptive_dynamics.nodes.adaptive_controller import AdaptiveControllerNode
     from adaptive_dynamics.ros import joint_state_msg
-    from adaptive_dynamics.ros.conversions import reference_batch_msg
+    from adaptive_dynamics.ros.references import reference_batch_msg
     from adaptive_dynamics.ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS
     from sensor_msgs.msg import JointState
     from trajectory_msgs.msg import JointTrajectory

@@ -231,7 +231,8 @@ def floor_echo(seconds: float, n_joints: int) -> int:
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
-    from adaptive_dynamics.ros.conversions import encode_stamped_command, state_stamp
+    from adaptive_dynamics.ros.commands import encode_stamped_command
+    from adaptive_dynamics.ros.joint_states import state_stamp
     from adaptive_dynamics.ros.node_base import HotPath
     rclpy.init()
     node = rclpy.create_node("bench_loop_echo")
@@ -297,7 +298,7 @@ def floor_ping(seconds: float, n_joints: int) -> int:
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
-    from adaptive_dynamics.ros.conversions import command_stamp
+    from adaptive_dynamics.ros.commands import command_stamp
     from adaptive_dynamics.realtime import raise_thread_priority
     from adaptive_dynamics.ros.node_base import HotPath
     from adaptive_dynamics.wire import JointStateEncoder

@@ -21,8 +21,9 @@ from sensor_msgs.msg import JointState
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.adaptive_controller import AdaptiveControllerNode
 from adaptive_dynamics.ros import joint_state_msg
-from adaptive_dynamics.ros.conversions import command_stamp, reference_batch_msg
+from adaptive_dynamics.ros.commands import command_stamp
 from adaptive_dynamics.ros.qos import LATCHED_QOS, RELIABLE_STREAM_QOS
+from adaptive_dynamics.ros.references import reference_batch_msg
 from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
 from adaptive_dynamics.trajectories import ModifiedFourier
 from test_node_safety import Probe

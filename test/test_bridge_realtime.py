@@ -20,7 +20,7 @@ from std_msgs.msg import Float64MultiArray
 
 from adaptive_dynamics.nodes.common import resolve_urdf
 from adaptive_dynamics.nodes.mujoco_bridge import MujocoBridgeNode, reality_from_store
-from adaptive_dynamics.ros.conversions import stamped_command_msg
+from adaptive_dynamics.ros.commands import stamped_command_msg
 from adaptive_dynamics.ros.qos import COMMAND_QOS, RELIABLE_STREAM_QOS
 from adaptive_dynamics.sim.plant import MujocoPlant
 

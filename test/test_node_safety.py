@@ -30,8 +30,9 @@ from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.controller import ControllerNode
 from adaptive_dynamics.nodes.mujoco_bridge import MujocoBridgeNode
 from adaptive_dynamics.ros import joint_state_msg
-from adaptive_dynamics.ros.conversions import command_stamp, reference_batch_msg, stamped_command_msg
+from adaptive_dynamics.ros.commands import command_stamp, stamped_command_msg
 from adaptive_dynamics.ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE_STREAM_QOS
+from adaptive_dynamics.ros.references import reference_batch_msg
 
 pytestmark = pytest.mark.ros
 MS = 1_000_000

@@ -70,7 +70,8 @@ def write_bag(sim: dict, path, topics=(JS, REF, PT, UPD), nan=None, permute=Fals
     ``permute``: joint_states with the joints in reverse order."""
     from rclpy.serialization import serialize_message
 
-    from adaptive_dynamics.ros.conversions import joint_state_msg, reference_batch_msg
+    from adaptive_dynamics.ros.joint_states import joint_state_msg
+    from adaptive_dynamics.ros.references import reference_batch_msg
 
     arrays = {k: sim[k].copy() for k in ("q", "v", "tau", "ptau", "ad")}
     for key, row, col in nan or ():
@@ -151,7 +152,8 @@ def test_fast_cdr_reader_matches_rosbags(bag):
 
     from adaptive_dynamics.evaluation.bags import read_raw
     from adaptive_dynamics.evaluation.offline import _decode, _FastReader
-    from adaptive_dynamics.ros.conversions import joint_state_msg, reference_batch_msg
+    from adaptive_dynamics.ros.joint_states import joint_state_msg
+    from adaptive_dynamics.ros.references import reference_batch_msg
 
     def ns(stamp):
         return stamp.sec * 10**9 + stamp.nanosec

@@ -16,8 +16,9 @@ from std_msgs.msg import Float64MultiArray
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.regressor import RegressorNode
 from adaptive_dynamics.ros import joint_state_msg
-from adaptive_dynamics.ros.conversions import matrix_from_msg, matrix_labels, reference_batch_msg
 from adaptive_dynamics.ros.qos import LATCHED_QOS, RELIABLE_STREAM_QOS
+from adaptive_dynamics.ros.references import reference_batch_msg
+from adaptive_dynamics.ros.stamped import matrix_from_msg, matrix_labels
 from adaptive_dynamics.robots import urdf_path
 from adaptive_dynamics.trajectories import ModifiedFourier
 from test_node_safety import Probe

@@ -13,8 +13,10 @@ from std_srvs.srv import Trigger
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.learning import OnlineResidual
 from adaptive_dynamics.nodes.residual_learner import ResidualLearnerNode
-from adaptive_dynamics.ros.conversions import joint_state_msg, reference_batch_msg, to_ns
+from adaptive_dynamics.ros.joint_states import joint_state_msg
 from adaptive_dynamics.ros.params import to_parameters
+from adaptive_dynamics.ros.references import reference_batch_msg
+from adaptive_dynamics.ros.stamps import to_ns
 from adaptive_dynamics.ros.qos import PUBLISHER_STREAM_QOS, REFERENCE_QOS
 from trajectory_msgs.msg import JointTrajectory
 

@@ -1,4 +1,6 @@
-"""Tests of adaptive_dynamics.ros: QoS, conversions, parameters, node helper.
+"""Tests of adaptive_dynamics.ros: QoS (with the stamped messages over real DDS), parameters,
+node helper.  The message modules have their own files (test_ros_joint_states.py,
+test_ros_references.py, test_ros_commands.py, test_ros_stamped.py, test_ros_stamps.py).
 
 Everything that claims DDS behaviour is checked over real DDS on localhost
 (./dev test sets ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a random
@@ -16,7 +18,6 @@ import time
 
 import numpy as np
 import pytest
-import rclpy
 from rcl_interfaces.msg import ParameterType
 from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
 from rclpy.parameter import Parameter
@@ -24,30 +25,25 @@ from rclpy.qos import QoSProfile, qos_profile_system_default
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from trajectory_msgs.msg import JointTrajectory
 
 from adaptive_dynamics.ros import (
     CLOCK_QOS,
     COMMAND_QOS,
     LATCHED_QOS,
     STREAM_QOS,
-    JointMismatchError,
-    JointStateMapper,
-    NonFiniteError,
     ParamSpec,
     ReferenceBuffer,
     command_from_msg,
     declare_params,
     float64_array_msg,
     from_ns,
-    joint_state_msg,
     load_param_file,
     matrix_from_msg,
     matrix_labels,
     reference_msg,
     stamped_matrix_msg,
     stamped_vector_msg,
-    to_ns,
     vector_from_msg,
 )
 from adaptive_dynamics.ros.node_base import ERROR, OK, WARN, Counters, diagnostic_array
@@ -188,206 +184,6 @@ def test_stamped_roundtrip_over_dds(ros, qos_name):
     np.testing.assert_array_equal(ref.q, q)
     np.testing.assert_array_equal(ref.qd, qd)
     np.testing.assert_array_equal(ref.qdd, qdd)
-
-
-# --------------------------------------------------------------- conversions
-
-
-def test_time_helpers():
-    t = from_ns(12_000_000_345)
-    assert (t.sec, t.nanosec) == (12, 345)
-    assert to_ns(t) == 12_000_000_345
-    assert to_ns(rclpy.time.Time(nanoseconds=77)) == 77
-    assert to_ns(5) == 5
-    with pytest.raises(TypeError):
-        to_ns("now")
-
-
-def test_joint_state_mapper_by_name_shuffled_and_extra_joints():
-    m = JointStateMapper(JOINTS)
-    names = ["finger_left", "fr3_joint3", "fr3_joint1", "finger_right", "fr3_joint2"]
-    q = np.array([0.04, 3.0, 1.0, 0.04, 2.0])
-    msg = joint_state_msg(7_000_000_001, names, q, q * 10, q * 100)
-    stamp, qq, vv, ee = m.map(msg)
-    assert stamp == 7_000_000_001
-    np.testing.assert_array_equal(qq, [1.0, 2.0, 3.0])
-    np.testing.assert_array_equal(vv, [10.0, 20.0, 30.0])
-    np.testing.assert_array_equal(ee, [100.0, 200.0, 300.0])
-    # cached permutation: a second message with the same names reuses it
-    assert len(m._perms._cache) == 1
-    m.map(msg)
-    assert len(m._perms._cache) == 1
-    # arrays do not alias message memory
-    qq[0] = -1.0
-    assert msg.position[2] == 1.0
-    # empty velocity / effort -> None
-    _, _, v2, e2 = m.map(joint_state_msg(0, JOINTS, [1, 2, 3]))
-    assert v2 is None and e2 is None
-    # reuse_buffers writes into the same arrays
-    mb = JointStateMapper(JOINTS, reuse_buffers=True)
-    a = mb.map(msg)[1]
-    b = mb.map(joint_state_msg(0, JOINTS, [7, 8, 9]))[1]
-    assert a is b and list(b) == [7, 8, 9]
-
-
-def test_joint_state_mapper_missing_joint_message():
-    m = JointStateMapper(JOINTS)
-    msg = joint_state_msg(0, ["fr3_joint1", "fr3_joint3", "finger"], [1, 2, 3])
-    with pytest.raises(JointMismatchError) as ei:
-        m.map(msg)
-    text = str(ei.value)
-    assert "missing" in text and "'fr3_joint2'" in text
-    for n in ["fr3_joint1", "fr3_joint3", "finger"]:
-        assert n in text  # present names are listed too
-    assert isinstance(ei.value, ValueError)
-
-
-def test_joint_state_mapper_rejects_nonfinite_and_bad_lengths():
-    m = JointStateMapper(JOINTS)
-    with pytest.raises(NonFiniteError, match=r"'position'.*fr3_joint2=nan"):
-        m.map(joint_state_msg(0, JOINTS, [0.0, np.nan, 0.0]))
-    with pytest.raises(NonFiniteError, match=r"'velocity'.*fr3_joint3=inf"):
-        m.map(joint_state_msg(0, JOINTS, [0, 0, 0], [0.0, 0.0, np.inf]))
-    # partial NaN effort is an error ...
-    with pytest.raises(NonFiniteError, match=r"'effort'.*fr3_joint1"):
-        m.map(joint_state_msg(0, JOINTS, [0, 0, 0], None, [np.nan, 1.0, 1.0]))
-    # ... but an all-NaN field is joint_state_broadcaster's "no such interface"
-    assert m.map(joint_state_msg(0, JOINTS, [0, 0, 0], None, [np.nan] * 3))[3] is None
-    with pytest.raises(NonFiniteError):
-        JointStateMapper(JOINTS, all_nan_as_missing=False).map(
-            joint_state_msg(0, JOINTS, [0, 0, 0], None, [np.nan] * 3))
-    # NaN in an ignored extra joint is fine
-    m.map(joint_state_msg(0, JOINTS + ["gripper"], [0, 0, 0, np.nan]))
-    bad = JointState(name=JOINTS)
-    bad.position = [1.0, 2.0]
-    with pytest.raises(ValueError, match="3 names but 2 values in 'position'"):
-        m.map(bad)
-    bad = JointState(name=JOINTS, position=[1.0, 2.0, 3.0], velocity=[1.0])
-    with pytest.raises(ValueError, match="'velocity'"):
-        m.map(bad)
-    with pytest.raises(JointMismatchError, match="duplicate"):
-        m.map(joint_state_msg(0, JOINTS + ["fr3_joint1"], [0, 0, 0, 0]))
-
-
-def test_command_msgs():
-    msg = float64_array_msg(np.array([1.0, 2.0]))
-    assert msg.layout.dim[0].label == "joints" and msg.layout.dim[0].size == 2
-    assert msg.layout.data_offset == 0
-    np.testing.assert_array_equal(command_from_msg(msg, 2), [1.0, 2.0])
-    with pytest.raises(ValueError, match="expected 3 values, got 2"):
-        command_from_msg(msg, 3)
-    with pytest.raises(NonFiniteError):
-        command_from_msg(float64_array_msg([1.0, np.nan]), 2)
-    plain = Float64MultiArray(data=[4.0, 5.0])  # e.g. from `ros2 topic pub`, no layout
-    np.testing.assert_array_equal(command_from_msg(plain, 2), [4.0, 5.0])
-
-
-def test_stamped_matrix_and_vector_conventions():
-    M = np.arange(12.0).reshape(3, 4)
-    msg = stamped_matrix_msg(5_000_000_007, M, "joints", "params")
-    assert msg.layout.data_offset == 2
-    assert [(d.label, d.size, d.stride) for d in msg.layout.dim] == [
-        ("rows:joints", 3, 12), ("cols:params", 4, 4)]
-    assert list(msg.data[:2]) == [5.0, 7.0]
-    # a generic consumer honouring the layout finds the matrix after data_offset
-    off = msg.layout.data_offset
-    np.testing.assert_array_equal(np.array(msg.data[off:]).reshape(3, 4), M)
-    stamp, M2 = matrix_from_msg(msg, expected_shape=(3, 4))
-    assert stamp == 5_000_000_007
-    np.testing.assert_array_equal(M2, M)
-    with pytest.raises(ValueError, match="shape"):
-        matrix_from_msg(msg, expected_shape=(4, 3))
-    bad = stamped_matrix_msg(0, M)
-    bad.data = bad.data[:-1]
-    with pytest.raises(ValueError, match="data elements"):
-        matrix_from_msg(bad)
-    bad = stamped_matrix_msg(0, M)
-    bad.layout.data_offset = 0
-    with pytest.raises(ValueError, match="data_offset"):
-        matrix_from_msg(bad)
-    bad = stamped_matrix_msg(0, M)
-    bad.layout.dim[1].stride = 3
-    with pytest.raises(ValueError, match="stride"):
-        matrix_from_msg(bad)
-    with pytest.raises(NonFiniteError, match=r"\[\[1, 2\]\]"):
-        matrix_from_msg(stamped_matrix_msg(0, np.where(M == 6.0, np.nan, M)))
-
-    v = stamped_vector_msg(3, ["a", "b", "c"], [1.0, 2.0, 3.0])
-    assert list(v.effort) == [1.0, 2.0, 3.0] and len(v.position) == 0
-    assert vector_from_msg(v)[0] == 3
-    np.testing.assert_array_equal(vector_from_msg(v, ["c", "a"])[1], [3.0, 1.0])
-    with pytest.raises(JointMismatchError, match="missing"):
-        vector_from_msg(v, ["a", "z"])
-    with pytest.raises(JointMismatchError):
-        vector_from_msg(v, ["a"], field="position")  # empty field
-    p = stamped_vector_msg(3, ["m1", "m2"], [1.5, np.inf], field="position")
-    with pytest.raises(NonFiniteError, match="m2=inf"):
-        vector_from_msg(p, field="position")
-
-
-def test_reference_buffer_lookup_by_stamp():
-    ms = 1_000_000
-    t0 = 100 * ms
-    buf = ReferenceBuffer(JOINTS, capacity=64, max_staleness_ns=3 * ms)
-    shuffled = [JOINTS[2], "extra", JOINTS[0], JOINTS[1]]
-    # published ahead of time: the references for t0..t0+9ms arrive before t0
-    for k in range(10):
-        q = np.array([k, 10 + k, 20 + k], float)
-        perm_q = [q[2], 99.0, q[0], q[1]]
-        buf.add(reference_msg(t0 + k * ms, shuffled, perm_q, perm_q, perm_q))
-    assert len(buf) == 10
-    # exact stamp
-    r = buf.lookup(t0 + 4 * ms)
-    assert r.stamp_ns == t0 + 4 * ms
-    np.testing.assert_array_equal(r.q, [4, 14, 24])
-    # never "the latest": the latest stored is t0+9ms, but we get the one for t
-    assert buf.lookup(t0).stamp_ns == t0
-    # within tolerance picks the nearest stamp
-    assert buf.lookup(t0 + 4 * ms + 400_000, tolerance_ns=500_000).stamp_ns == t0 + 4 * ms
-    assert buf.lookup(t0 + 4 * ms + 600_000, tolerance_ns=500_000).stamp_ns == t0 + 5 * ms
-    # beyond tolerance: latest not after t, within the staleness limit
-    r = buf.lookup(t0 + 11 * ms)
-    assert r.stamp_ns == t0 + 9 * ms
-    assert buf.counters["stale_hits"] == 1
-    # too stale / before the first one -> None
-    assert buf.lookup(t0 + 13 * ms) is None
-    assert buf.lookup(t0 - 1) is None
-    assert buf.counters["misses"] == 2
-    assert buf.counters["exact_hits"] == 4
-
-
-def test_reference_buffer_out_of_order_duplicates_late_eviction():
-    buf = ReferenceBuffer(JOINTS, capacity=4, max_staleness_ns=0)
-    for s in (10, 30, 20):
-        buf.add_arrays(s, [s, s, s])
-    assert buf.stamps() == [10, 20, 30]
-    assert buf.counters["out_of_order"] == 1
-    buf.add(reference_msg(20, JOINTS, [7, 7, 7]))  # duplicate stamp: replaced
-    assert buf.counters["duplicates"] == 1
-    np.testing.assert_array_equal(buf.lookup(20).q, [7, 7, 7])
-    assert buf.lookup(20).qd is None  # absent fields are None, caller decides
-    buf.add_arrays(15, [1, 1, 1])  # stamped before the last looked-up instant
-    assert buf.counters["late"] == 1
-    buf.add_arrays(40, [4, 4, 4])  # 5 entries > capacity 4: oldest evicted
-    assert buf.stamps() == [15, 20, 30, 40] and buf.counters["evicted"] == 1
-    assert buf.lookup(25) is None  # staleness 0 -> exact only
-    assert buf.lookup(25, max_staleness_ns=10).stamp_ns == 20
-    # a multi-point message: point i applies at header.stamp + time_from_start
-    msg = JointTrajectory(joint_names=JOINTS)
-    msg.header.stamp = from_ns(1_000)
-    for k in range(3):
-        pt = JointTrajectoryPoint(positions=[float(k)] * 3)
-        pt.time_from_start.nanosec = 100 * k
-        msg.points.append(pt)
-    buf2 = ReferenceBuffer(JOINTS)
-    assert buf2.add(msg) == 3
-    assert buf2.stamps() == [1_000, 1_100, 1_200]
-    # invalid references are refused and counted
-    with pytest.raises(JointMismatchError, match="missing"):
-        buf2.add(reference_msg(5, JOINTS[:2], [1, 2]))
-    with pytest.raises(NonFiniteError, match="fr3_joint2"):
-        buf2.add(reference_msg(5, JOINTS, [1, np.nan, 2]))
-    assert buf2.counters["rejected"] == 2
 
 
 # ---------------------------------------------------------------- parameters

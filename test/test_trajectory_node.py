@@ -10,8 +10,8 @@ from rosgraph_msgs.msg import Clock
 from trajectory_msgs.msg import JointTrajectory
 
 from adaptive_dynamics.nodes.trajectory import TrajectoryNode
-from adaptive_dynamics.ros.conversions import from_ns, to_ns
 from adaptive_dynamics.ros.qos import CLOCK_QOS, REFERENCE_QOS
+from adaptive_dynamics.ros.stamps import from_ns, to_ns
 
 pytestmark = pytest.mark.ros
 MS = 1_000_000

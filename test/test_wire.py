@@ -12,7 +12,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from rosbags.typesys import Stores, get_typestore
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from adaptive_dynamics.ros.conversions import ReferenceBuffer, reference_batch_msg
+from adaptive_dynamics.ros.references import ReferenceBuffer, reference_batch_msg
 from adaptive_dynamics.wire import WireError, decode_trajectory, encode_trajectory
 
 TS = get_typestore(Stores.ROS2_HUMBLE)
@@ -159,7 +159,7 @@ def _rosbags_command(values, label):
 def test_joint_state_encode_decode_match_rosbags_and_rclpy(frame, n, present):
     from sensor_msgs.msg import JointState
 
-    from adaptive_dynamics.ros.conversions import JointStateMapper, joint_state_msg
+    from adaptive_dynamics.ros.joint_states import JointStateMapper, joint_state_msg
     from adaptive_dynamics.wire import JointStateEncoder, NameCache, decode_joint_state
     rng = np.random.default_rng(n)
     names = [f"j{'x' * i}" for i in range(n)]           # names of every length mod 4
@@ -185,7 +185,8 @@ def test_joint_state_encode_decode_match_rosbags_and_rclpy(frame, n, present):
 
 
 def test_joint_state_bytes_rejected_or_handed_to_rclpy():
-    from adaptive_dynamics.ros.conversions import JointStateMapper, NonFiniteError, joint_state_msg, state_stamp
+    from adaptive_dynamics.ros.fields import NonFiniteError
+    from adaptive_dynamics.ros.joint_states import JointStateMapper, joint_state_msg, state_stamp
     from adaptive_dynamics.wire import JointStateEncoder, NameCache, decode_joint_state
     names = ["a", "b", "c"]
     good = JointStateEncoder(names).encode(T0, [1.0, 2.0, 3.0], [0.0] * 3, [0.0] * 3)
@@ -216,8 +217,8 @@ def test_joint_state_bytes_rejected_or_handed_to_rclpy():
 def test_command_encode_decode_match_rosbags_and_rclpy(label, n):
     from std_msgs.msg import Float64MultiArray
 
-    from adaptive_dynamics.ros.conversions import (command_from_msg, command_stamp, encode_stamped_command,
-                                                   float64_array_msg, split_command, stamped_command_msg)
+    from adaptive_dynamics.ros.commands import (command_from_msg, command_stamp, encode_stamped_command,
+                                                float64_array_msg, split_command, stamped_command_msg)
     from adaptive_dynamics.wire import decode_command, encode_command
     x = np.random.default_rng(n).normal(size=n)
     mine = encode_command(x, label)
@@ -241,7 +242,7 @@ def test_command_encode_decode_match_rosbags_and_rclpy(label, n):
 def test_command_bytes_edge_cases():
     from std_msgs.msg import Float64MultiArray
 
-    from adaptive_dynamics.ros.conversions import command_from_msg, split_command
+    from adaptive_dynamics.ros.commands import command_from_msg, split_command
     from adaptive_dynamics.wire import decode_command, encode_command
     m = Float64MultiArray()                     # no layout dimension, data_offset used
     m.layout.data_offset = 1

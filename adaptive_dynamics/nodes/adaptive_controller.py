@@ -59,11 +59,11 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from ..control.adaptive import AdaptiveController, spd_gain
-from ..ros.conversions import (MATRIX_STAMP_OFFSET, joint_state_msg, matrix_from_msg, state_stamp,
-                               vector_from_msg)
+from ..ros.joint_states import joint_state_msg, state_stamp
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, RELIABLE_STREAM_QOS, stream_qos
+from ..ros.stamped import MATRIX_STAMP_OFFSET, matrix_from_msg, vector_from_msg
 from .common import trigger_save
 from .controller import JointControllerShell, shell_specs
 

@@ -4,7 +4,7 @@ Thin adapter over :mod:`adaptive_dynamics.control`.  Event driven: every
 ``joint_states`` message (matched by joint name) is answered by exactly one command,
 computed for the reference stamped with the state's time (references arrive ahead of
 time; the node never uses "the latest").  In lockstep the command carries the state
-stamp (see :func:`adaptive_dynamics.ros.conversions.stamped_command_msg`).
+stamp (see :func:`adaptive_dynamics.ros.commands.stamped_command_msg`).
 
 Safety: NaN/inf or mismatched joint states are rejected (logged, counted) and
 answered with the safe command; a state not newer than the last one is ignored
@@ -31,16 +31,12 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from ..control.baseline import LAWS, make_controller, saturate
-from ..ros.conversions import (
-    JointStateMapper,
-    ReferenceBuffer,
-    encode_stamped_command,
-    joint_state_msg,
-    state_stamp,
-)
+from ..ros.commands import encode_stamped_command
+from ..ros.joint_states import JointStateMapper, joint_state_msg, state_stamp
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE_STREAM_QOS, stream_qos
+from ..ros.references import ReferenceBuffer
 from .common import Throttle, apply_realtime_priority, load_robot, realtime_spec, robot_specs
 
 

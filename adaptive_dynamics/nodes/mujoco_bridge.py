@@ -57,7 +57,8 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
 from ..sim.plant import MujocoPlant, RealityConfig
-from ..ros.conversions import command_values, from_ns, split_command
+from ..ros.commands import command_values, split_command
+from ..ros.stamps import from_ns
 from ..wire import JointStateEncoder
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params

@@ -41,10 +41,12 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from ..ros.conversions import JointStateMapper, ReferenceBuffer, joint_state_msg, stamped_matrix_msg
+from ..ros.joint_states import JointStateMapper, joint_state_msg
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, stream_qos
+from ..ros.references import ReferenceBuffer
+from ..ros.stamped import stamped_matrix_msg
 from .common import Throttle, apply_realtime_priority, load_robot, realtime_spec, robot_specs
 
 

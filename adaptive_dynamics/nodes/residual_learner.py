@@ -56,10 +56,12 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from ..learning import LEARNERS, OnlineResidual
-from ..ros.conversions import JointStateMapper, ReferenceBuffer, joint_state_msg, vector_from_msg
+from ..ros.joint_states import JointStateMapper, joint_state_msg
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import REFERENCE_QOS, PUBLISHER_STREAM_QOS, stream_qos
+from ..ros.references import ReferenceBuffer
+from ..ros.stamped import vector_from_msg
 from .common import Throttle, load_robot, robot_specs, trigger_save
 
 # every parametric torque and every parameter update must be seen (lockstep and real time)

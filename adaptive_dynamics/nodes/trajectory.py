@@ -24,10 +24,11 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
-from ..ros.conversions import JointStateMapper, to_ns
+from ..ros.joint_states import JointStateMapper
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import CLOCK_QOS, REFERENCE_QOS, STREAM_QOS
+from ..ros.stamps import to_ns
 from ..wire import encode_trajectory
 from ..trajectories import (
     CartesianTrajectory,

@@ -26,7 +26,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 
-from .conversions import from_ns
+from .stamps import from_ns
 
 __all__ = ["run_node", "Counters", "HotPath", "diagnostic_array", "OK", "WARN", "ERROR", "STALE"]
 

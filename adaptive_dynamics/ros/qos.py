@@ -15,7 +15,7 @@ late sample is worthless (the next one is 1 ms away), so we never want
 retransmissions or queued backlog; depth 1 means a slow consumer always sees
 the newest sample instead of working through a queue.  Consumers that need a
 sample for a *specific* instant pick it by stamp (see
-``conversions.ReferenceBuffer``), not by arrival.  A best-effort subscription
+``references.ReferenceBuffer``), not by arrival.  A best-effort subscription
 also connects to reliable publishers such as ros2_control's
 ``joint_state_broadcaster`` (which publishes with ``SystemDefaultsQoS``:
 reliable, depth 10).  Caveat: tools that subscribe RELIABLE (RViz's default,
