@@ -59,8 +59,12 @@ def _cmd_demo(args) -> int:
     print(f"demo: {args.robot}, {args.controller}, lockstep, {args.duration:g} s sim time;"
           f" nodes {[s.name for s in nodes]}", flush=True)
     t0 = time.perf_counter()
-    graph = GraphProcess(nodes, echo=args.verbose)
-    rc, why = graph.wait(timeout=max(120.0, 30 * args.duration))
+    try:  # every way out of wait() stops the nodes and removes the launch's temporary files
+        graph = GraphProcess(nodes, echo=args.verbose)
+        rc, why = graph.wait(timeout=max(120.0, 30 * args.duration))
+    except KeyboardInterrupt:
+        print("demo: interrupted; nodes stopped", file=sys.stderr)
+        return 130
     if rc != 0:
         for name, lines in graph.logs.items():
             print(f"--- {name} (last lines)", file=sys.stderr)
@@ -502,7 +506,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="out/selfcheck", help="directory for the plot and JSON summary")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(fn=_cmd_selfcheck)
-    p = sub.add_parser("launch", help="start a scenario's nodes as processes (pip path of ros2 launch)")
+    p = sub.add_parser("launch", help="start a scenario's nodes as processes (pip path of ros2 launch)",
+                       description="Start a scenario's nodes as processes (pip path of ros2 launch), their"
+                       " logs prefixed with [node].  Ctrl-C or SIGTERM stops every node in order (the"
+                       " recorder last); a node dying stops the others and exits non-zero.  The nodes'"
+                       " parameter override files live in one private temporary directory"
+                       " ($TMPDIR/ad_launch_*), removed however the launch ends.")
     p.add_argument("scenario", choices=["sim", "real"], help="sim: MuJoCo bridge + trajectory + controller;"
                    " real: trajectory + controller against a ros2_control robot")
     _add_graph_args(p)

@@ -4,17 +4,30 @@ The same node list and parameter files as ``ros2 launch adaptive_dynamics ...``:
 each node runs as ``python -m adaptive_dynamics.nodes.<exe> --ros-args -r __node:=...
 --params-file ... -p ...``.  Log lines are forwarded with a ``[node]`` prefix.
 Ctrl-C / SIGTERM stops every node cleanly (SIGINT, then SIGTERM, then SIGKILL after
-timeouts; the recorder is stopped last so its bag is closed with everything in it).
+timeouts; the recorder is stopped last so its bag is closed with everything in it);
+a second Ctrl-C while stopping kills what is left.
 If a node dies, the others are stopped and the launcher exits non-zero naming it;
 when the *required* node (the simulator, with ``duration``) exits 0, the graph
 ends normally.
+
+Nothing is left behind: every file a launch writes (the nodes' parameter override
+files) goes into one private temporary directory per launch
+(``$TMPDIR/ad_launch_*``), removed when the graph is stopped, however it ends (normal
+end, a node dying, Ctrl-C, SIGTERM, an exception in the caller; ``atexit`` as the
+last resort).  While a graph runs in a process that has no SIGTERM handler of its own,
+:class:`GraphProcess` installs one that turns SIGTERM into ``SystemExit(143)``, so the
+same orderly shutdown runs instead of the process vanishing and orphaning its nodes
+(which run in their own process groups and never see the launcher's signals).
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -24,37 +37,94 @@ from .launch_graph import NodeSpec
 _STOP_RANK = {"mujoco_bridge": 0, "trajectory": 1, "controller": 1, "recorder": 9}
 
 
-def _override_file(spec: NodeSpec) -> str:
-    """The node's explicit parameters as one more ROS 2 parameter file.
+def _override_file(spec: NodeSpec, workdir: str) -> str:
+    """The node's explicit parameters as one more ROS 2 parameter file, in ``workdir``.
 
     rcl gives ``--params-file`` values precedence over ``-p`` ones, so explicit
     overrides go in a file placed after the configuration files (later files win).
     """
-    import tempfile
-
     import yaml
-    fd, path = tempfile.mkstemp(prefix=f"ad_{spec.name}_", suffix=".yaml")
+    fd, path = tempfile.mkstemp(prefix=f"ad_{spec.name}_", suffix=".yaml", dir=workdir)
     with os.fdopen(fd, "w") as fh:
         key = f"/{spec.namespace.strip('/')}/{spec.name}" if spec.namespace else spec.name
         yaml.safe_dump({key: {"ros__parameters": dict(spec.params)}}, fh)
     return path
 
 
-def command_line(spec: NodeSpec) -> list[str]:
+_process_dir: str | None = None
+
+
+def _default_workdir() -> str:
+    """For :func:`command_line` called on its own (no launch to own the files): one
+    private directory per process, removed when the process exits."""
+    global _process_dir
+    if _process_dir is None or not os.path.isdir(_process_dir):
+        _process_dir = tempfile.mkdtemp(prefix="ad_cmdline_")
+        atexit.register(shutil.rmtree, _process_dir, True)
+    return _process_dir
+
+
+def command_line(spec: NodeSpec, workdir: str | None = None) -> list[str]:
+    """The node's command line; a parameter override file, if needed, is written into
+    ``workdir`` (a :class:`GraphProcess` passes its private directory; without one, a
+    per-process directory removed at exit)."""
     cmd = [sys.executable, "-m", spec.module, "--ros-args", "-r", f"__node:={spec.name}"]
     if spec.namespace:
         cmd += ["-r", f"__ns:=/{spec.namespace.strip('/')}"]
     for f in spec.param_files:
         cmd += ["--params-file", f]
     if spec.params:
-        cmd += ["--params-file", _override_file(spec)]
+        cmd += ["--params-file", _override_file(spec, workdir or _default_workdir())]
     for a, b in spec.remappings:
         cmd += ["-r", f"{a}:={b}"]
     return cmd
 
 
+# Live graphs of this process and the SIGTERM handler they share (installed only when
+# the process had none: a caller's own handler, e.g. run_graph's, is left alone).
+_live: set = set()
+_lock = threading.Lock()
+_term_installed = False
+
+
+def _on_sigterm(signum, _frame):
+    raise SystemExit(128 + signum)  # unwinds through GraphProcess.wait's finally: orderly stop
+
+
+def _track(graph: "GraphProcess") -> None:
+    global _term_installed
+    with _lock:
+        _live.add(graph)
+        if _term_installed or threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGTERM, _on_sigterm)
+                _term_installed = True
+        except (ValueError, OSError):  # not the main interpreter / no signals here
+            pass
+
+
+def _untrack(graph: "GraphProcess") -> None:
+    global _term_installed
+    with _lock:
+        _live.discard(graph)
+        if _live or not _term_installed or threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _term_installed = False
+        except (ValueError, OSError):
+            pass
+
+
 class GraphProcess:
-    """Running processes of a graph (also used by the tests and the demo)."""
+    """Running processes of a graph (also used by the tests and the demo).
+
+    ``workdir`` is the launch's private temporary directory (override files); it and
+    the processes are gone once :meth:`stop` returns, which :meth:`wait` always calls,
+    whatever ends it."""
 
     def __init__(self, nodes: list[NodeSpec], *, echo: bool = True, env: dict | None = None):
         self.nodes = nodes
@@ -62,20 +132,27 @@ class GraphProcess:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, list[str]] = {}
         self._threads = []
+        self._closed = False
         environ = dict(os.environ)
         environ.update(env or {})
         environ.setdefault("PYTHONUNBUFFERED", "1")
         environ.setdefault("RCUTILS_COLORIZED_OUTPUT", "0")
-        import atexit
-        atexit.register(self.kill_all)  # never leave orphans, whatever ends the launcher
-        for spec in nodes:
-            p = subprocess.Popen(command_line(spec), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, bufsize=1, env=environ, start_new_session=True)
-            self.procs[spec.name] = p
-            self.logs[spec.name] = []
-            t = threading.Thread(target=self._pump, args=(spec.name, p), daemon=True)
-            t.start()
-            self._threads.append(t)
+        self.workdir = tempfile.mkdtemp(prefix="ad_launch_")
+        try:
+            atexit.register(self._at_exit)  # never leave orphans or files, whatever ends the launcher
+            _track(self)
+            for spec in nodes:
+                self.logs[spec.name] = []
+                cmd = command_line(spec, self.workdir)
+                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1, env=environ, start_new_session=True)
+                self.procs[spec.name] = p
+                t = threading.Thread(target=self._pump, args=(spec.name, p), daemon=True)
+                t.start()
+                self._threads.append(t)
+        except BaseException:  # a node that cannot start, Ctrl-C/SIGTERM while starting
+            self.stop(grace=2.0)
+            raise
 
     def _pump(self, name: str, p: subprocess.Popen) -> None:
         for line in p.stdout:
@@ -85,7 +162,15 @@ class GraphProcess:
                 print(f"[{name}] {line}", flush=True)
 
     def wait(self, timeout: float | None = None) -> tuple[int, str]:
-        """Block until the graph ends. Returns (exit code, message)."""
+        """Block until the graph ends. Returns (exit code, message).  The graph is stopped
+        (and its files removed) on every way out, an exception such as KeyboardInterrupt
+        or SIGTERM's SystemExit included."""
+        try:
+            return self._wait(timeout)
+        finally:
+            self.stop()  # no-op when a rule below has already stopped it
+
+    def _wait(self, timeout: float | None) -> tuple[int, str]:
         t_end = None if timeout is None else time.monotonic() + timeout
         required = {s.name for s in self.nodes if s.required}
         while True:
@@ -127,41 +212,72 @@ class GraphProcess:
         for p in self.procs.values():
             if p.poll() is None:
                 p.kill()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _at_exit(self) -> None:
+        self.kill_all()
+        self._close()
+
+    def _close(self) -> None:
+        """Remove the launch's directory and forget the graph (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        atexit.unregister(self._at_exit)
+        _untrack(self)
 
     def stop(self, grace: float = 8.0) -> None:
-        order = sorted(self.nodes, key=lambda s: _STOP_RANK.get(s.executable, 5))
-        for spec in order:
-            p = self.procs[spec.name]
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-                try:
-                    p.wait(timeout=grace)
-                except subprocess.TimeoutExpired:
-                    p.terminate()
+        """Stop every node in order (SIGINT, then SIGTERM, then SIGKILL), then remove the
+        launch's files.  Interrupted (a second Ctrl-C), it kills what is left and still
+        cleans up."""
+        if self._closed:
+            return
+        try:
+            order = sorted(self.nodes, key=lambda s: _STOP_RANK.get(s.executable, 5))
+            for spec in order:
+                p = self.procs.get(spec.name)
+                if p is not None and p.poll() is None:
+                    p.send_signal(signal.SIGINT)
                     try:
-                        p.wait(timeout=2.0)
+                        p.wait(timeout=grace)
                     except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
-        for t in self._threads:
-            t.join(timeout=1.0)
+                        p.terminate()
+                        try:
+                            p.wait(timeout=2.0)
+                        except subprocess.TimeoutExpired:
+                            p.kill()
+                            p.wait()
+            for t in self._threads:
+                t.join(timeout=1.0)
+        finally:
+            self.kill_all()  # only does something when the orderly part was interrupted
+            self._close()
 
 
 def run_graph(nodes: list[NodeSpec], *, timeout: float | None = None) -> int:
-    """Foreground launcher for the CLI: forwards logs, handles Ctrl-C/SIGTERM."""
-    graph = GraphProcess(nodes)
+    """Foreground launcher for the CLI: forwards logs, handles Ctrl-C/SIGTERM (installed
+    before the nodes start, so a signal during start-up also stops them in order)."""
     stopping = {"sig": None}
 
     def on_signal(signum, _frame):
-        stopping["sig"] = signum
+        stopping["sig"] = stopping["sig"] or signum
         raise KeyboardInterrupt
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    graph = None
     try:
-        rc, why = graph.wait(timeout)
-    except KeyboardInterrupt:
-        graph.stop()
-        rc, why = 0, f"stopped by {signal.Signals(stopping['sig'] or signal.SIGINT).name}"
+        try:
+            graph = GraphProcess(nodes)
+            rc, why = graph.wait(timeout)
+        except KeyboardInterrupt:
+            if graph is not None:
+                graph.stop()  # a signal between start-up and wait(); otherwise already stopped
+            rc, why = 0, f"stopped by {signal.Signals(stopping['sig'] or signal.SIGINT).name}"
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -108,7 +108,7 @@ def test_graph_process_exit_rules(monkeypatch):
     from adaptive_dynamics import launcher
     from adaptive_dynamics.launch_graph import NodeSpec
 
-    def fake(spec):  # node "<name>" sleeps <params['t']> s and exits with <params['rc']>
+    def fake(spec, workdir=None):  # node "<name>" sleeps <params['t']> s and exits with <params['rc']>
         return [sys.executable, "-c", f"import time, sys; time.sleep({spec.params['t']}); sys.exit({spec.params['rc']})"]
 
     monkeypatch.setattr(launcher, "command_line", fake)
