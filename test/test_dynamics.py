@@ -299,6 +299,26 @@ def test_regressor_derivatives_finite_difference(robot):
             np.testing.assert_allclose(D, fd, atol=1e-5 * max(1.0, np.abs(fd).max()))
 
 
+def test_regressor_derivatives_follow_a_changing_dpi(robot):
+    """The model keeps the last dpi loaded: a new dpi, one mutated in place, a physical one
+    and zero must each give the derivatives of that dpi (against a fresh model)."""
+    rng = np.random.default_rng(8)
+    q, v, a, _, _ = next(iter(states(robot, k=1)))
+    first = rng.standard_normal(robot.n_params)
+    mutated = first.copy()
+    sequence = [first, rng.standard_normal(robot.n_params), mutated, robot.parameters,
+                np.zeros(robot.n_params), first]
+    robot.regressor_derivatives(q, v, a, mutated)
+    mutated[3] += 0.5  # same array object, other values
+    for dpi in sequence:
+        got = robot.regressor_derivatives(q, v, a, dpi)
+        want = RobotModel(robot.urdf_path).regressor_derivatives(q, v, a, dpi)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-10 * max(1.0, np.abs(w).max()))
+    M = robot.regressor_derivatives(q, v, a, robot.parameters)[2]
+    close(M, robot.mass_matrix(q))  # da = M(dpi): symmetric, both triangles
+
+
 def test_non_physical_parameters_are_handled_linearly(robot):
     """pi with zero/negative masses (adaptive estimates, deltas): M, g, tau stay linear."""
     rng = np.random.default_rng(5)
@@ -393,6 +413,27 @@ def test_filtered_regressor_on_simulated_trajectory(robot):
             data.qfrc_applied[di] = tq
             mujoco.mj_step(mj, data)
     assert err < 2e-3 * mag, (err, mag)
+
+
+@pytest.mark.parametrize("friction", [False, True])
+def test_filtered_regressor_compiled_step_equals_numpy(friction):
+    """The one-call compiled sample (midpoints, regressor, both recursions) and the numpy
+    recursion around RobotModel.regressor give the same W and tau_f, with and without
+    torque samples and friction columns."""
+    rm = RobotModel("panda", friction=friction, coulomb_smoothing=0.02 if friction else 0.0)
+    A, B = rm.filtered_regressor(20.0, 1e-3), rm.filtered_regressor(20.0, 1e-3)
+    B._compiled = None
+    assert A.implementation == "compiled" and B.implementation == "numpy"
+    q, qd, _ = _sine_traj(rm, seed=4)
+    rng = np.random.default_rng(2)
+    for k in range(300):
+        t = k * 1e-3
+        tau = rng.standard_normal(rm.n) if k % 4 else None
+        Wa, ta = A.update(q(t), list(qd(t)) if k % 7 == 0 else qd(t), tau)
+        Wb, tb = B.update(q(t), qd(t), tau)
+    assert np.abs(Wa).max() > 1.0
+    np.testing.assert_allclose(Wa, Wb, rtol=0, atol=1e-12 * np.abs(Wb).max())
+    np.testing.assert_allclose(ta, tb, rtol=0, atol=1e-12 * max(1.0, np.abs(tb).max()))
 
 
 def test_filtered_regressor_rejects_bad_input_without_corrupting_state():

@@ -27,26 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dynamics.inertial import pseudo_inertias as _block_pseudo_inertias
+
 __all__ = ["pseudo_inertias", "from_pseudo_inertias", "consistency_margins", "project_consistent"]
 
 
 def pseudo_inertias(pi: np.ndarray, n_links: int) -> np.ndarray:
     """(n_links, 4, 4) pseudo-inertias of the first ``10 n_links`` entries of ``pi``."""
-    b = np.asarray(pi, dtype=float)[: 10 * n_links].reshape(n_links, 10)
-    m, hx, hy, hz, xx, xy, yy, xz, yz, zz = b.T
-    half_tr = 0.5 * (xx + yy + zz)
-    J = np.empty((n_links, 4, 4))
-    J[:, 0, 0] = half_tr - xx
-    J[:, 1, 1] = half_tr - yy
-    J[:, 2, 2] = half_tr - zz
-    J[:, 0, 1] = J[:, 1, 0] = -xy
-    J[:, 0, 2] = J[:, 2, 0] = -xz
-    J[:, 1, 2] = J[:, 2, 1] = -yz
-    J[:, 0, 3] = J[:, 3, 0] = hx
-    J[:, 1, 3] = J[:, 3, 1] = hy
-    J[:, 2, 3] = J[:, 3, 2] = hz
-    J[:, 3, 3] = m
-    return J
+    return _block_pseudo_inertias(np.asarray(pi, dtype=float)[: 10 * n_links].reshape(n_links, 10))
 
 
 def from_pseudo_inertias(J: np.ndarray) -> np.ndarray:

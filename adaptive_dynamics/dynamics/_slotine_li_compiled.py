@@ -24,6 +24,11 @@ bilinear version in the two velocity fields V (from v) and Vr (from vr):
   ancestor-or-self j of i (the axis of j is carried down the chain in the forward pass,
   so the 6 x 10 blocks are never transformed).
 
+With vr = v the kernel is the standard regressor; ``filtered_step`` (compiled with it)
+uses it so for one whole sample of the filtered regressor W (midpoint state, regressor,
+the W and filtered-torque recursions) in one call: see
+:class:`~adaptive_dynamics.dynamics.filtered.FilteredRegressor`.
+
 This is *not* the Niemeyer-Slotine split ``V x* I Vr`` (another skew-admissible C);
 with V = Vr it reduces to pinocchio's standard regressor.
 
@@ -66,7 +71,8 @@ _GEO_WIDTH = 18
 ENV_DISABLE = "ADAPTIVE_DYNAMICS_NO_NUMBA"
 
 _kernel = None
-act_inv = inertia_col = None  # numba helpers, defined by _build_kernel
+# numba functions, defined by _build_kernel
+act_inv = inertia_col = slotine_li_kernel = filtered_step_kernel = None
 _load_error: str | None = None
 _warned = False
 
@@ -74,7 +80,7 @@ _warned = False
 def _build_kernel(cache: bool = True):
     # The helpers become module globals (a closure cell holding a dispatcher would be
     # part of numba's cache key and defeat the on-disk cache).
-    global act_inv, inertia_col
+    global act_inv, inertia_col, slotine_li_kernel, filtered_step_kernel
     import numba as nb
 
     @nb.njit(inline="always")
@@ -299,6 +305,49 @@ def _build_kernel(cache: bool = True):
         if not math.isfinite(s_out):
             raise ValueError("slotine_li_regressor: non-finite result")
 
+    slotine_li_kernel = kernel
+
+    fsig = nb.void(vec, vec, vec, nb.boolean, mat, mat, vec, mat, vec, mat, mat, vec)
+
+    @nb.njit(fsig, cache=cache, error_model="numpy")
+    def filtered_step(q, v, tau, has_tau, prev, mid, coef, geo, work, Y, W, tau_f):  # pragma: no cover - compiled
+        """One sample of :class:`~adaptive_dynamics.dynamics.filtered.FilteredRegressor`:
+        midpoint state, Y(q_m, v_m, a_m) by ``slotine_li_kernel`` with vr = v (the standard
+        regressor), W <- alpha W + beta Y, tau_f <- alpha tau_f + beta (tau + tau_prev)/2,
+        then the new sample becomes the previous one.  ``prev`` rows: q, v, tau of the
+        previous sample; ``mid``: scratch rows q_m, v_m, a_m; ``coef``: alpha, beta, 1/h.
+        Every check runs before W, tau_f or ``prev`` change (a rejected sample leaves the
+        filter as it was)."""
+        n = q.shape[0]
+        if (v.shape[0] != n or (has_tau and tau.shape[0] != n) or prev.shape[0] < 3
+                or prev.shape[1] != n or mid.shape[0] < 3 or mid.shape[1] != n
+                or W.shape[0] != Y.shape[0] or W.shape[1] != Y.shape[1] or tau_f.shape[0] != n):
+            raise ValueError("filtered regressor: wrong input length")
+        alpha, beta, inv_dt = coef[0], coef[1], coef[2]
+        qm, vm, am = mid[0], mid[1], mid[2]
+        for k in range(n):
+            qm[k] = 0.5 * (q[k] + prev[0, k])
+            vm[k] = 0.5 * (v[k] + prev[1, k])
+            am[k] = (v[k] - prev[1, k]) * inv_dt
+        slotine_li_kernel(qm, vm, vm, am, geo, work, Y)  # raises on a non-finite q or v
+        if has_tau:
+            s = 0.0
+            for k in range(n):
+                s += tau[k]
+            if not math.isfinite(s):
+                raise ValueError("filtered regressor: non-finite tau")
+        for r in range(Y.shape[0]):
+            for c in range(Y.shape[1]):
+                W[r, c] = alpha * W[r, c] + beta * Y[r, c]
+        h = 0.5 * beta
+        for k in range(n):
+            if has_tau:
+                tau_f[k] = alpha * tau_f[k] + h * (tau[k] + prev[2, k])
+                prev[2, k] = tau[k]
+            prev[0, k] = q[k]
+            prev[1, k] = v[k]
+
+    filtered_step_kernel = filtered_step
     return kernel
 
 
@@ -323,6 +372,12 @@ def load_kernel():
             _load_error = f"{type(exc).__name__}: {exc}"
     warn_fallback(_load_error)
     return None
+
+
+def load_filtered_step():
+    """The compiled filtered-regressor step (see ``filtered_step`` in
+    :func:`_build_kernel`), or ``None`` where :func:`load_kernel` gives ``None``."""
+    return filtered_step_kernel if load_kernel() is not None else None
 
 
 def warn_fallback(reason: str) -> None:
@@ -375,4 +430,4 @@ def workspace(model) -> np.ndarray:
     return np.zeros(18 * nj + 6 * nj * nj)
 
 
-__all__ = ["load_kernel", "geometry", "workspace", "warn_fallback", "ENV_DISABLE"]
+__all__ = ["load_kernel", "load_filtered_step", "geometry", "workspace", "warn_fallback", "ENV_DISABLE"]

@@ -26,6 +26,13 @@ Exactness: the midpoint rule and the midpoint state are both second order, so fo
 smooth trajectory |W_k pi - tau_f(t_k)| = O(h^2) (halving h divides the error by ~4;
 tested), and ``W_k pi`` equals the discretely filtered torque ``tau_f,k`` of the same
 recursion to O(h^2).  One regressor evaluation per sample.
+
+Implementation: where the model's Slotine-Li regressor is the compiled one (numba), a
+whole sample -- midpoints, Y(q_m, v_m, a_m) as the Slotine-Li kernel with vr = v, both
+recursions and the shift of the previous sample -- is one compiled call
+(``filtered_step`` in :mod:`._slotine_li_compiled`); otherwise the same recursion runs
+in numpy around :meth:`RobotModel.regressor`.  Both give the same W and tau_f to
+rounding (tested).
 """
 from __future__ import annotations
 
@@ -48,16 +55,19 @@ class FilteredRegressor:
         self.model = model
         self.n, self.p = model.n, model.n_params
         self.dt = as_positive(dt, "dt")
+        self._coef = np.empty(3)  # alpha, beta, 1/h (the compiled step's constants)
         self.lam = as_positive(lam, "lam")
         self.W = np.zeros((self.n, self.p))
         self.tau_f = np.zeros(self.n)
-        self._q_prev = np.zeros(self.n)
-        self._v_prev = np.zeros(self.n)
-        self._tau_prev = np.zeros(self.n)
-        self._qm = np.empty(self.n)
-        self._vm = np.empty(self.n)
-        self._am = np.empty(self.n)
+        # previous sample's q, v, tau (rows), midpoint scratch q_m, v_m, a_m (rows)
+        self._prev = np.zeros((3, self.n))
+        self._q_prev, self._v_prev, self._tau_prev = self._prev
+        self._mid = np.empty((3, self.n))
+        self._qm, self._vm, self._am = self._mid
+        self._Y = np.empty((self.n, self.p))
         self._tmp = np.empty(self.n)
+        compiled = getattr(model, "compiled_filtered_step", None)
+        self._compiled = compiled() if compiled is not None else None
         self.samples = 0
 
     @property
@@ -70,6 +80,12 @@ class FilteredRegressor:
         self.alpha = math.exp(-self._lam * self.dt)
         self._inv_dt = 1.0 / self.dt
         self.beta = 1.0 - self.alpha
+        self._coef[:] = (self.alpha, self.beta, self._inv_dt)
+
+    @property
+    def implementation(self) -> str:
+        """``"compiled"`` (one numba call per sample) or ``"numpy"``."""
+        return "compiled" if self._compiled is not None else "numpy"
 
     def reset(self) -> None:
         """Back to rest: the next update (re)initialises from its sample."""
@@ -85,6 +101,8 @@ class FilteredRegressor:
         """
         if self.samples == 0:
             return self._first(q, v, tau)
+        if self._compiled is not None:
+            return self._update_compiled(q, v, tau)
         qm, vm, am = self._qm, self._vm, self._am
         try:
             if len(q) != self.n or len(v) != self.n:  # numpy would broadcast length 1
@@ -116,6 +134,20 @@ class FilteredRegressor:
         self._v_prev[:] = v
         self.samples += 1
         return W, self.tau_f
+
+    def _update_compiled(self, q, v, tau):
+        step, geo, work = self._compiled
+        has_tau = tau is not None
+        try:
+            step(q, v, tau if has_tau else self._tmp, has_tau, self._prev, self._mid, self._coef,
+                 geo, work, self._Y, self.W, self.tau_f)
+        except (ValueError, TypeError):  # NaN/inf, wrong length, or a list / other dtype
+            q, v, tau = self._validate(q, v, tau)  # raises naming the argument
+            step(np.ascontiguousarray(q), np.ascontiguousarray(v),
+                 np.ascontiguousarray(tau) if has_tau else self._tmp, has_tau, self._prev,
+                 self._mid, self._coef, geo, work, self._Y, self.W, self.tau_f)
+        self.samples += 1
+        return self.W, self.tau_f
 
     def _validate(self, q, v, tau):
         n = self.n

@@ -16,6 +16,8 @@ Other libraries use other orders (same physical quantities, same reference point
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 PINOCCHIO_ORDER = ("m", "mx", "my", "mz", "Ixx", "Ixy", "Iyy", "Ixz", "Iyz", "Izz")
@@ -86,6 +88,44 @@ def pseudo_inertia(pi10) -> np.ndarray:
     J[:3, 3] = J[3, :3] = pi10[1:4]
     J[3, 3] = pi10[0]
     return J
+
+
+def pseudo_inertias(blocks: np.ndarray) -> np.ndarray:
+    """Stack of 4x4 pseudo-inertias (:func:`pseudo_inertia`) of L x 10 pinocchio-order blocks."""
+    m, hx, hy, hz, xx, xy, yy, xz, yz, zz = blocks.T
+    half_tr = 0.5 * (xx + yy + zz)
+    J = np.empty((blocks.shape[0], 4, 4))
+    J[:, 0, 0], J[:, 1, 1], J[:, 2, 2] = half_tr - xx, half_tr - yy, half_tr - zz
+    J[:, 0, 1] = J[:, 1, 0] = -xy
+    J[:, 0, 2] = J[:, 2, 0] = -xz
+    J[:, 1, 2] = J[:, 2, 1] = -yz
+    J[:, :3, 3] = J[:, 3, :3] = blocks[:, 1:4]
+    J[:, 3, 3] = m
+    return J
+
+
+#: the unit ball block: pseudo-inertia = identity (m = 1, h = 0, I = 2 * 1 about the origin)
+UNIT_BALL = np.array([1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 2.0, 0.0, 0.0, 2.0])
+
+# ||J(pi10)||_F^2 = pi10^T _FROB pi10 for the pseudo-inertia J of a block (m^2 + 2 |h|^2 +
+# |tr(I)/2 1 - I|_F^2, the last a quadratic form in (Ixx, Iyy, Izz) plus 2 (Ixy^2 + Ixz^2 + Iyz^2))
+_FROB = np.diag([1.0, 2.0, 2.0, 2.0, 0.75, 2.0, 0.75, 2.0, 2.0, 0.75])
+for _i, _j in ((4, 6), (4, 9), (6, 9)):
+    _FROB[_i, _j] = _FROB[_j, _i] = -0.25
+
+
+def ball_shift_scale(blocks) -> float:
+    """Scale ``s`` that makes ``blocks / s + UNIT_BALL`` physical for any finite L x 10
+    ``blocks`` (negative or zero masses included).
+
+    ``s = 2 max_i ||J_i||_F`` (J_i the pseudo-inertia of block i; the Frobenius norm
+    bounds the spectral norm), so every shifted block has pseudo-inertia eigenvalues in
+    [1/2, 3/2]: physical and well conditioned.  A quantity linear in the inertial
+    parameters is then ``f(blocks) = s (f(blocks / s + ball) - f(ball))`` (about one
+    digit lost to the subtraction).  ``0`` for all-zero blocks.
+    """
+    B = np.asarray(blocks, dtype=float)
+    return 2.0 * math.sqrt(max(0.0, float(((B @ _FROB) * B).sum(axis=1).max())))
 
 
 def link_consistency_margin(pi10) -> float:

@@ -34,8 +34,10 @@ import pinocchio as pin
 from .inertial import (
     PINOCCHIO_ORDER,
     PhysicalConsistencyError,
+    UNIT_BALL,
+    ball_shift_scale,
     check_physical_consistency,
-    pseudo_inertia,
+    pseudo_inertias,
     transform_matrix,
 )
 from .validation import as_vector
@@ -67,7 +69,7 @@ class _LinearInertias:
     represented, and some algorithms (the RNEA derivatives) return garbage for
     non-physical inertias.  Each non-physical block pi_i is therefore evaluated as
     (pi_i + r_i) - r_i: model A holds pi_i + r_i, model B holds r_i, with
-    r_i = [mu, 0, 0, 0, 2 mu, 0, 2 mu, 0, 0, 2 mu] a solid ball whose pseudo-inertia
+    r_i = mu * UNIT_BALL, a solid ball whose pseudo-inertia
     diag(mu, mu, mu, mu) exceeds the spectral norm of pi_i's, so both are physical.
     The result is f(A) - f(B), exact by linearity (up to rounding at the scale of
     |pi_i|).  B is only evaluated when some block needed a shift.
@@ -81,39 +83,104 @@ class _LinearInertias:
         self.n = n_links
         self.use_b = False
         self._zero = pin.Inertia.Zero()
+        self._pi = None  # the pi last set (set() with the same values is a no-op)
 
     def set(self, pi: np.ndarray) -> None:
-        self.use_b = False
-        for i in range(self.n):
-            blk = pi[10 * i: 10 * i + 10]
-            j = i + 1
-            J = pseudo_inertia(blk)
-            lam = np.linalg.eigvalsh(J)
-            if lam[0] > 1e-9 * max(1.0, lam[-1]):
-                self.a.inertias[j] = pin.Inertia.FromDynamicParameters(blk)
-                self.b.inertias[j] = self._zero
-            else:
-                mu = 1.0 + float(np.abs(lam).max())
-                r = np.array([mu, 0.0, 0.0, 0.0, 2 * mu, 0.0, 2 * mu, 0.0, 0.0, 2 * mu])
-                self.a.inertias[j] = pin.Inertia.FromDynamicParameters(blk + r)
-                self.b.inertias[j] = pin.Inertia.FromDynamicParameters(r)
-                self.use_b = True
+        pi = np.asarray(pi, dtype=float)
+        if self._pi is not None and np.array_equal(pi, self._pi):
+            return
+        blocks = pi[: 10 * self.n].reshape(self.n, 10)
+        lam = np.linalg.eigvalsh(pseudo_inertias(blocks))  # n x 4, ascending
+        physical = lam[:, 0] > 1e-9 * np.maximum(1.0, lam[:, -1])
+        fdp, a, b = pin.Inertia.FromDynamicParameters, self.a.inertias, self.b.inertias
+        if physical.all():
+            for i in range(self.n):
+                a[i + 1] = fdp(blocks[i])
+                b[i + 1] = self._zero
+            self.use_b = False
+        else:
+            r = np.outer(1.0 + np.abs(lam).max(axis=1), UNIT_BALL)
+            r[physical] = 0.0
+            shifted = blocks + r
+            for i in range(self.n):
+                a[i + 1] = fdp(shifted[i])
+                b[i + 1] = self._zero if physical[i] else fdp(r[i])
+            self.use_b = True
+        self._pi = pi.copy()
 
     def eval(self, fn, *args):
         ra = fn(self.a, self.da, *args)
         if not self.use_b:
             return ra
         if isinstance(ra, tuple):
-            ra = tuple(np.array(x) for x in ra)  # copy before B's call reuses buffers
-            rb = fn(self.b, self.db, *args)
+            ra = tuple(x if x.flags.owndata else np.array(x) for x in ra)  # copy before B's
+            rb = fn(self.b, self.db, *args)                                 # call reuses buffers
             return tuple(x - y for x, y in zip(ra, rb))
         ra = np.array(ra)
         return ra - fn(self.b, self.db, *args)
 
 
-def _rnea_derivs(model, data, q, v, a):
-    dq, dv, da = pin.computeRNEADerivatives(model, data, q, v, a)
-    return dq.copy(), dv.copy(), _sym(da)
+class _ParameterChangeDerivatives:
+    """RNEA derivatives of ``Y(q, v, a) dpi`` for any finite ``dpi``, one point at a time.
+
+    ``dpi`` is a parameter *change* (rarely physical), so every block is shifted alike:
+    with ``s = ball_shift_scale(dpi)`` the model A holds ``dpi / s + UNIT_BALL``, the model
+    B unit balls (fixed), and ``d(Y dpi) = s (d_A - d_B)`` by linearity.  No eigenvalue
+    problem; ``set`` with the ``dpi`` it already holds is free, so a sequence of points
+    with one ``dpi`` (the consistency transform's pattern) costs two
+    ``computeRNEADerivatives`` per point.
+    """
+
+    def __init__(self, model: pin.Model, n_links: int):
+        self.n = n_links
+        self.a, self.b = model.copy(), model.copy()
+        ball = pin.Inertia.FromDynamicParameters(UNIT_BALL)
+        for j in range(1, n_links + 1):
+            self.b.inertias[j] = ball
+        self.da, self.db = self.a.createData(), self.b.createData()
+        self.scale = 0.0
+        self._pi = None
+
+    def set(self, pi: np.ndarray) -> None:
+        if self._pi is not None and np.array_equal(pi, self._pi):
+            return
+        blocks = pi.reshape(self.n, 10)
+        self.scale = ball_shift_scale(blocks)
+        if self.scale > 0:
+            shifted = blocks / self.scale + UNIT_BALL
+            fdp, a = pin.Inertia.FromDynamicParameters, self.a.inertias
+            for i in range(self.n):
+                a[i + 1] = fdp(shifted[i])
+        self._pi = pi.copy()
+
+    def derivatives(self, q, v, a):
+        """(dq, dv, da), each n x n, of ``Y(q, v, a) dpi`` for the ``dpi`` last set."""
+        if self.scale == 0:
+            z = np.zeros((self.n, self.n))
+            return z, z.copy(), z.copy()
+        dq, dv, da = (np.array(x) for x in pin.computeRNEADerivatives(self.a, self.da, q, v, a))
+        bq, bv, ba = pin.computeRNEADerivatives(self.b, self.db, q, v, a)
+        s = self.scale
+        dq -= bq
+        dq *= s
+        dv -= bv
+        dv *= s
+        da -= ba
+        da *= s
+        lower = _lower_indices(self.n)  # pinocchio fills at least the upper triangle of M
+        da[lower] = da.T[lower]
+        return dq, dv, da
+
+
+_LOWER: dict = {}
+
+
+def _lower_indices(n: int):
+    """Index arrays of the strict lower triangle of an n x n matrix (cached per n)."""
+    idx = _LOWER.get(n)
+    if idx is None:
+        idx = _LOWER[n] = np.tril_indices(n, -1)
+    return idx
 
 
 def _sym(M):
@@ -189,7 +256,7 @@ class RobotModel:
         self._ee_id = self.frame_id(ee_frame)
 
         self._lin = _LinearInertias(model, self.n)
-        self._lin_delta = _LinearInertias(model, self.n)
+        self._delta = _ParameterChangeDerivatives(model, self.n)
         self._link_pi = np.concatenate(
             [model.inertias[j].toDynamicParameters() for j in range(1, model.njoints)])
         self._friction_pi = np.zeros(2 * self.n) if self.friction else np.zeros(0)
@@ -553,6 +620,7 @@ class RobotModel:
         if geo is None:
             return None
         work = slc.workspace(self._mg)
+        self._sl_geo, self._sl_work = geo, work
         empty, copy = np.empty, np.array
         shape = (self.n, self.n_params)
         check = self._state
@@ -585,6 +653,18 @@ class RobotModel:
                 return None  # pragma: no cover
         return slotine_li
 
+    def compiled_filtered_step(self):
+        """``(step, geo, work)``: the compiled filtered-regressor sample of
+        :mod:`._slotine_li_compiled` with this model's geometry and workspace, or
+        ``None`` when the Slotine-Li regressor is not the compiled one (the filter then
+        calls :meth:`regressor`)."""
+        if self.slotine_li_implementation != "compiled":
+            return None
+        from . import _slotine_li_compiled as slc
+
+        step = slc.load_filtered_step()
+        return None if step is None else (step, self._sl_geo, self._sl_work)
+
     def momentum_regressor(self, q, v) -> np.ndarray:
         """Y_p(q, v) with Y_p pi = M(q) v (generalised momentum; friction columns zero)."""
         q, v = self._state(q=q, v=v)
@@ -613,8 +693,8 @@ class RobotModel:
         """
         q, v, a = self._state(q=q, v=v, a=a)
         dpi = as_vector(dpi, self.n_params, "dpi")
-        self._lin_delta.set(dpi[: self.n_inertial])
-        dq, dv, da = self._lin_delta.eval(_rnea_derivs, q, v, a)
+        self._delta.set(dpi[: self.n_inertial])
+        dq, dv, da = self._delta.derivatives(q, v, a)
         if self.friction:
             fv, fc = dpi[self.n_inertial: self.n_inertial + self.n], dpi[self.n_inertial + self.n:]
             dv = dv + np.diag(fv + fc * self._coulomb_slope(v))

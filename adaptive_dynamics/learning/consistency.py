@@ -31,6 +31,8 @@ from typing import Callable, Tuple
 import numpy as np
 import pinocchio as pin
 
+from ..dynamics.inertial import UNIT_BALL, ball_shift_scale
+
 
 __all__ = ["ParameterChange", "transform_gaussians"]
 
@@ -43,17 +45,15 @@ class ParameterChange:
 
         g(x; dpi) = s * [ g(x; dpi / s + r) - g(x; r) ]
 
-    with ``r`` a fixed unit "ball" per link (pseudo-inertia = identity) and the scale
-    ``s = 2 max_i |eig(pseudo_inertia(dpi_i))|``, so every block of ``dpi / s + r`` has
-    pseudo-inertia eigenvalues in [1/2, 3/2] (physical and well conditioned; about one
-    digit lost to the subtraction).  ``g(x; r)`` and its Jacobian do not depend on
+    with ``r`` the unit ball per link (pseudo-inertia = identity) and the scale
+    ``s = ball_shift_scale(dpi)`` (:func:`~adaptive_dynamics.dynamics.inertial.ball_shift_scale`),
+    so every block of ``dpi / s + r`` has pseudo-inertia eigenvalues in [1/2, 3/2]
+    (physical and well conditioned; about one digit lost to the subtraction).  ``g(x; r)`` and its Jacobian do not depend on
     ``dpi``: they are cached per evaluation point, so repeated transforms of the same
     component means cost one ``computeRNEADerivatives`` per point.
     """
 
     _cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-    #: the unit ball block: m = 1, h = 0, I = 2 * 1 about the link origin
-    _BALL = np.array([1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 2.0, 0.0, 0.0, 2.0])
 
     @classmethod
     def for_model(cls, model) -> "ParameterChange":
@@ -72,23 +72,29 @@ class ParameterChange:
         self.a = model.model.copy()
         self.b = model.model.copy()
         for j in range(1, self.b.njoints):
-            self.b.inertias[j] = pin.Inertia.FromDynamicParameters(self._BALL)
+            self.b.inertias[j] = pin.Inertia.FromDynamicParameters(UNIT_BALL)
         self.da = self.a.createData()
         self.db = self.b.createData()
         self.scale = 0.0
         self.friction = np.zeros(2 * self.n)
         self.has_friction = bool(getattr(model, "friction", False))
         self.eps = float(getattr(model, "coulomb_smoothing", 0.0))
-        self._ball_cache: dict = {}
+        self._ball_points = np.zeros((0, 3 * self.n))  # the last call's points ...
+        self._ball_rows = np.zeros((0, self.n + 3 * self.n * self.n))  # ... and their ball terms
+
+    def clear_cache(self) -> None:
+        """Forget the cached unit-ball terms (the next call evaluates them afresh)."""
+        self._ball_points = self._ball_points[:0]
+        self._ball_rows = self._ball_rows[:0]
 
     def set(self, dpi: np.ndarray) -> "ParameterChange":
         dpi = np.asarray(dpi, dtype=float).reshape(-1)
         if dpi.shape != (self.n_params,) or not np.isfinite(dpi).all():
             raise ValueError(f"dpi must be {self.n_params} finite values, got shape {dpi.shape}")
         blocks = dpi[: self.n_inertial].reshape(self.n, 10)
-        self.scale = 2.0 * float(np.abs(np.linalg.eigvalsh(_pseudo_inertias(blocks))).max())
+        self.scale = ball_shift_scale(blocks)
         if self.scale > 0:
-            shifted = blocks / self.scale + self._BALL
+            shifted = blocks / self.scale + UNIT_BALL
             fdp = pin.Inertia.FromDynamicParameters
             for i in range(self.n):
                 self.a.inertias[i + 1] = fdp(shifted[i])
@@ -101,17 +107,16 @@ class ParameterChange:
     def _coulomb_slope(self, v):
         return (1.0 - np.tanh(v / self.eps) ** 2) / self.eps if self.eps > 0 else np.zeros_like(v)
 
-    def _ball(self, key, q, v, a):
+    def _ball(self, q, v, a):
         """[tau, dtau/dq, dtau/dv, dtau/da] of the unit-ball model at one point as one
-        flat row (n + 3 n^2), cached by the point."""
-        hit = self._ball_cache.get(key)
-        if hit is None:
-            n = self.n
-            dq, dv, da = pin.computeRNEADerivatives(self.b, self.db, q, v, a)
-            hit = np.empty(n + 3 * n * n)
-            hit[:n] = self.db.tau
-            hit[n:].reshape(3, n, n)[:] = (dq, dv, da)
-        return hit
+        flat row (n + 3 n^2)."""
+        n = self.n
+        dq, dv, da = pin.computeRNEADerivatives(self.b, self.db, q, v, a)
+        row = np.empty(n + 3 * n * n)
+        row[:n] = self.db.tau
+        D = row[n:].reshape(3, n, n)
+        D[0], D[1], D[2] = dq, dv, da
+        return row
 
     def values(self, Q, V, A) -> np.ndarray:
         """g = Y(q, v, a) dpi at K points (arrays K x n) -> K x n."""
@@ -148,27 +153,34 @@ class ParameterChange:
             deriv = pin.computeRNEADerivatives
             a, da_ = self.a, self.da
             nn = n * n
-            raw = np.empty((K, n + 3 * nn))     # [tau, dq, dv, dM] of the shifted model, per point
-            ball = np.empty((K, n + 3 * nn))    # the same for the unit balls (cached)
-            keep = {}
+            Qc, Vc, Ac = (np.ascontiguousarray(X[:, c: c + n]) for c in (0, n, 2 * n))
+            tau = np.empty((K, n))
+            D = np.empty((K, 3, n, n))                # [dq, dv, dM] of the shifted model, per point
+            # [tau, dq, dv, dM] of the unit balls: kept from the last call where its point
+            # at the same row is unchanged (component means rarely move between transforms)
+            ball = np.empty((K, n + 3 * nn))
+            fresh = np.ones(K, dtype=bool)
+            if self._ball_points.shape[0] == K:
+                fresh = (X != self._ball_points).any(axis=1)
+                ball[~fresh] = self._ball_rows[~fresh]
             for k in range(K):
-                x = X[k]
-                q, v, acc = x[:n], x[n:2 * n], x[2 * n:]
-                key = x.tobytes()
-                ball[k] = keep[key] = self._ball(key, q, v, acc)
+                q, v, acc = Qc[k], Vc[k], Ac[k]
                 dq, dv, dM = deriv(a, da_, q, v, acc)
-                r = raw[k]
-                r[:n] = da_.tau
-                r[n:].reshape(3, n, n)[:] = (dq, dv, dM)
-            self._ball_cache = keep  # only the current points stay cached
-            raw -= ball
-            raw *= self.scale
-            g[:] = raw[:, :n]
-            D3 = raw[:, n:].reshape(K, 3, n, n)
-            J[:, :, :n] = D3[:, 0]
-            J[:, :, n:2 * n] = D3[:, 1]
+                tau[k] = da_.tau
+                Dk = D[k]
+                Dk[0], Dk[1], Dk[2] = dq, dv, dM
+                if fresh[k]:
+                    ball[k] = self._ball(q, v, acc)
+            self._ball_points, self._ball_rows = X.copy(), ball.copy()
+            s = self.scale
+            np.subtract(tau, ball[:, :n], out=g)
+            g *= s
+            D -= ball[:, n:].reshape(K, 3, n, n)
+            D *= s
+            J[:, :, :n] = D[:, 0]
+            J[:, :, n:2 * n] = D[:, 1]
             up = np.triu(np.ones((n, n), dtype=bool))   # pinocchio fills the upper triangle of dtau/da
-            J[:, :, 2 * n:] = np.where(up, D3[:, 2], np.swapaxes(D3[:, 2], 1, 2))
+            J[:, :, 2 * n:] = np.where(up, D[:, 2], np.swapaxes(D[:, 2], 1, 2))
         if self.has_friction:
             V = X[:, n:2 * n]
             fv, fc = self.friction[:n], self.friction[n:]
@@ -178,46 +190,34 @@ class ParameterChange:
         return g, J
 
 
-def _pseudo_inertias(blocks: np.ndarray) -> np.ndarray:
-    """Stack of 4x4 pseudo-inertias (Wensing et al.) of L x 10 pinocchio-order blocks."""
-    m, hx, hy, hz, xx, xy, yy, xz, yz, zz = blocks.T
-    half_tr = 0.5 * (xx + yy + zz)
-    J = np.empty((blocks.shape[0], 4, 4))
-    J[:, 0, 0], J[:, 1, 1], J[:, 2, 2] = half_tr - xx, half_tr - yy, half_tr - zz
-    J[:, 0, 1] = J[:, 1, 0] = -xy
-    J[:, 0, 2] = J[:, 2, 0] = -xz
-    J[:, 1, 2] = J[:, 2, 1] = -yz
-    J[:, :3, 3] = J[:, 3, :3] = blocks[:, 1:4]
-    J[:, 3, 3] = m
-    return J
-
-
 def transform_gaussians(means: np.ndarray, covs: np.ndarray, in_dim: int,
-                        g: np.ndarray, J: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+                        g: np.ndarray, J: np.ndarray, *, inplace: bool = False
+                        ) -> Tuple[np.ndarray, np.ndarray]:
     """Apply the output shift ``y <- y - g(x)`` to joint Gaussians over (x, y), linearised
     at each component's input mean (eq. 16-19).
 
     ``means`` K x D, ``covs`` K x D x D (D = in_dim + out_dim), ``g`` K x out_dim (g at
-    the input means), ``J`` K x out_dim x in_dim (dg/dx there).  Returns new arrays.
+    the input means), ``J`` K x out_dim x in_dim (dg/dx there).  Returns new arrays, or
+    ``means`` and ``covs`` themselves, updated, with ``inplace=True``.
     With T = [[I, 0], [-J, I]]:  Sigma_ii unchanged, Sigma_oi <- Sigma_oi - J Sigma_ii,
-    Sigma_oo <- Sigma_oo - J Sigma_io - Sigma_oi J^T + J Sigma_ii J^T.  T has unit
+    Sigma_oo <- Sigma_oo - J Sigma_io - Sigma_oi J^T + J Sigma_ii J^T
+    = Sigma_oo - J Sigma_io - Sigma_oi' J^T (Sigma_oi' the new block).  T has unit
     determinant and the conditional covariance Sigma_o|i is invariant, so positive
     definiteness is preserved exactly.
     """
     i = in_dim
-    m = means.copy()
+    m = means if inplace else means.copy()
     m[:, i:] -= g
-    C = covs.copy()
-    Sii = covs[:, :i, :i]
-    Soi = covs[:, i:, :i]
-    JSii = J @ Sii                                        # K x o x i
-    new_oi = Soi - JSii
+    C = covs if inplace else covs.copy()
+    JSio = J @ np.swapaxes(C[:, i:, :i], 1, 2)            # J Sigma_io (old Sigma_oi)
+    new_oi = C[:, i:, :i] - J @ C[:, :i, :i]
     C[:, i:, :i] = new_oi
     C[:, :i, i:] = np.swapaxes(new_oi, 1, 2)
-    # Sigma_oo' = Sigma_oo - Soi J^T - J Sio + J Sii J^T
-    JSio = J @ np.swapaxes(Soi, 1, 2)
-    Soo = covs[:, i:, i:] - JSio - np.swapaxes(JSio, 1, 2) + JSii @ np.swapaxes(J, 1, 2)
-    C[:, i:, i:] = 0.5 * (Soo + np.swapaxes(Soo, 1, 2))
+    Soo = C[:, i:, i:]
+    Soo -= JSio
+    Soo -= new_oi @ np.swapaxes(J, 1, 2)
+    Soo += np.swapaxes(Soo, 1, 2)                          # symmetrise (rounding)
+    Soo *= 0.5
     return m, C
 
 
