@@ -525,21 +525,27 @@ class IncrementalGMM(Learner):
         K, i = self.K, self.input_dim
         g = np.asarray(g, dtype=float).reshape(K, self.output_dim)
         J = np.asarray(J, dtype=float).reshape(K, self.output_dim, i)
-        mu, cov = transform_gaussians(self.mu[:K], self.cov[:K], i, g, J)
-        self.mu[:K] = mu
-        self.cov[:K] = cov
+        mu, _ = transform_gaussians(self.mu[:K], self.cov[:K], i, g, J, inplace=True)
         # whitening: Sigma' = T Sigma T^T  ->  white' = white T^-1, T^-1 = [[I, 0], [J, I]]
         Wd = self.white[:K]
         Wd[:, :, :i] += Wd[:, :, i:] @ J
         # (the cached merge costs are left as they are: a heuristic ranking, refreshed
         # when a component is next updated; recomputing all K^2 pairs here would cost
         # tens of ms per transform)
-        self.wmu[:K] = np.einsum("kij,kj->ki", Wd, mu)
+        self.wmu[:K] = (Wd @ mu[:, :, None])[:, :, 0]
         # prediction: Sigma_ii and the conditional covariance are unchanged, A <- A - J
         snap = self._pred
         if snap is not None and snap[0] == K:
-            _, _, _, logc, cond, Linv, A, mu_i, mu_o = snap
-            self._pred = self._pack(Linv, A - J, mu_i, mu[:, i:].copy(), logc, cond)
+            # the new snapshot's A rows of GT and offsets follow from A' = A - J,
+            # mu_o' = mu_o - g: GT_A -= J^T, off_A' = A' mu_i - mu_o' = off_A - J mu_i + g
+            # (a new snapshot: readers may still hold the old one)
+            _, GT, off, logc, cond, Linv, A, mu_i, mu_o = snap
+            o = self.output_dim
+            GT = GT.copy()
+            GT[:, K * i:] -= J.reshape(K * o, i).T
+            off = off.copy()
+            off[K * i:] += (g - np.einsum("koi,ki->ko", J, mu_i)).ravel()
+            self._pred = (K, GT, off, logc, cond, Linv, A - J, mu_i, mu[:, i:].copy())
         else:  # pragma: no cover - the snapshot always matches after _fit
             self._rebuild_predict()
 
