@@ -14,7 +14,9 @@
   probe publishing joint_states and waiting for the command: what a separate process
   adds (transport + executor wake-ups).
 
-Targets: core p99 <= 300 us, node p99 <= 600 us.  Last line: one JSON object.
+Every figure is also given in machine units (``*_units``, ``bench/machine_unit.py``:
+pinocchio's regressor on the Panda at random states, measured in the same run).
+Targets (machine units): core p99 <= 30, node p99 <= 60.  Last line: one JSON object.
 Usage: ./dev bench controller [--quick]
 """
 from __future__ import annotations
@@ -30,6 +32,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from controller_core import measure_core  # noqa: E402
+from machine_unit import MachineUnit  # noqa: E402
+
+TARGETS = {"core_p99_units": 30.0, "node_p99_units": 60.0}
 
 
 def measure_node(n: int = 5000, round_trips: int = 1000) -> dict:
@@ -121,15 +126,23 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer cycles (a smoke run, noisier)")
     args = ap.parse_args(argv)
+    unit = MachineUnit()
     core = measure_core("panda", n=2000 if args.quick else 20000, rounds=5 if args.quick else 20)
+    unit.sample()
     node = measure_node(n=1000 if args.quick else 5000, round_trips=200 if args.quick else 1000)
-    res = {"robot": "panda", "law": "composite", "core_p50_us": core["core_p50_us"],
+    unit.sample()
+    res = {"robot": "panda", "law": "composite", **unit.report(), "core_p50_us": core["core_p50_us"],
            "core_p99_us": core["core_p99_us"], "core_config": core["core_config"], **node,
-           "per_candidate": {k: core[k] for k in ("composite", "composite_nofriction", "direct") if k in core},
-           "targets": {"core_p99_us": 300.0, "node_p99_us": 600.0}}
-    res["meets_targets"] = res["core_p99_us"] <= 300.0 and res["node_p99_us"] <= 600.0
-    print(f"core  p50 {res['core_p50_us']:7.1f} us  p99 {res['core_p99_us']:7.1f} us  ({res['core_config']})")
-    print(f"node  p50 {res['node_p50_us']:7.1f} us  p99 {res['node_p99_us']:7.1f} us  (message in -> message out)")
+           "per_candidate": {k: unit.add_units(dict(core[k]), ("p50_us", "p99_us"))
+                             for k in ("composite", "composite_nofriction", "direct") if k in core}}
+    unit.add_units(res, [k for k in list(res) if k.endswith("_us")])
+    res["targets"] = TARGETS
+    res["meets_targets"] = all(res[k] <= v for k, v in TARGETS.items())
+    print(f"machine unit {res['machine_unit_us']:.3f} us")
+    print(f"core  p50 {res['core_p50_units']:6.1f} units ({res['core_p50_us']:7.1f} us)"
+          f"  p99 {res['core_p99_units']:6.1f} units ({res['core_p99_us']:7.1f} us)  ({res['core_config']})")
+    print(f"node  p50 {res['node_p50_units']:6.1f} units ({res['node_p50_us']:7.1f} us)"
+          f"  p99 {res['node_p99_units']:6.1f} units ({res['node_p99_us']:7.1f} us)  (message in -> message out)")
     if "dds_round_trip_p50_us" in res:
         print(f"DDS round trip to the node  p50 {res['dds_round_trip_p50_us']:.1f} us"
               f"  p99 {res['dds_round_trip_p99_us']:.1f} us (informational)")
