@@ -59,6 +59,26 @@ def test_parameter_change_jacobian(robot, friction):
             np.testing.assert_allclose(J[k], fd, atol=1e-5 * np.abs(ref_J).max() + 1e-300, err_msg=name)
 
 
+def test_parameter_change_cached_ball_terms_and_mirrored_mass_matrix():
+    """Ball terms kept from the previous call (same rows), refreshed where a row moved,
+    and the mirrored lower triangle of dtau/da, all equal a fresh evaluator's result."""
+    rm = RobotModel("panda")
+    X = _points(rm, 8, seed=3)
+    rng = np.random.default_rng(4)
+    ev = ParameterChange(rm)
+    for step in range(3):
+        dpi = rng.standard_normal(rm.n_params)
+        if step == 2:
+            X = X.copy()
+            X[5] += 0.01  # one component mean moved
+        g, J = ev.set(dpi).jacobians(X)
+        fresh = ParameterChange(rm)
+        fresh._fills_lower = False  # force the mirroring path
+        g0, J0 = fresh.set(dpi).jacobians(X)
+        np.testing.assert_allclose(g, g0, rtol=0, atol=1e-11 * np.abs(g0).max())
+        np.testing.assert_allclose(J, J0, rtol=0, atol=1e-11 * np.abs(J0).max())
+
+
 def test_gaussian_transform_exact_for_affine_shift():
     rng = np.random.default_rng(0)
     K, i, o = 3, 4, 2

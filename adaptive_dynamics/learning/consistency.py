@@ -80,7 +80,12 @@ class ParameterChange:
         self.has_friction = bool(getattr(model, "friction", False))
         self.eps = float(getattr(model, "coulomb_smoothing", 0.0))
         self._ball_points = np.zeros((0, 3 * self.n))  # the last call's points ...
-        self._ball_rows = np.zeros((0, self.n + 3 * self.n * self.n))  # ... and their ball terms
+        self._ball_rows = np.zeros((0, self.n, 1 + 3 * self.n))  # ... and their ball terms
+        # whether computeRNEADerivatives fills dtau/da's strict lower triangle (pinocchio
+        # guarantees the upper one): probed once
+        x = np.linspace(0.1, 0.7, self.n)
+        M = pin.computeRNEADerivatives(self.b, self.db, x, x, x)[2]
+        self._fills_lower = bool(np.array_equal(M, M.T))
 
     def clear_cache(self) -> None:
         """Forget the cached unit-ball terms (the next call evaluates them afresh)."""
@@ -107,15 +112,12 @@ class ParameterChange:
     def _coulomb_slope(self, v):
         return (1.0 - np.tanh(v / self.eps) ** 2) / self.eps if self.eps > 0 else np.zeros_like(v)
 
-    def _ball(self, q, v, a):
-        """[tau, dtau/dq, dtau/dv, dtau/da] of the unit-ball model at one point as one
-        flat row (n + 3 n^2)."""
+    def _ball(self, q, v, a) -> np.ndarray:
+        """The unit-ball model's [tau | dtau/dq | dtau/dv | dtau/da] at one point (n x (1 + 3n))."""
         n = self.n
         dq, dv, da = pin.computeRNEADerivatives(self.b, self.db, q, v, a)
-        row = np.empty(n + 3 * n * n)
-        row[:n] = self.db.tau
-        D = row[n:].reshape(3, n, n)
-        D[0], D[1], D[2] = dq, dv, da
+        row = np.empty((n, 1 + 3 * n))
+        row[:, 0], row[:, 1: n + 1], row[:, n + 1: 2 * n + 1], row[:, 2 * n + 1:] = self.db.tau, dq, dv, da
         return row
 
     def values(self, Q, V, A) -> np.ndarray:
@@ -152,35 +154,32 @@ class ParameterChange:
         if self.scale > 0:
             deriv = pin.computeRNEADerivatives
             a, da_ = self.a, self.da
-            nn = n * n
             Qc, Vc, Ac = (np.ascontiguousarray(X[:, c: c + n]) for c in (0, n, 2 * n))
-            tau = np.empty((K, n))
-            D = np.empty((K, 3, n, n))                # [dq, dv, dM] of the shifted model, per point
-            # [tau, dq, dv, dM] of the unit balls: kept from the last call where its point
-            # at the same row is unchanged (component means rarely move between transforms)
-            ball = np.empty((K, n + 3 * nn))
+            # the unit balls' [tau | dtau/d(q, v, a)] (K x n x (1 + 3n)): kept from the last
+            # call where the point at the same row is unchanged (component means rarely
+            # move between two transforms)
+            ball = np.empty((K, n, 1 + 3 * n))
             fresh = np.ones(K, dtype=bool)
             if self._ball_points.shape[0] == K:
                 fresh = (X != self._ball_points).any(axis=1)
                 ball[~fresh] = self._ball_rows[~fresh]
+            GJ = np.empty((K, n, 1 + 3 * n))  # the same for the shifted model
             for k in range(K):
                 q, v, acc = Qc[k], Vc[k], Ac[k]
                 dq, dv, dM = deriv(a, da_, q, v, acc)
-                tau[k] = da_.tau
-                Dk = D[k]
-                Dk[0], Dk[1], Dk[2] = dq, dv, dM
+                r = GJ[k]
+                r[:, 0], r[:, 1: n + 1], r[:, n + 1: 2 * n + 1], r[:, 2 * n + 1:] = da_.tau, dq, dv, dM
                 if fresh[k]:
                     ball[k] = self._ball(q, v, acc)
-            self._ball_points, self._ball_rows = X.copy(), ball.copy()
-            s = self.scale
-            np.subtract(tau, ball[:, :n], out=g)
-            g *= s
-            D -= ball[:, n:].reshape(K, 3, n, n)
-            D *= s
-            J[:, :, :n] = D[:, 0]
-            J[:, :, n:2 * n] = D[:, 1]
-            up = np.triu(np.ones((n, n), dtype=bool))   # pinocchio fills the upper triangle of dtau/da
-            J[:, :, 2 * n:] = np.where(up, D[:, 2], np.swapaxes(D[:, 2], 1, 2))
+            self._ball_points, self._ball_rows = X.copy(), ball
+            GJ -= ball
+            GJ *= self.scale
+            g[:] = GJ[:, :, 0]
+            J[:] = GJ[:, :, 1:]
+            if not self._fills_lower:  # dtau/da = M: mirror the upper triangle
+                low = np.tril_indices(n, -1)
+                M = J[:, :, 2 * n:]
+                M[:, low[0], low[1]] = M[:, low[1], low[0]]
         if self.has_friction:
             V = X[:, n:2 * n]
             fv, fc = self.friction[:n], self.friction[n:]
