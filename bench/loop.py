@@ -62,6 +62,10 @@ during this run; a run that is not quiet measures the host, not this code.  The
 machine's 1-min load average is reported too: on a shared 2-core VM other processes
 take CPU time from the three Python nodes.
 
+Every time figure (``*_ms``, ``*_us``) is also given in machine units (``*_units``,
+``bench/machine_unit.py``: pinocchio's regressor on the Panda at random states, measured
+in the same run); rates and sim-s per wall-s are ratios already.
+
 Last line of output: one JSON object.
 Usage: ./dev bench loop [--realtime-s 10] [--lockstep-s 10] [--robot panda] [--quick]
 """
@@ -75,8 +79,11 @@ import tempfile
 import threading
 import time
 
-from adaptive_dynamics.launch_graph import build_graph
-from adaptive_dynamics.launcher import GraphProcess
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine_unit import MachineUnit  # noqa: E402
+
+from adaptive_dynamics.launch_graph import build_graph  # noqa: E402
+from adaptive_dynamics.launcher import GraphProcess  # noqa: E402
 
 TARGETS = {"lockstep_sim_s_per_wall_s": 1.0, "deadline_miss_rate": 0.01}
 STARTUP_SLACK_S = 4.0  # real time: sim seconds added for the nodes to come up
@@ -405,6 +412,7 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     print(f"bench/loop: {a.robot}; (a) real time {a.realtime_s:g} s at 1 kHz, (b) lockstep {a.lockstep_s:g} s"
           f" sim; load average {load0:.2f} on {os.cpu_count()} CPUs", flush=True)
+    unit = MachineUnit()
     res = {"robot": a.robot}
     res.update(realtime(a.realtime_s, a.robot, a.realtime_reliable))
     print(f"(a) real time: latency p50 {res['realtime_p50_ms']:.3f} ms, p99 {res['realtime_p99_ms']:.3f} ms,"
@@ -426,6 +434,9 @@ def main() -> int:
         print(f"(c) platform floor (bare two-process exchange, no work): p50 {res['floor_p50_ms']} ms,"
               f" p99 {res['floor_p99_ms']} ms, misses {100 * res['floor_deadline_miss_rate']:.2f} %"
               f" ({res['floor_sched']}; VM steal {res['floor_vm_steal_pct']} %)", flush=True)
+    unit.sample()
+    unit.add_units(res, [k for k in list(res) if k.endswith(("_ms", "_us")) and not isinstance(res[k], bool)])
+    res.update(unit.report())
     res["loadavg_1min"] = round(max(load0, os.getloadavg()[0]), 2)
     res["cpus"] = os.cpu_count()
     res["targets"] = TARGETS
