@@ -80,7 +80,7 @@ class ParameterChange:
         self.has_friction = bool(getattr(model, "friction", False))
         self.eps = float(getattr(model, "coulomb_smoothing", 0.0))
         self._ball_points = np.zeros((0, 3 * self.n))  # the last call's points ...
-        self._ball_rows = np.zeros((0, self.n, 1 + 3 * self.n))  # ... and their ball terms
+        self._ball_rows = np.zeros((0, 4, self.n, self.n))  # ... and their ball terms
         # whether computeRNEADerivatives fills dtau/da's strict lower triangle (pinocchio
         # guarantees the upper one): probed once
         x = np.linspace(0.1, 0.7, self.n)
@@ -113,11 +113,12 @@ class ParameterChange:
         return (1.0 - np.tanh(v / self.eps) ** 2) / self.eps if self.eps > 0 else np.zeros_like(v)
 
     def _ball(self, q, v, a) -> np.ndarray:
-        """The unit-ball model's [tau | dtau/dq | dtau/dv | dtau/da] at one point (n x (1 + 3n))."""
+        """The unit-ball model's [tau (row 0 of the first block) | dtau/dq | dtau/dv |
+        dtau/da] at one point (4 x n x n)."""
         n = self.n
-        dq, dv, da = pin.computeRNEADerivatives(self.b, self.db, q, v, a)
-        row = np.empty((n, 1 + 3 * n))
-        row[:, 0], row[:, 1: n + 1], row[:, n + 1: 2 * n + 1], row[:, 2 * n + 1:] = self.db.tau, dq, dv, da
+        row = np.zeros((4, n, n))
+        row[1], row[2], row[3] = pin.computeRNEADerivatives(self.b, self.db, q, v, a)
+        row[0, 0] = self.db.tau
         return row
 
     def values(self, Q, V, A) -> np.ndarray:
@@ -158,24 +159,26 @@ class ParameterChange:
             # the unit balls' [tau | dtau/d(q, v, a)] (K x n x (1 + 3n)): kept from the last
             # call where the point at the same row is unchanged (component means rarely
             # move between two transforms)
-            ball = np.empty((K, n, 1 + 3 * n))
+            ball = np.empty((K, 4, n, n))  # per point: [tau (row 0) | dq | dv | dM]
             fresh = np.ones(K, dtype=bool)
             if self._ball_points.shape[0] == K:
                 fresh = (X != self._ball_points).any(axis=1)
                 ball[~fresh] = self._ball_rows[~fresh]
-            GJ = np.empty((K, n, 1 + 3 * n))  # the same for the shifted model
+            GJ = np.empty((K, 4, n, n))  # the same for the shifted model
+            GJ[:, 0, 1:] = 0.0
+            tau = GJ[:, 0, 0]
             for k in range(K):
                 q, v, acc = Qc[k], Vc[k], Ac[k]
-                dq, dv, dM = deriv(a, da_, q, v, acc)
                 r = GJ[k]
-                r[:, 0], r[:, 1: n + 1], r[:, n + 1: 2 * n + 1], r[:, 2 * n + 1:] = da_.tau, dq, dv, dM
+                r[1], r[2], r[3] = deriv(a, da_, q, v, acc)
+                tau[k] = da_.tau
                 if fresh[k]:
                     ball[k] = self._ball(q, v, acc)
             self._ball_points, self._ball_rows = X.copy(), ball
-            GJ -= ball
+            GJ -= ball  # (rows 1.. of the tau block are unused)
             GJ *= self.scale
-            g[:] = GJ[:, :, 0]
-            J[:] = GJ[:, :, 1:]
+            g[:] = tau
+            J.reshape(K, n, 3, n)[:] = GJ[:, 1:].transpose(0, 2, 1, 3)
             if not self._fills_lower:  # dtau/da = M: mirror the upper triangle
                 low = np.tril_indices(n, -1)
                 M = J[:, :, 2 * n:]
