@@ -149,13 +149,12 @@ def main(argv=None) -> int:
                 s = clock()
                 m.partial_fit(X[i], T[i], regressors=Rg[i] if name != "gmm" else None)
                 upd[name].append(clock() - s)
-        # transforms: GMM steady state (a few samples learnt since the last one)
-        for j in range(4):
-            dpi = dpis[(r + j) % len(dpis)]
-            s = clock()
-            gmm.apply_parameter_update(dpi, rm)
-            trn["gmm"].append(clock() - s)
-            for name in ("rbfn", "rbfn2048"):
+        # transforms, four in a row per learner (as a learner node sees them: the same
+        # learner's data between two updates, not another learner's 40 MB in between);
+        # GMM steady state: a few samples learnt since the last one
+        for name in ("gmm", "rbfn", "rbfn2048"):
+            for j in range(4):
+                dpi = dpis[(r + j) % len(dpis)]
                 s = clock()
                 models[name].apply_parameter_update(dpi, rm)
                 trn[name].append(clock() - s)
