@@ -16,12 +16,11 @@ The RBF network's transform (ARDL eq. 13-14) lives in :mod:`.rbfn` (it is a prop
 of the recursive least squares, not of the model).
 
 Why a local evaluator instead of calling ``RobotModel.regressor_derivatives`` per
-component: that call re-validates and re-loads the 10 n "inertias" ``dpi`` into
-pinocchio on *every* call (~0.1-0.4 ms on the Panda, and two RNEA-derivative passes for
-a non-physical ``dpi``); here ``dpi`` is loaded once per transform and each component
-costs one ``computeRNEADerivatives`` (~5 us), which keeps a 64-component GMM transform
-under 2 ms.  The result is the same quantity (checked
-against ``regressor_derivatives`` and finite differences in the tests).
+component: that call validates its inputs and evaluates the unit-ball model at every
+point (two RNEA-derivative passes); here ``dpi`` is loaded once per transform, the
+unit-ball terms are kept per point while a component mean does not move, so each
+component costs one ``computeRNEADerivatives``.  The result is the same quantity
+(checked against ``regressor_derivatives`` and finite differences in the tests).
 """
 from __future__ import annotations
 
