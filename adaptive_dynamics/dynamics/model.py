@@ -112,11 +112,7 @@ class _LinearInertias:
         ra = fn(self.a, self.da, *args)
         if not self.use_b:
             return ra
-        if isinstance(ra, tuple):
-            ra = tuple(x if x.flags.owndata else np.array(x) for x in ra)  # copy before B's
-            rb = fn(self.b, self.db, *args)                                 # call reuses buffers
-            return tuple(x - y for x, y in zip(ra, rb))
-        ra = np.array(ra)
+        ra = np.array(ra)  # copy before B's call reuses pinocchio's buffers
         return ra - fn(self.b, self.db, *args)
 
 
