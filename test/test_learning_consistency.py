@@ -73,7 +73,7 @@ def test_parameter_change_cached_ball_terms_and_mirrored_mass_matrix():
             X[5] += 0.01  # one component mean moved
         g, J = ev.set(dpi).jacobians(X)
         fresh = ParameterChange(rm)
-        fresh._fills_lower = False  # force the mirroring path
+        fresh.shift.fills_lower = False  # force the mirroring path
         g0, J0 = fresh.set(dpi).jacobians(X)
         np.testing.assert_allclose(g, g0, rtol=0, atol=1e-11 * np.abs(g0).max())
         np.testing.assert_allclose(J, J0, rtol=0, atol=1e-11 * np.abs(J0).max())

@@ -83,12 +83,9 @@ class _LinearInertias:
         self.n = n_links
         self.use_b = False
         self._zero = pin.Inertia.Zero()
-        self._pi = None  # the pi last set (set() with the same values is a no-op)
 
     def set(self, pi: np.ndarray) -> None:
         pi = np.asarray(pi, dtype=float)
-        if self._pi is not None and np.array_equal(pi, self._pi):
-            return
         blocks = pi[: 10 * self.n].reshape(self.n, 10)
         lam = np.linalg.eigvalsh(pseudo_inertias(blocks))  # n x 4, ascending
         physical = lam[:, 0] > 1e-9 * np.maximum(1.0, lam[:, -1])
@@ -106,7 +103,6 @@ class _LinearInertias:
                 a[i + 1] = fdp(shifted[i])
                 b[i + 1] = self._zero if physical[i] else fdp(r[i])
             self.use_b = True
-        self._pi = pi.copy()
 
     def eval(self, fn, *args):
         ra = fn(self.a, self.da, *args)
@@ -116,15 +112,16 @@ class _LinearInertias:
         return ra - fn(self.b, self.db, *args)
 
 
-class _ParameterChangeDerivatives:
-    """RNEA derivatives of ``Y(q, v, a) dpi`` for any finite ``dpi``, one point at a time.
+class ShiftedParameterChange:
+    """pinocchio models that evaluate quantities linear in a parameter change ``dpi``
+    (any finite inertial 10n-vector), e.g. ``Y(q, v, a) dpi`` and its RNEA derivatives.
 
-    ``dpi`` is a parameter *change* (rarely physical), so every block is shifted alike:
-    with ``s = ball_shift_scale(dpi)`` the model A holds ``dpi / s + UNIT_BALL``, the model
-    B unit balls (fixed), and ``d(Y dpi) = s (d_A - d_B)`` by linearity.  No eigenvalue
-    problem; ``set`` with the ``dpi`` it already holds is free, so a sequence of points
-    with one ``dpi`` (the consistency transform's pattern) costs two
-    ``computeRNEADerivatives`` per point.
+    ``dpi`` is rarely physical, and pinocchio's derivatives are wrong for non-physical
+    inertias, so every block is shifted alike: with ``s = ball_shift_scale(dpi)`` the
+    model ``a`` holds ``dpi / s + UNIT_BALL``, the model ``b`` unit balls (fixed), and
+    ``f(dpi) = s (f(a) - f(b))`` by linearity (``scale`` = s; 0 for a zero ``dpi``).  No
+    eigenvalue problem; :meth:`set` with the ``dpi`` already loaded is free.  Used by
+    :meth:`RobotModel.regressor_derivatives` and the learners' consistency transforms.
     """
 
     def __init__(self, model: pin.Model, n_links: int):
@@ -136,8 +133,14 @@ class _ParameterChangeDerivatives:
         self.da, self.db = self.a.createData(), self.b.createData()
         self.scale = 0.0
         self._pi = None
+        # whether computeRNEADerivatives fills dtau/da's strict lower triangle (pinocchio
+        # guarantees the upper one): probed once
+        x = np.linspace(0.1, 0.7, n_links)
+        M = pin.computeRNEADerivatives(self.b, self.db, x, x, x)[2]
+        self.fills_lower = bool(np.array_equal(M, M.T))
 
     def set(self, pi: np.ndarray) -> None:
+        """Load the inertial part ``pi`` (10 n values) of a parameter change."""
         if self._pi is not None and np.array_equal(pi, self._pi):
             return
         blocks = pi.reshape(self.n, 10)
@@ -148,6 +151,13 @@ class _ParameterChangeDerivatives:
             for i in range(self.n):
                 a[i + 1] = fdp(shifted[i])
         self._pi = pi.copy()
+
+    def mirror_lower(self, M: np.ndarray) -> None:
+        """Fill the strict lower triangle of (a stack of) dtau/da = M from the upper one,
+        where pinocchio leaves it empty."""
+        if not self.fills_lower:
+            low = np.tril_indices(self.n, -1)
+            M[..., low[0], low[1]] = M[..., low[1], low[0]]
 
     def derivatives(self, q, v, a):
         """(dq, dv, da), each n x n, of ``Y(q, v, a) dpi`` for the ``dpi`` last set."""
@@ -163,20 +173,8 @@ class _ParameterChangeDerivatives:
         dv *= s
         da -= ba
         da *= s
-        lower = _lower_indices(self.n)  # pinocchio fills at least the upper triangle of M
-        da[lower] = da.T[lower]
+        self.mirror_lower(da)
         return dq, dv, da
-
-
-_LOWER: dict = {}
-
-
-def _lower_indices(n: int):
-    """Index arrays of the strict lower triangle of an n x n matrix (cached per n)."""
-    idx = _LOWER.get(n)
-    if idx is None:
-        idx = _LOWER[n] = np.tril_indices(n, -1)
-    return idx
 
 
 def _sym(M):
@@ -252,7 +250,7 @@ class RobotModel:
         self._ee_id = self.frame_id(ee_frame)
 
         self._lin = _LinearInertias(model, self.n)
-        self._delta = _ParameterChangeDerivatives(model, self.n)
+        self._delta = ShiftedParameterChange(model, self.n)
         self._link_pi = np.concatenate(
             [model.inertias[j].toDynamicParameters() for j in range(1, model.njoints)])
         self._friction_pi = np.zeros(2 * self.n) if self.friction else np.zeros(0)
@@ -732,4 +730,4 @@ def _load_pinocchio_model(urdf):
     raise ValueError(f"urdf must be a path, a URDF string or a robot name, got {type(urdf).__name__}")
 
 
-__all__ = ["RobotModel", "PhysicalConsistencyError"]
+__all__ = ["RobotModel", "ShiftedParameterChange", "PhysicalConsistencyError"]

@@ -30,7 +30,7 @@ from typing import Callable, Tuple
 import numpy as np
 import pinocchio as pin
 
-from ..dynamics.inertial import UNIT_BALL, ball_shift_scale
+from ..dynamics.model import ShiftedParameterChange
 
 
 __all__ = ["ParameterChange", "transform_gaussians"]
@@ -44,10 +44,10 @@ class ParameterChange:
 
         g(x; dpi) = s * [ g(x; dpi / s + r) - g(x; r) ]
 
-    with ``r`` the unit ball per link (pseudo-inertia = identity) and the scale
-    ``s = ball_shift_scale(dpi)`` (:func:`~adaptive_dynamics.dynamics.inertial.ball_shift_scale`),
-    so every block of ``dpi / s + r`` has pseudo-inertia eigenvalues in [1/2, 3/2]
-    (physical and well conditioned; about one digit lost to the subtraction).  ``g(x; r)`` and its Jacobian do not depend on
+    with ``r`` the unit ball per link and the scale ``s`` of
+    :class:`~adaptive_dynamics.dynamics.model.ShiftedParameterChange` (the models it
+    holds; every block of ``dpi / s + r`` is physical and well conditioned, about one
+    digit lost to the subtraction).  ``g(x; r)`` and its Jacobian do not depend on
     ``dpi``: they are cached per evaluation point, so repeated transforms of the same
     component means cost one ``computeRNEADerivatives`` per point.
     """
@@ -68,23 +68,12 @@ class ParameterChange:
         self.n = model.n
         self.n_inertial = 10 * model.n
         self.n_params = model.n_params
-        self.a = model.model.copy()
-        self.b = model.model.copy()
-        for j in range(1, self.b.njoints):
-            self.b.inertias[j] = pin.Inertia.FromDynamicParameters(UNIT_BALL)
-        self.da = self.a.createData()
-        self.db = self.b.createData()
-        self.scale = 0.0
+        self.shift = ShiftedParameterChange(model.model, self.n)  # models a (dpi/s + balls), b (balls)
         self.friction = np.zeros(2 * self.n)
         self.has_friction = bool(getattr(model, "friction", False))
         self.eps = float(getattr(model, "coulomb_smoothing", 0.0))
         self._ball_points = np.zeros((0, 3 * self.n))  # the last call's points ...
         self._ball_rows = np.zeros((0, 4, self.n, self.n))  # ... and their ball terms
-        # whether computeRNEADerivatives fills dtau/da's strict lower triangle (pinocchio
-        # guarantees the upper one): probed once
-        x = np.linspace(0.1, 0.7, self.n)
-        M = pin.computeRNEADerivatives(self.b, self.db, x, x, x)[2]
-        self._fills_lower = bool(np.array_equal(M, M.T))
 
     def clear_cache(self) -> None:
         """Forget the cached unit-ball terms (the next call evaluates them afresh)."""
@@ -95,13 +84,7 @@ class ParameterChange:
         dpi = np.asarray(dpi, dtype=float).reshape(-1)
         if dpi.shape != (self.n_params,) or not np.isfinite(dpi).all():
             raise ValueError(f"dpi must be {self.n_params} finite values, got shape {dpi.shape}")
-        blocks = dpi[: self.n_inertial].reshape(self.n, 10)
-        self.scale = ball_shift_scale(blocks)
-        if self.scale > 0:
-            shifted = blocks / self.scale + UNIT_BALL
-            fdp = pin.Inertia.FromDynamicParameters
-            for i in range(self.n):
-                self.a.inertias[i + 1] = fdp(shifted[i])
+        self.shift.set(dpi[: self.n_inertial])
         self.friction = dpi[self.n_inertial:].copy()
         return self
 
@@ -116,20 +99,22 @@ class ParameterChange:
         dtau/da] at one point (4 x n x n)."""
         n = self.n
         row = np.zeros((4, n, n))
-        row[1], row[2], row[3] = pin.computeRNEADerivatives(self.b, self.db, q, v, a)
-        row[0, 0] = self.db.tau
+        sh = self.shift
+        row[1], row[2], row[3] = pin.computeRNEADerivatives(sh.b, sh.db, q, v, a)
+        row[0, 0] = sh.db.tau
         return row
 
     def values(self, Q, V, A) -> np.ndarray:
         """g = Y(q, v, a) dpi at K points (arrays K x n) -> K x n."""
         Q, V, A = (np.ascontiguousarray(np.atleast_2d(z), dtype=float) for z in (Q, V, A))
         out = np.zeros_like(Q)
-        if self.scale > 0:
+        sh = self.shift
+        if sh.scale > 0:
             rnea = pin.rnea
             for k in range(Q.shape[0]):
-                out[k] = rnea(self.a, self.da, Q[k], V[k], A[k])
-                out[k] -= rnea(self.b, self.db, Q[k], V[k], A[k])
-            out *= self.scale
+                out[k] = rnea(sh.a, sh.da, Q[k], V[k], A[k])
+                out[k] -= rnea(sh.b, sh.db, Q[k], V[k], A[k])
+            out *= sh.scale
         if self.has_friction:
             n = self.n
             out += self.friction[:n] * V + self.friction[n:] * self._coulomb(V)
@@ -151,9 +136,10 @@ class ParameterChange:
         K = X.shape[0]
         g = np.zeros((K, n))
         J = np.zeros((K, n, 3 * n))
-        if self.scale > 0:
+        sh = self.shift
+        if sh.scale > 0:
             deriv = pin.computeRNEADerivatives
-            a, da_ = self.a, self.da
+            a, da_ = sh.a, sh.da
             Qc, Vc, Ac = (np.ascontiguousarray(X[:, c: c + n]) for c in (0, n, 2 * n))
             # the unit balls' [tau | dtau/d(q, v, a)] (K x n x (1 + 3n)): kept from the last
             # call where the point at the same row is unchanged (component means rarely
@@ -175,13 +161,10 @@ class ParameterChange:
                     ball[k] = self._ball(q, v, acc)
             self._ball_points, self._ball_rows = X.copy(), ball
             GJ -= ball  # (rows 1.. of the tau block are unused)
-            GJ *= self.scale
+            GJ *= sh.scale
             g[:] = tau
             J.reshape(K, n, 3, n)[:] = GJ[:, 1:].transpose(0, 2, 1, 3)
-            if not self._fills_lower:  # dtau/da = M: mirror the upper triangle
-                low = np.tril_indices(n, -1)
-                M = J[:, :, 2 * n:]
-                M[:, low[0], low[1]] = M[:, low[1], low[0]]
+            sh.mirror_lower(J[:, :, 2 * n:])  # dtau/da = M
         if self.has_friction:
             V = X[:, n:2 * n]
             fv, fc = self.friction[:n], self.friction[n:]
