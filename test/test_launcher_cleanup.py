@@ -54,6 +54,10 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Launch:
     """``adaptive-dynamics ARGS`` in a child process with TMPDIR = a fresh directory."""
 
@@ -66,8 +70,10 @@ class Launch:
         self.nodes: dict[int, str] = {}
         env = dict(os.environ, TMPDIR=str(self.tmp), MPLBACKEND="Agg")
         with open(self.log, "w") as fh:
+            # SIGINT at its default, as in a terminal: a test run started in the background
+            # by a non-interactive shell inherits SIGINT ignored, and so would the launcher
             self.proc = subprocess.Popen([EXE, *args], stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                         cwd=tmp_path)
+                                         cwd=tmp_path, preexec_fn=_default_sigint)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
