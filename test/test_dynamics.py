@@ -249,7 +249,7 @@ def test_slotine_li_fallback_when_numba_fails(monkeypatch):
     monkeypatch.setattr(slc, "_build_kernel", broken)
     monkeypatch.setattr(slc, "_kernel", None)
     monkeypatch.setattr(slc, "_load_error", None)
-    monkeypatch.setattr(slc, "_warned", False)
+    monkeypatch.setattr(slc, "_warned", set())
     rm = RobotModel("panda")
     with pytest.warns(RuntimeWarning, match="compiled Slotine-Li regressor unavailable"):
         rm.warm_up()  # the kernel is loaded on first use
@@ -258,6 +258,12 @@ def test_slotine_li_fallback_when_numba_fails(monkeypatch):
         warnings.simplefilter("error")
         rm2 = RobotModel("panda", friction=True)  # no second warning
         assert rm2.slotine_li_implementation == "polarised"
+        # the regressor derivatives fall back to the ball-shifted pinocchio models
+        assert rm._delta.implementation == "pinocchio"
+    q, v, a = compiled.random_state(np.random.default_rng(1))
+    dpi = np.random.default_rng(2).standard_normal(rm.n_params)
+    for u, w in zip(rm.regressor_derivatives(q, v, a, dpi), compiled.regressor_derivatives(q, v, a, dpi)):
+        np.testing.assert_allclose(u, w, rtol=0, atol=1e-10 * np.abs(w).max())
     for q, v, _, vr, ar in states(rm, k=5):
         close(rm.slotine_li_regressor(q, v, vr, ar), compiled.slotine_li_regressor(q, v, vr, ar),
               rtol=1e-12)
@@ -297,6 +303,68 @@ def test_regressor_derivatives_finite_difference(robot):
                 xm[which] = xm[which] - eps * e
                 fd[:, k] = (f(*xp) - f(*xm)) / (2 * eps)
             np.testing.assert_allclose(D, fd, atol=1e-5 * max(1.0, np.abs(fd).max()))
+
+
+def _tree_model():
+    """A branched model with every joint type the compiled kernels support."""
+    rng = np.random.default_rng(21)
+    model = pin.Model()
+    axis = np.array([0.3, -0.5, 0.8]) / np.linalg.norm([0.3, -0.5, 0.8])
+    joints = [pin.JointModelRX(), pin.JointModelRY(), pin.JointModelRZ(), pin.JointModelRevoluteUnaligned(axis),
+              pin.JointModelPZ(), pin.JointModelPrismaticUnaligned(axis[::-1].copy()), pin.JointModelRZ()]
+    parents = [0, 1, 2, 1, 4, 3, 2]  # two branches off joint 1, one off joint 2
+    for j, (jm, parent) in enumerate(zip(joints, parents)):
+        placement = pin.SE3(pin.exp3(rng.standard_normal(3)), rng.standard_normal(3) * 0.3)
+        jid = model.addJoint(parent, jm, placement, f"j{j}")
+        model.appendBodyToJoint(jid, pin.Inertia.Random(), pin.SE3.Identity())
+    return model
+
+
+@pytest.mark.parametrize("which", ["panda", "iiwa14", "tree"])
+def test_compiled_rnea_derivatives_match_pinocchio(which):
+    """The compiled RNEA-derivatives kernel (dpi used as it is) against pinocchio's
+    rnea + computeRNEADerivatives on physical inertias, every supported joint type and
+    a branched tree included."""
+    from adaptive_dynamics.dynamics import _slotine_li_compiled as slc
+
+    if slc.load_kernel() is None:
+        pytest.skip("numba unavailable")
+    model = _tree_model() if which == "tree" else RobotModel(which).model
+    n = model.nv
+    geo = slc.geometry(model)
+    P = np.zeros((model.njoints, 10))
+    for j in range(1, model.njoints):
+        P[j] = model.inertias[j].toDynamicParameters()
+    rng = np.random.default_rng(2)
+    Q, V, A = (np.ascontiguousarray(rng.uniform(-1.5, 1.5, (5, n))) for _ in range(3))
+    tau, D = np.empty((5, n)), np.empty((5, n, 3 * n))
+    slc.rnea_derivatives_kernel(Q, V, A, geo, P, tau, D)
+    data = model.createData()
+    for k in range(5):
+        dq, dv, da = (np.array(x) for x in pin.computeRNEADerivatives(model, data, Q[k], V[k], A[k]))
+        da = np.triu(da) + np.triu(da, 1).T - np.diag(model.armature)
+        want = np.hstack([dq, dv, da])
+        np.testing.assert_allclose(D[k], want, rtol=0, atol=1e-12 * np.abs(want).max())
+        t = pin.rnea(model, data, Q[k], V[k], A[k]) - model.armature * A[k]
+        np.testing.assert_allclose(tau[k], t, rtol=0, atol=1e-12 * np.abs(t).max())
+
+
+def test_shifted_parameter_change_compiled_equals_pinocchio_path(robot):
+    """Non-physical dpi: the compiled evaluation equals the ball-shifted pinocchio pair."""
+    from adaptive_dynamics.dynamics.model import ShiftedParameterChange
+
+    fast = ShiftedParameterChange(robot.model, robot.n)
+    slow = ShiftedParameterChange(robot.model, robot.n, compiled=False)
+    if fast.implementation != "compiled":
+        pytest.skip("numba unavailable")
+    assert slow.implementation == "pinocchio"
+    rng = np.random.default_rng(9)
+    X = [np.ascontiguousarray(rng.uniform(-1, 1, (4, robot.n))) for _ in range(3)]
+    for dpi in (rng.standard_normal(10 * robot.n), np.zeros(10 * robot.n), 1e3 * rng.standard_normal(10 * robot.n)):
+        fast.set(dpi)
+        slow.set(dpi)
+        for u, w in zip(fast.evaluate(*X), slow.evaluate(*X)):
+            np.testing.assert_allclose(u, w, rtol=0, atol=1e-11 * max(1e-300, np.abs(w).max()))
 
 
 def test_regressor_derivatives_follow_a_changing_dpi(robot):

@@ -29,6 +29,12 @@ uses it so for one whole sample of the filtered regressor W (midpoint state, reg
 the W and filtered-torque recursions) in one call: see
 :class:`~adaptive_dynamics.dynamics.filtered.FilteredRegressor`.
 
+The same module compiles ``rnea_derivatives``: the RNEA torque and its derivatives
+with respect to (q, v, a) for *arbitrary* inertial parameters (a parameter change dpi:
+Y(q, v, a) dpi and its Jacobians, consistency paper eq. 18) at K points in one call --
+pinocchio's computeRNEADerivatives algorithm with each inertia kept as its 10 linear
+parameters (see :class:`~adaptive_dynamics.dynamics.model.ShiftedParameterChange`).
+
 This is *not* the Niemeyer-Slotine split ``V x* I Vr`` (another skew-admissible C);
 with V = Vr it reduces to pinocchio's standard regressor.
 
@@ -65,22 +71,24 @@ _SUPPORTED = {
 }
 # geometry table: row 0 = header, row j = joint j (pinocchio joint index)
 _HDR_N, _HDR_NCOLS, _HDR_FRIC, _HDR_EPS, _HDR_G = 0, 1, 2, 3, 4   # g: 6 entries (linear, angular)
-_COL_PARENT, _COL_KIND, _COL_IDXV, _COL_R, _COL_P, _COL_AXIS = 0, 1, 2, 3, 12, 15
-_GEO_WIDTH = 18
+_COL_PARENT, _COL_KIND, _COL_IDXV, _COL_R, _COL_P, _COL_AXIS, _COL_SUBEND = 0, 1, 2, 3, 12, 15, 18
+_GEO_WIDTH = 19
 
 ENV_DISABLE = "ADAPTIVE_DYNAMICS_NO_NUMBA"
 
 _kernel = None
 # numba functions, defined by _build_kernel
-act_inv = inertia_col = slotine_li_kernel = filtered_step_kernel = None
+act_inv = inertia_col = joint_placement = slotine_li_kernel = filtered_step_kernel = None
+mcross = fcross_add = inertia_act = dy_act = rnea_derivatives_kernel = None
 _load_error: str | None = None
-_warned = False
+_warned: set = set()
 
 
 def _build_kernel(cache: bool = True):
     # The helpers become module globals (a closure cell holding a dispatcher would be
     # part of numba's cache key and defeat the on-disk cache).
-    global act_inv, inertia_col, slotine_li_kernel, filtered_step_kernel
+    global act_inv, inertia_col, joint_placement, slotine_li_kernel, filtered_step_kernel
+    global mcross, fcross_add, inertia_act, dy_act, rnea_derivatives_kernel
     import numba as nb
 
     @nb.njit(inline="always")
@@ -100,6 +108,47 @@ def _build_kernel(cache: bool = True):
         return (ja0 + 0.5 * ((w1 * ju2 - w2 * ju1) + (u1 * jw2 - u2 * jw1)),
                 ja1 + 0.5 * ((w2 * ju0 - w0 * ju2) + (u2 * jw0 - u0 * jw2)),
                 ja2 + 0.5 * ((w0 * ju1 - w1 * ju0) + (u0 * jw1 - u1 * jw0)))
+
+    @nb.njit(inline="always")
+    def joint_placement(g, qi):
+        """liMi = jointPlacement * joint transform of one geometry row at position qi:
+        (rotation row-major, translation, motion subspace S = [linear; angular])."""
+        kind = int(g[_COL_KIND])
+        ax, ay, az = g[_COL_AXIS], g[_COL_AXIS + 1], g[_COL_AXIS + 2]
+        P00, P01, P02 = g[_COL_R], g[_COL_R + 1], g[_COL_R + 2]
+        P10, P11, P12 = g[_COL_R + 3], g[_COL_R + 4], g[_COL_R + 5]
+        P20, P21, P22 = g[_COL_R + 6], g[_COL_R + 7], g[_COL_R + 8]
+        px, py, pz = g[_COL_P], g[_COL_P + 1], g[_COL_P + 2]
+        if kind == _PRISMATIC:
+            r00, r01, r02, r10, r11, r12, r20, r21, r22 = P00, P01, P02, P10, P11, P12, P20, P21, P22
+            px += qi * (P00 * ax + P01 * ay + P02 * az)
+            py += qi * (P10 * ax + P11 * ay + P12 * az)
+            pz += qi * (P20 * ax + P21 * ay + P22 * az)
+            S0, S1, S2, S3, S4, S5 = ax, ay, az, 0.0, 0.0, 0.0
+        else:
+            c, s = math.cos(qi), math.sin(qi)
+            if kind == _RX:
+                J00, J01, J02, J10, J11, J12, J20, J21, J22 = 1.0, 0.0, 0.0, 0.0, c, -s, 0.0, s, c
+            elif kind == _RY:
+                J00, J01, J02, J10, J11, J12, J20, J21, J22 = c, 0.0, s, 0.0, 1.0, 0.0, -s, 0.0, c
+            elif kind == _RZ:
+                J00, J01, J02, J10, J11, J12, J20, J21, J22 = c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0
+            else:  # Rodrigues about a unit axis (Eigen's AngleAxis)
+                t = 1.0 - c
+                J00, J01, J02 = c + t * ax * ax, t * ax * ay - s * az, t * ax * az + s * ay
+                J10, J11, J12 = t * ax * ay + s * az, c + t * ay * ay, t * ay * az - s * ax
+                J20, J21, J22 = t * ax * az - s * ay, t * ay * az + s * ax, c + t * az * az
+            r00 = P00 * J00 + P01 * J10 + P02 * J20
+            r01 = P00 * J01 + P01 * J11 + P02 * J21
+            r02 = P00 * J02 + P01 * J12 + P02 * J22
+            r10 = P10 * J00 + P11 * J10 + P12 * J20
+            r11 = P10 * J01 + P11 * J11 + P12 * J21
+            r12 = P10 * J02 + P11 * J12 + P12 * J22
+            r20 = P20 * J00 + P21 * J10 + P22 * J20
+            r21 = P20 * J01 + P21 * J11 + P22 * J21
+            r22 = P20 * J02 + P21 * J12 + P22 * J22
+            S0, S1, S2, S3, S4, S5 = 0.0, 0.0, 0.0, ax, ay, az
+        return (r00, r01, r02, r10, r11, r12, r20, r21, r22, px, py, pz, S0, S1, S2, S3, S4, S5)
 
     vec, mat = nb.float64[::1], nb.float64[:, ::1]
     sig = nb.void(vec, vec, vec, vec, mat, vec, mat)
@@ -138,44 +187,9 @@ def _build_kernel(cache: bool = True):
         for i in range(1, nj):
             g = geo[i]
             p = int(g[_COL_PARENT])
-            kind = int(g[_COL_KIND])
             iv = int(g[_COL_IDXV])
-            ax, ay, az = g[_COL_AXIS], g[_COL_AXIS + 1], g[_COL_AXIS + 2]
-            qi = q[iv]
-            # ---- liMi = jointPlacement * joint transform (rotation r, translation p)
-            P00, P01, P02 = g[_COL_R], g[_COL_R + 1], g[_COL_R + 2]
-            P10, P11, P12 = g[_COL_R + 3], g[_COL_R + 4], g[_COL_R + 5]
-            P20, P21, P22 = g[_COL_R + 6], g[_COL_R + 7], g[_COL_R + 8]
-            px, py, pz = g[_COL_P], g[_COL_P + 1], g[_COL_P + 2]
-            if kind == _PRISMATIC:
-                r00, r01, r02, r10, r11, r12, r20, r21, r22 = P00, P01, P02, P10, P11, P12, P20, P21, P22
-                px += qi * (P00 * ax + P01 * ay + P02 * az)
-                py += qi * (P10 * ax + P11 * ay + P12 * az)
-                pz += qi * (P20 * ax + P21 * ay + P22 * az)
-                S0, S1, S2, S3, S4, S5 = ax, ay, az, 0.0, 0.0, 0.0
-            else:
-                c, s = math.cos(qi), math.sin(qi)
-                if kind == _RX:
-                    J00, J01, J02, J10, J11, J12, J20, J21, J22 = 1.0, 0.0, 0.0, 0.0, c, -s, 0.0, s, c
-                elif kind == _RY:
-                    J00, J01, J02, J10, J11, J12, J20, J21, J22 = c, 0.0, s, 0.0, 1.0, 0.0, -s, 0.0, c
-                elif kind == _RZ:
-                    J00, J01, J02, J10, J11, J12, J20, J21, J22 = c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0
-                else:  # Rodrigues about a unit axis (Eigen's AngleAxis)
-                    t = 1.0 - c
-                    J00, J01, J02 = c + t * ax * ax, t * ax * ay - s * az, t * ax * az + s * ay
-                    J10, J11, J12 = t * ax * ay + s * az, c + t * ay * ay, t * ay * az - s * ax
-                    J20, J21, J22 = t * ax * az - s * ay, t * ay * az + s * ax, c + t * az * az
-                r00 = P00 * J00 + P01 * J10 + P02 * J20
-                r01 = P00 * J01 + P01 * J11 + P02 * J21
-                r02 = P00 * J02 + P01 * J12 + P02 * J22
-                r10 = P10 * J00 + P11 * J10 + P12 * J20
-                r11 = P10 * J01 + P11 * J11 + P12 * J21
-                r12 = P10 * J02 + P11 * J12 + P12 * J22
-                r20 = P20 * J00 + P21 * J10 + P22 * J20
-                r21 = P20 * J01 + P21 * J11 + P22 * J21
-                r22 = P20 * J02 + P21 * J12 + P22 * J22
-                S0, S1, S2, S3, S4, S5 = 0.0, 0.0, 0.0, ax, ay, az
+            (r00, r01, r02, r10, r11, r12, r20, r21, r22, px, py, pz,
+             S0, S1, S2, S3, S4, S5) = joint_placement(g, q[iv])
 
             # ---- forward pass (motion subspace S = [linear; angular])
             k = p
@@ -348,6 +362,294 @@ def _build_kernel(cache: bool = True):
             prev[1, k] = v[k]
 
     filtered_step_kernel = filtered_step
+
+    @nb.njit(inline="always")
+    def mcross(a, b, out):
+        """Motion cross product a x b ([linear; angular]) into out."""
+        out[0] = a[4] * b[2] - a[5] * b[1] + a[1] * b[5] - a[2] * b[4]
+        out[1] = a[5] * b[0] - a[3] * b[2] + a[2] * b[3] - a[0] * b[5]
+        out[2] = a[3] * b[1] - a[4] * b[0] + a[0] * b[4] - a[1] * b[3]
+        out[3] = a[4] * b[5] - a[5] * b[4]
+        out[4] = a[5] * b[3] - a[3] * b[5]
+        out[5] = a[3] * b[4] - a[4] * b[3]
+
+    @nb.njit(inline="always")
+    def fcross_add(a, f, out):
+        """out += a x* f (motion a acting on force f, [linear; angular])."""
+        out[0] += a[4] * f[2] - a[5] * f[1]
+        out[1] += a[5] * f[0] - a[3] * f[2]
+        out[2] += a[3] * f[1] - a[4] * f[0]
+        out[3] += a[4] * f[5] - a[5] * f[4] + a[1] * f[2] - a[2] * f[1]
+        out[4] += a[5] * f[3] - a[3] * f[5] + a[2] * f[0] - a[0] * f[2]
+        out[5] += a[3] * f[4] - a[4] * f[3] + a[0] * f[1] - a[1] * f[0]
+
+    @nb.njit(inline="always")
+    def inertia_act(Y, m, out, add):
+        """out (+)= Y m for spatial inertia parameters Y = [m, h, Ixx, Ixy, Iyy, Ixz, Iyz,
+        Izz] about the frame origin: (m v - h x w, h x v + I w).  Linear in Y, so any
+        finite values (non-physical included)."""
+        ms, hx, hy, hz = Y[0], Y[1], Y[2], Y[3]
+        v0, v1, v2, w0, w1, w2 = m[0], m[1], m[2], m[3], m[4], m[5]
+        f0 = ms * v0 - (hy * w2 - hz * w1)
+        f1 = ms * v1 - (hz * w0 - hx * w2)
+        f2 = ms * v2 - (hx * w1 - hy * w0)
+        f3 = (hy * v2 - hz * v1) + Y[4] * w0 + Y[5] * w1 + Y[7] * w2
+        f4 = (hz * v0 - hx * v2) + Y[5] * w0 + Y[6] * w1 + Y[8] * w2
+        f5 = (hx * v1 - hy * v0) + Y[7] * w0 + Y[8] * w1 + Y[9] * w2
+        if add:
+            out[0] += f0
+            out[1] += f1
+            out[2] += f2
+            out[3] += f3
+            out[4] += f4
+            out[5] += f5
+        else:
+            out[0], out[1], out[2], out[3], out[4], out[5] = f0, f1, f2, f3, f4, f5
+
+    @nb.njit(inline="always")
+    def dy_act(G, x, out):
+        """out = dY x for dY = [[0, [c]x], [0, AA]] stored as G = [c | AA row-major]."""
+        x3, x4, x5 = x[3], x[4], x[5]
+        out[0] = G[1] * x5 - G[2] * x4
+        out[1] = G[2] * x3 - G[0] * x5
+        out[2] = G[0] * x4 - G[1] * x3
+        out[3] = G[3] * x3 + G[4] * x4 + G[5] * x5
+        out[4] = G[6] * x3 + G[7] * x4 + G[8] * x5
+        out[5] = G[9] * x3 + G[10] * x4 + G[11] * x5
+
+    mat3 = nb.float64[:, :, ::1]
+    dsig = nb.void(mat, mat, mat, mat, mat, mat, mat3)
+
+    @nb.njit(dsig, cache=cache, error_model="numpy")
+    def rnea_derivatives(Q, V, A, geo, P, tau, D):  # pragma: no cover - compiled
+        """RNEA torque and its derivatives for arbitrary inertial parameters at K points.
+
+        ``P`` (njoints x 10): per joint the parameters [m, h, I] about the joint frame
+        (row 0 unused), any finite values; ``Q, V, A`` K x n; out: ``tau`` K x n and
+        ``D`` K x n x 3n = [dtau/dq | dtau/dv | dtau/da].  pinocchio's
+        computeRNEADerivatives algorithm (world-frame forward pass, subtree backward
+        pass), with inertias kept as their 10 linear parameters instead of pinocchio's
+        mass / centre-of-mass form, which needs a positive mass."""
+        n = int(geo[0, _HDR_N])
+        nj = n + 1
+        K = Q.shape[0]
+        if (Q.shape[1] != n or V.shape[0] != K or V.shape[1] != n or A.shape[0] != K or A.shape[1] != n
+                or tau.shape[0] != K or tau.shape[1] != n or D.shape[0] != K or D.shape[1] != n
+                or D.shape[2] != 3 * n or P.shape[0] != nj or P.shape[1] != 10
+                or geo.shape[0] != nj or geo.shape[1] < _GEO_WIDTH):
+            raise ValueError("rnea_derivatives: wrong input shape")
+        oR = np.zeros((nj, 9))
+        op = np.zeros((nj, 3))
+        ov = np.zeros((nj, 6))
+        oa = np.zeros((nj, 6))
+        of = np.zeros((nj, 6))
+        Yc = np.zeros((nj, 10))
+        dY = np.zeros((nj, 12))   # doYcrb as [c | AA row-major], see the forward pass
+        # per velocity index (pinocchio's Matrix6x columns)
+        Jc = np.zeros((n, 6))
+        dVdq = np.zeros((n, 6))
+        dAdq = np.zeros((n, 6))
+        dAdv = np.zeros((n, 6))
+        dFda = np.zeros((n, 6))
+        dFdq = np.zeros((n, 6))
+        dFdv = np.zeros((n, 6))
+        dYtJ = np.zeros((n, 6))
+        t6 = np.zeros(6)
+        u6 = np.zeros(6)
+        oR[0, 0] = oR[0, 4] = oR[0, 8] = 1.0
+        for k in range(6):
+            oa[0, k] = -geo[0, _HDR_G + k]
+        s_in = 0.0
+        for i in range(1, nj):
+            for c in range(10):
+                s_in += P[i, c]
+        if not math.isfinite(s_in):
+            raise ValueError("rnea_derivatives: non-finite inertial parameters")
+        for pt in range(K):
+            q, v, a = Q[pt], V[pt], A[pt]
+            s_in = 0.0
+            for k in range(n):
+                s_in += (q[k] + v[k]) + a[k]
+            if not math.isfinite(s_in):
+                raise ValueError("rnea_derivatives: non-finite input")
+            out = D[pt]
+            for r in range(n):
+                for c in range(3 * n):
+                    out[r, c] = 0.0
+            # ---- forward pass (world frame)
+            for i in range(1, nj):
+                g = geo[i]
+                p = int(g[_COL_PARENT])
+                iv = int(g[_COL_IDXV])
+                (r00, r01, r02, r10, r11, r12, r20, r21, r22, px, py, pz,
+                 S0, S1, S2, S3, S4, S5) = joint_placement(g, q[iv])
+                Rp = oR[p]
+                R = oR[i]
+                # oMi = oMi[parent] * liMi
+                R[0] = Rp[0] * r00 + Rp[1] * r10 + Rp[2] * r20
+                R[1] = Rp[0] * r01 + Rp[1] * r11 + Rp[2] * r21
+                R[2] = Rp[0] * r02 + Rp[1] * r12 + Rp[2] * r22
+                R[3] = Rp[3] * r00 + Rp[4] * r10 + Rp[5] * r20
+                R[4] = Rp[3] * r01 + Rp[4] * r11 + Rp[5] * r21
+                R[5] = Rp[3] * r02 + Rp[4] * r12 + Rp[5] * r22
+                R[6] = Rp[6] * r00 + Rp[7] * r10 + Rp[8] * r20
+                R[7] = Rp[6] * r01 + Rp[7] * r11 + Rp[8] * r21
+                R[8] = Rp[6] * r02 + Rp[7] * r12 + Rp[8] * r22
+                o0 = op[p, 0] + Rp[0] * px + Rp[1] * py + Rp[2] * pz
+                o1 = op[p, 1] + Rp[3] * px + Rp[4] * py + Rp[5] * pz
+                o2 = op[p, 2] + Rp[6] * px + Rp[7] * py + Rp[8] * pz
+                op[i, 0], op[i, 1], op[i, 2] = o0, o1, o2
+                # J = oMi.act(S)
+                jw0 = R[0] * S3 + R[1] * S4 + R[2] * S5
+                jw1 = R[3] * S3 + R[4] * S4 + R[5] * S5
+                jw2 = R[6] * S3 + R[7] * S4 + R[8] * S5
+                J = Jc[iv]
+                J[0] = R[0] * S0 + R[1] * S1 + R[2] * S2 + (o1 * jw2 - o2 * jw1)
+                J[1] = R[3] * S0 + R[4] * S1 + R[5] * S2 + (o2 * jw0 - o0 * jw2)
+                J[2] = R[6] * S0 + R[7] * S1 + R[8] * S2 + (o0 * jw1 - o1 * jw0)
+                J[3], J[4], J[5] = jw0, jw1, jw2
+                vi, ai = v[iv], a[iv]
+                for k in range(6):
+                    ov[i, k] = ov[p, k] + J[k] * vi
+                # dJ = ov x J; oa = oa_p + J a + dJ v
+                mcross(ov[i], J, t6)
+                for k in range(6):
+                    oa[i, k] = oa[p, k] + J[k] * ai + t6[k] * vi
+                    dAdv[iv, k] = t6[k]
+                mcross(oa[p], J, dAdq[iv])
+                mcross(ov[p], J, dVdq[iv])
+                mcross(ov[p], dVdq[iv], t6)
+                for k in range(6):
+                    dAdq[iv, k] += t6[k]
+                    dAdv[iv, k] += dVdq[iv, k]
+                # link inertia in the world frame: m, h' = R h + m p,
+                # I' = R I R^T - [h'_r]x[p]x - [p]x[h'_r]x - m [p]x[p]x  (h'_r = R h)
+                L = P[i]
+                m = L[0]
+                hr0 = R[0] * L[1] + R[1] * L[2] + R[2] * L[3]
+                hr1 = R[3] * L[1] + R[4] * L[2] + R[5] * L[3]
+                hr2 = R[6] * L[1] + R[7] * L[2] + R[8] * L[3]
+                I00, I01, I11, I02, I12, I22 = L[4], L[5], L[6], L[7], L[8], L[9]
+                # R I (rows), then (R I) R^T
+                a00 = R[0] * I00 + R[1] * I01 + R[2] * I02
+                a01 = R[0] * I01 + R[1] * I11 + R[2] * I12
+                a02 = R[0] * I02 + R[1] * I12 + R[2] * I22
+                a10 = R[3] * I00 + R[4] * I01 + R[5] * I02
+                a11 = R[3] * I01 + R[4] * I11 + R[5] * I12
+                a12 = R[3] * I02 + R[4] * I12 + R[5] * I22
+                a20 = R[6] * I00 + R[7] * I01 + R[8] * I02
+                a21 = R[6] * I01 + R[7] * I11 + R[8] * I12
+                a22 = R[6] * I02 + R[7] * I12 + R[8] * I22
+                W00 = a00 * R[0] + a01 * R[1] + a02 * R[2]
+                W01 = a00 * R[3] + a01 * R[4] + a02 * R[5]
+                W02 = a00 * R[6] + a01 * R[7] + a02 * R[8]
+                W11 = a10 * R[3] + a11 * R[4] + a12 * R[5]
+                W12 = a10 * R[6] + a11 * R[7] + a12 * R[8]
+                W22 = a20 * R[6] + a21 * R[7] + a22 * R[8]
+                # -([h]x[p]x + [p]x[h]x) = 2 (h.p) E - h p^T - p h^T ... minus m [p]x[p]x
+                # = m (|p|^2 E - p p^T); [a]x[b]x + [b]x[a]x = a b^T + b a^T - 2 (a.b) E
+                hp = hr0 * o0 + hr1 * o1 + hr2 * o2
+                pp = o0 * o0 + o1 * o1 + o2 * o2
+                Y = Yc[i]
+                Y[0] = m
+                Y[1] = hr0 + m * o0
+                Y[2] = hr1 + m * o1
+                Y[3] = hr2 + m * o2
+                Y[4] = W00 + 2.0 * hp - 2.0 * hr0 * o0 + m * (pp - o0 * o0)
+                Y[5] = W01 - (hr0 * o1 + o0 * hr1) - m * o0 * o1
+                Y[6] = W11 + 2.0 * hp - 2.0 * hr1 * o1 + m * (pp - o1 * o1)
+                Y[7] = W02 - (hr0 * o2 + o0 * hr2) - m * o0 * o2
+                Y[8] = W12 - (hr1 * o2 + o1 * hr2) - m * o1 * o2
+                Y[9] = W22 + 2.0 * hp - 2.0 * hr2 * o2 + m * (pp - o2 * o2)
+                # oh = Y ov, of = Y oa + ov x* oh
+                inertia_act(Y, ov[i], u6, False)
+                inertia_act(Y, oa[i], of[i], False)
+                fcross_add(ov[i], u6, of[i])
+                # dY = Y.variation(ov) + the force cross matrix of oh (pinocchio's doYcrb):
+                # with ov = (vl, w), oh = (p, L) and Y = (m, h, I) it is [[0, [c]x], [0, AA]],
+                # c = -2 p, AA = 2 (vl.h) E - vl h^T - h vl^T + B + B^T - [L]x, B = [w]x I
+                vl0, vl1, vl2, w0, w1, w2 = ov[i, 0], ov[i, 1], ov[i, 2], ov[i, 3], ov[i, 4], ov[i, 5]
+                h0, h1, h2 = Y[1], Y[2], Y[3]
+                J00, J01, J11, J02, J12, J22 = Y[4], Y[5], Y[6], Y[7], Y[8], Y[9]
+                B00 = w1 * J02 - w2 * J01
+                B01 = w1 * J12 - w2 * J11
+                B02 = w1 * J22 - w2 * J12
+                B10 = w2 * J00 - w0 * J02
+                B11 = w2 * J01 - w0 * J12
+                B12 = w2 * J02 - w0 * J22
+                B20 = w0 * J01 - w1 * J00
+                B21 = w0 * J11 - w1 * J01
+                B22 = w0 * J12 - w1 * J02
+                vh = 2.0 * (vl0 * h0 + vl1 * h1 + vl2 * h2)
+                L0, L1, L2 = u6[3], u6[4], u6[5]
+                G = dY[i]
+                G[0], G[1], G[2] = -2.0 * u6[0], -2.0 * u6[1], -2.0 * u6[2]
+                G[3] = vh - 2.0 * vl0 * h0 + 2.0 * B00
+                G[4] = -(vl0 * h1 + h0 * vl1) + B01 + B10 + L2
+                G[5] = -(vl0 * h2 + h0 * vl2) + B02 + B20 - L1
+                G[6] = -(vl1 * h0 + h1 * vl0) + B10 + B01 - L2
+                G[7] = vh - 2.0 * vl1 * h1 + 2.0 * B11
+                G[8] = -(vl1 * h2 + h1 * vl2) + B12 + B21 + L0
+                G[9] = -(vl2 * h0 + h2 * vl0) + B20 + B02 + L1
+                G[10] = -(vl2 * h1 + h2 * vl1) + B21 + B12 - L0
+                G[11] = vh - 2.0 * vl2 * h2 + 2.0 * B22
+            # ---- backward pass over the subtrees
+            for i in range(nj - 1, 0, -1):
+                g = geo[i]
+                p = int(g[_COL_PARENT])
+                iv = int(g[_COL_IDXV])
+                end = int(g[_COL_SUBEND])
+                J = Jc[iv]
+                Y = Yc[i]
+                G = dY[i]
+                f = of[i]
+                tau[pt, iv] = J[0] * f[0] + J[1] * f[1] + J[2] * f[2] + J[3] * f[3] + J[4] * f[4] + J[5] * f[5]
+                inertia_act(Y, J, dFda[iv], False)
+                for c in range(iv, end):
+                    x = dFda[c]
+                    out[iv, 2 * n + c] = J[0] * x[0] + J[1] * x[1] + J[2] * x[2] + J[3] * x[3] + J[4] * x[4] + J[5] * x[5]
+                    out[c, 2 * n + iv] = out[iv, 2 * n + c]
+                # dFdq = dY dVdq + Y dAdq;  dYtJ = dY^T J
+                dy_act(G, dVdq[iv], dFdq[iv])
+                x = dYtJ[iv]
+                x[0] = x[1] = x[2] = 0.0
+                x[3] = -(G[1] * J[2] - G[2] * J[1]) + G[3] * J[3] + G[6] * J[4] + G[9] * J[5]
+                x[4] = -(G[2] * J[0] - G[0] * J[2]) + G[4] * J[3] + G[7] * J[4] + G[10] * J[5]
+                x[5] = -(G[0] * J[1] - G[1] * J[0]) + G[5] * J[3] + G[8] * J[4] + G[11] * J[5]
+                inertia_act(Y, dAdq[iv], dFdq[iv], True)
+                da_, dv_ = dAdq[iv], dVdq[iv]
+                for c in range(iv + 1, end):
+                    x, y = dFda[c], dYtJ[c]
+                    acc = 0.0
+                    for k in range(6):
+                        acc += x[k] * da_[k] + y[k] * dv_[k]
+                    out[c, iv] = acc
+                for c in range(iv, end):
+                    x = dFdq[c]
+                    out[iv, c] = J[0] * x[0] + J[1] * x[1] + J[2] * x[2] + J[3] * x[3] + J[4] * x[4] + J[5] * x[5]
+                fcross_add(J, f, dFdq[iv])
+                # dFdv = dY J + Y dAdv
+                dy_act(G, J, dFdv[iv])
+                inertia_act(Y, dAdv[iv], dFdv[iv], True)
+                da_ = dAdv[iv]
+                for c in range(iv + 1, end):
+                    x, y = dFda[c], dYtJ[c]
+                    acc = 0.0
+                    for k in range(6):
+                        acc += x[k] * da_[k] + y[k] * J[k]
+                    out[c, n + iv] = acc
+                for c in range(iv, end):
+                    x = dFdv[c]
+                    out[iv, n + c] = J[0] * x[0] + J[1] * x[1] + J[2] * x[2] + J[3] * x[3] + J[4] * x[4] + J[5] * x[5]
+                if p > 0:
+                    for k in range(10):
+                        Yc[p, k] += Y[k]
+                    for r in range(6):
+                        of[p, r] += f[r]
+                    for r in range(12):
+                        dY[p, r] += G[r]
+
+    rnea_derivatives_kernel = rnea_derivatives
     return kernel
 
 
@@ -380,14 +682,13 @@ def load_filtered_step():
     return filtered_step_kernel if load_kernel() is not None else None
 
 
-def warn_fallback(reason: str) -> None:
-    """Warn once per process that the two-call Slotine-Li implementation is used."""
-    global _warned
-    if not _warned:
-        _warned = True
-        warnings.warn("compiled Slotine-Li regressor unavailable (" + reason.splitlines()[0][:300]
-                      + "); using the two-call polarisation implementation", RuntimeWarning,
-                      stacklevel=3)
+def warn_fallback(reason: str, what: str = "Slotine-Li regressor",
+                  fallback: str = "the two-call polarisation implementation") -> None:
+    """Warn once per process and kernel that its non-compiled implementation is used."""
+    if what not in _warned:
+        _warned.add(what)
+        warnings.warn(f"compiled {what} unavailable (" + reason.splitlines()[0][:300]
+                      + f"); using {fallback}", RuntimeWarning, stacklevel=3)
 
 
 def geometry(model, friction_mode: int = 0, eps: float = 0.0):
@@ -397,6 +698,7 @@ def geometry(model, friction_mode: int = 0, eps: float = 0.0):
     ``friction_mode``: 0 no friction columns, 1 Coulomb ``sign(v)``, 2 ``tanh(v / eps)``.
     """
     n = model.nv
+    subtree = model.createData().nvSubtree  # (pinocchio numbers joints depth first)
     geo = np.zeros((model.njoints, _GEO_WIDTH))
     geo[0, _HDR_N] = n
     geo[0, _HDR_NCOLS] = 10 * n + (2 * n if friction_mode else 0)
@@ -421,6 +723,7 @@ def geometry(model, friction_mode: int = 0, eps: float = 0.0):
         geo[j, _COL_R: _COL_R + 9] = np.asarray(M.rotation).reshape(9)  # row-major
         geo[j, _COL_P: _COL_P + 3] = M.translation
         geo[j, _COL_AXIS: _COL_AXIS + 3] = axis
+        geo[j, _COL_SUBEND] = model.idx_vs[j] + subtree[j]  # subtree: idx_v .. this - 1
     return geo
 
 

@@ -113,26 +113,37 @@ class _LinearInertias:
 
 
 class ShiftedParameterChange:
-    """pinocchio models that evaluate quantities linear in a parameter change ``dpi``
-    (any finite inertial 10n-vector), e.g. ``Y(q, v, a) dpi`` and its RNEA derivatives.
+    """Quantities linear in a parameter change ``dpi`` (any finite inertial 10n-vector):
+    ``Y(q, v, a) dpi`` and its derivatives with respect to (q, v, a).
 
-    ``dpi`` is rarely physical, and pinocchio's derivatives are wrong for non-physical
-    inertias, so every block is shifted alike: with ``s = ball_shift_scale(dpi)`` the
-    model ``a`` holds ``dpi / s + UNIT_BALL``, the model ``b`` unit balls (fixed), and
-    ``f(dpi) = s (f(a) - f(b))`` by linearity (``scale`` = s; 0 for a zero ``dpi``).  No
-    eigenvalue problem; :meth:`set` with the ``dpi`` already loaded is free.  Used by
+    Two implementations of :meth:`evaluate`, the same numbers to rounding:
+
+    * **compiled** (numba available): pinocchio's RNEA-derivatives algorithm in one
+      compiled call for all points, with each link's inertia kept as its 10 linear
+      parameters, so ``dpi`` is used as it is (``rnea_derivatives`` in
+      :mod:`._slotine_li_compiled`); cross-checked against the pinocchio path on first use.
+    * **pinocchio**: ``dpi`` is rarely physical and pinocchio's algorithms need physical
+      inertias, so every block is shifted alike: with ``s = ball_shift_scale(dpi)`` the
+      model ``a`` holds ``dpi / s + UNIT_BALL``, the model ``b`` unit balls (fixed), and
+      ``f(dpi) = s (f(a) - f(b))`` by linearity (``scale`` = s; 0 for a zero ``dpi``).
+      No eigenvalue problem; the shifted model is loaded only when this path runs.
+
+    :meth:`set` with the ``dpi`` already loaded is free.  Used by
     :meth:`RobotModel.regressor_derivatives` and the learners' consistency transforms.
     """
 
-    def __init__(self, model: pin.Model, n_links: int):
+    def __init__(self, model: pin.Model, n_links: int, *, compiled: bool = True):
         self.n = n_links
         self.a, self.b = model.copy(), model.copy()
         ball = pin.Inertia.FromDynamicParameters(UNIT_BALL)
         for j in range(1, n_links + 1):
             self.b.inertias[j] = ball
         self.da, self.db = self.a.createData(), self.b.createData()
-        self.scale = 0.0
+        self._scale = 0.0
         self._pi = None
+        self._loaded = True          # model ``a`` holds the dpi last set
+        self._P = np.zeros((model.njoints, 10))   # dpi per joint (row 0: the universe)
+        self._kernel = None if compiled else False  # resolved on first use
         # whether computeRNEADerivatives fills dtau/da's strict lower triangle (pinocchio
         # guarantees the upper one): probed once
         x = np.linspace(0.1, 0.7, n_links)
@@ -143,14 +154,93 @@ class ShiftedParameterChange:
         """Load the inertial part ``pi`` (10 n values) of a parameter change."""
         if self._pi is not None and np.array_equal(pi, self._pi):
             return
-        blocks = pi.reshape(self.n, 10)
-        self.scale = ball_shift_scale(blocks)
-        if self.scale > 0:
-            shifted = blocks / self.scale + UNIT_BALL
-            fdp, a = pin.Inertia.FromDynamicParameters, self.a.inertias
-            for i in range(self.n):
-                a[i + 1] = fdp(shifted[i])
+        self._P[1:] = pi.reshape(self.n, 10)
         self._pi = pi.copy()
+        self._scale = None
+        self._loaded = False
+
+    @property
+    def scale(self) -> float:
+        """The ball-shift scale ``s`` of the ``dpi`` last set (0 for a zero ``dpi``)."""
+        if self._scale is None:
+            self._scale = ball_shift_scale(self._P[1:])
+        return self._scale
+
+    def shifted_models(self):
+        """``(a, data_a, b, data_b)`` for the pinocchio path, ``a`` loaded with the
+        ``dpi`` last set (see the class docstring; only meaningful when ``scale > 0``)."""
+        if not self._loaded:
+            if self.scale > 0:
+                shifted = self._P[1:] / self.scale + UNIT_BALL
+                fdp, a = pin.Inertia.FromDynamicParameters, self.a.inertias
+                for i in range(self.n):
+                    a[i + 1] = fdp(shifted[i])
+            self._loaded = True
+        return self.a, self.da, self.b, self.db
+
+    @property
+    def implementation(self) -> str:
+        """``"compiled"`` or ``"pinocchio"`` (which :meth:`evaluate` uses)."""
+        return "compiled" if self._compiled() is not None else "pinocchio"
+
+    def _compiled(self):
+        if self._kernel is None:
+            self._kernel = False
+            from . import _slotine_li_compiled as slc
+            kernel = slc.load_kernel() and slc.rnea_derivatives_kernel
+            geo = slc.geometry(self.a) if kernel else None
+            if geo is not None:
+                self._kernel = (kernel, geo)
+                # cross-check against the pinocchio path at a random dpi and state
+                rng = np.random.default_rng(11)
+                keep = self._pi
+                X = rng.uniform(-1.0, 1.0, (3, 2, self.n))
+                self.set(rng.standard_normal(10 * self.n))
+                try:
+                    ok = all(np.allclose(u, w, rtol=1e-8, atol=1e-8)
+                             for u, w in zip(self._evaluate_compiled(*X), self._evaluate_pinocchio(*X)))
+                    why = "construction-time cross-check failed"
+                except Exception as exc:  # pragma: no cover - a numba/runtime failure
+                    ok, why = False, f"{type(exc).__name__}: {exc}"
+                if keep is None:
+                    self._pi = None
+                else:
+                    self.set(keep)
+                if not ok:  # pragma: no cover
+                    slc.warn_fallback(why, what="RNEA derivatives", fallback="the ball-shifted pinocchio models")
+                    self._kernel = False
+        return self._kernel or None
+
+    def evaluate(self, Q, V, A):
+        """``(tau, D)`` at K points (C-contiguous K x n arrays): ``tau = Y dpi`` (K x n)
+        and ``D = [d/dq | d/dv | d/da]`` of it (K x n x 3n, the last block the full
+        symmetric M(dpi))."""
+        if self._compiled() is not None:
+            return self._evaluate_compiled(Q, V, A)
+        return self._evaluate_pinocchio(Q, V, A)
+
+    def _evaluate_compiled(self, Q, V, A):
+        kernel, geo = self._kernel
+        K, n = Q.shape
+        tau, D = np.empty((K, n)), np.empty((K, n, 3 * n))
+        kernel(Q, V, A, geo, self._P, tau, D)
+        return tau, D
+
+    def _evaluate_pinocchio(self, Q, V, A):
+        K, n = Q.shape
+        tau, D = np.zeros((K, n)), np.zeros((K, n, 3 * n))
+        if self.scale == 0:
+            return tau, D
+        a, da, b, db = self.shifted_models()
+        deriv = pin.computeRNEADerivatives
+        for k in range(K):
+            for c, (x, y) in enumerate(zip(deriv(a, da, Q[k], V[k], A[k]), deriv(b, db, Q[k], V[k], A[k]))):
+                D[k, :, c * n: (c + 1) * n] = x - y
+            tau[k] = da.tau - db.tau
+        tau *= self.scale
+        D *= self.scale
+        self.mirror_lower(D[:, :, 2 * n:])
+        return tau, D
 
     def mirror_lower(self, M: np.ndarray) -> None:
         """Fill the strict lower triangle of (a stack of) dtau/da = M from the upper one,
@@ -161,20 +251,10 @@ class ShiftedParameterChange:
 
     def derivatives(self, q, v, a):
         """(dq, dv, da), each n x n, of ``Y(q, v, a) dpi`` for the ``dpi`` last set."""
-        if self.scale == 0:
-            z = np.zeros((self.n, self.n))
-            return z, z.copy(), z.copy()
-        dq, dv, da = (np.array(x) for x in pin.computeRNEADerivatives(self.a, self.da, q, v, a))
-        bq, bv, ba = pin.computeRNEADerivatives(self.b, self.db, q, v, a)
-        s = self.scale
-        dq -= bq
-        dq *= s
-        dv -= bv
-        dv *= s
-        da -= ba
-        da *= s
-        self.mirror_lower(da)
-        return dq, dv, da
+        n = self.n
+        _, D = self.evaluate(*(np.ascontiguousarray(x, dtype=float).reshape(1, n) for x in (q, v, a)))
+        D = D[0]
+        return D[:, :n].copy(), D[:, n: 2 * n].copy(), D[:, 2 * n:].copy()
 
 
 def _sym(M):

@@ -15,12 +15,12 @@ Gaussian-mixture transform (:func:`transform_gaussians`):
 The RBF network's transform (ARDL eq. 13-14) lives in :mod:`.rbfn` (it is a property
 of the recursive least squares, not of the model).
 
-Why a local evaluator instead of calling ``RobotModel.regressor_derivatives`` per
-component: that call validates its inputs and evaluates the unit-ball model at every
-point (two RNEA-derivative passes); here ``dpi`` is loaded once per transform, the
-unit-ball terms are kept per point while a component mean does not move, so each
-component costs one ``computeRNEADerivatives``.  The result is the same quantity
-(checked against ``regressor_derivatives`` and finite differences in the tests).
+How ``J`` is evaluated: with numba, one compiled call of pinocchio's RNEA-derivatives
+algorithm for all component means at once, ``dpi`` used as it is (inertias kept as
+their linear parameters; :class:`~adaptive_dynamics.dynamics.model.ShiftedParameterChange`).
+Without numba, per point through pinocchio on the ball-shifted model pair, the
+unit-ball terms cached per point while a component mean does not move.  Both are
+checked against ``regressor_derivatives`` and finite differences in the tests.
 """
 from __future__ import annotations
 
@@ -39,17 +39,16 @@ __all__ = ["ParameterChange", "transform_gaussians"]
 class ParameterChange:
     """Evaluate ``g(x) = Y(x) dpi`` and ``dg/dx`` for a fixed ``dpi`` and RobotModel.
 
-    ``dpi`` may be any finite vector (negative or zero "masses" included).  pinocchio's
-    algorithms need physically valid inertias, so the (linear) quantity is evaluated as
+    ``dpi`` may be any finite vector (negative or zero "masses" included).  The Jacobians
+    come from :meth:`ShiftedParameterChange.evaluate
+    <adaptive_dynamics.dynamics.model.ShiftedParameterChange.evaluate>` (compiled), or
+    without numba from the ball-shifted pinocchio models
 
         g(x; dpi) = s * [ g(x; dpi / s + r) - g(x; r) ]
 
-    with ``r`` the unit ball per link and the scale ``s`` of
-    :class:`~adaptive_dynamics.dynamics.model.ShiftedParameterChange` (the models it
-    holds; every block of ``dpi / s + r`` is physical and well conditioned, about one
-    digit lost to the subtraction).  ``g(x; r)`` and its Jacobian do not depend on
-    ``dpi``: they are cached per evaluation point, so repeated transforms of the same
-    component means cost one ``computeRNEADerivatives`` per point.
+    (``r`` the unit ball per link, every block of ``dpi / s + r`` physical; about one
+    digit lost to the subtraction), where ``g(x; r)`` and its Jacobian do not depend on
+    ``dpi`` and are cached per evaluation point.  :meth:`values` uses the latter.
     """
 
     _cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -63,12 +62,12 @@ class ParameterChange:
             cls._cache[model] = ev
         return ev
 
-    def __init__(self, model):
+    def __init__(self, model, *, compiled: bool = True):
         self.robot = model
         self.n = model.n
         self.n_inertial = 10 * model.n
         self.n_params = model.n_params
-        self.shift = ShiftedParameterChange(model.model, self.n)  # models a (dpi/s + balls), b (balls)
+        self.shift = ShiftedParameterChange(model.model, self.n, compiled=compiled)
         self.friction = np.zeros(2 * self.n)
         self.has_friction = bool(getattr(model, "friction", False))
         self.eps = float(getattr(model, "coulomb_smoothing", 0.0))
@@ -99,9 +98,9 @@ class ParameterChange:
         dtau/da] at one point (4 x n x n)."""
         n = self.n
         row = np.zeros((4, n, n))
-        sh = self.shift
-        row[1], row[2], row[3] = pin.computeRNEADerivatives(sh.b, sh.db, q, v, a)
-        row[0, 0] = sh.db.tau
+        _, _, b, db = self.shift.shifted_models()
+        row[1], row[2], row[3] = pin.computeRNEADerivatives(b, db, q, v, a)
+        row[0, 0] = db.tau
         return row
 
     def values(self, Q, V, A) -> np.ndarray:
@@ -111,9 +110,10 @@ class ParameterChange:
         sh = self.shift
         if sh.scale > 0:
             rnea = pin.rnea
+            a, da_, b, db = sh.shifted_models()
             for k in range(Q.shape[0]):
-                out[k] = rnea(sh.a, sh.da, Q[k], V[k], A[k])
-                out[k] -= rnea(sh.b, sh.db, Q[k], V[k], A[k])
+                out[k] = rnea(a, da_, Q[k], V[k], A[k])
+                out[k] -= rnea(b, db, Q[k], V[k], A[k])
             out *= sh.scale
         if self.has_friction:
             n = self.n
@@ -123,9 +123,7 @@ class ParameterChange:
     def jacobians(self, Q, V=None, A=None) -> Tuple[np.ndarray, np.ndarray]:
         """(g, J) at K points: g K x n, J K x n x 3n = [dg/dq, dg/dv, dg/da].
 
-        Points as three K x n arrays, or one K x 3n array ``Q`` of x = (q, v, a).  The
-        unit-ball terms are cached per point (component means rarely move between two
-        transforms), so a repeated call costs one RNEA-derivative per point."""
+        Points as three K x n arrays, or one K x 3n array ``Q`` of x = (q, v, a)."""
         n = self.n
         if V is None:
             X = np.ascontiguousarray(np.atleast_2d(Q), dtype=float)
@@ -134,12 +132,29 @@ class ParameterChange:
         if X.shape[1] != 3 * n:
             raise ValueError(f"points must have 3n = {3 * n} coordinates, got {X.shape[1]}")
         K = X.shape[0]
+        sh = self.shift
+        if sh.implementation == "compiled":
+            g, J = sh.evaluate(*(np.ascontiguousarray(X[:, c: c + n]) for c in (0, n, 2 * n)))
+        else:
+            g, J = self._jacobians_pinocchio(X)
+        if self.has_friction:
+            V = X[:, n:2 * n]
+            fv, fc = self.friction[:n], self.friction[n:]
+            g += fv * V + fc * self._coulomb(V)
+            d = fv + fc * self._coulomb_slope(V)            # K x n
+            J[:, np.arange(n), n + np.arange(n)] += d
+        return g, J
+
+    def _jacobians_pinocchio(self, X):
+        """(g, J) without friction through the ball-shifted pinocchio models, the
+        unit-ball terms cached per point."""
+        n, K = self.n, X.shape[0]
         g = np.zeros((K, n))
         J = np.zeros((K, n, 3 * n))
         sh = self.shift
         if sh.scale > 0:
             deriv = pin.computeRNEADerivatives
-            a, da_ = sh.a, sh.da
+            a, da_, _, _ = sh.shifted_models()
             Qc, Vc, Ac = (np.ascontiguousarray(X[:, c: c + n]) for c in (0, n, 2 * n))
             # the unit balls' [tau | dtau/d(q, v, a)] (K x n x (1 + 3n)): kept from the last
             # call where the point at the same row is unchanged (component means rarely
@@ -165,12 +180,6 @@ class ParameterChange:
             g[:] = tau
             J.reshape(K, n, 3, n)[:] = GJ[:, 1:].transpose(0, 2, 1, 3)
             sh.mirror_lower(J[:, :, 2 * n:])  # dtau/da = M
-        if self.has_friction:
-            V = X[:, n:2 * n]
-            fv, fc = self.friction[:n], self.friction[n:]
-            g += fv * V + fc * self._coulomb(V)
-            d = fv + fc * self._coulomb_slope(V)            # K x n
-            J[:, np.arange(n), n + np.arange(n)] += d
         return g, J
 
 

@@ -397,7 +397,7 @@ class IncrementalGMM(Learner):
             self._enforce_floor(idx)
             C = self.cov[idx] * np.multiply.outer(inv_s, inv_s)
             L = np.linalg.cholesky(C)
-        Linv = np.linalg.inv(L)
+        Linv = np.tril(np.linalg.inv(L))  # (exactly triangular: the transform relies on it)
         W = Linv * inv_s[None, None, :]
         self._dirty[idx] = True
         self._changed.update(int(k) for k in idx)
@@ -526,13 +526,15 @@ class IncrementalGMM(Learner):
         g = np.asarray(g, dtype=float).reshape(K, self.output_dim)
         J = np.asarray(J, dtype=float).reshape(K, self.output_dim, i)
         mu, _ = transform_gaussians(self.mu[:K], self.cov[:K], i, g, J, inplace=True)
-        # whitening: Sigma' = T Sigma T^T  ->  white' = white T^-1, T^-1 = [[I, 0], [J, I]]
-        Wd = self.white[:K]
-        Wd[:, :, :i] += Wd[:, :, i:] @ J
+        # whitening: Sigma' = T Sigma T^T  ->  white' = white T^-1, T^-1 = [[I, 0], [J, I]];
+        # white is lower triangular, so only its output rows change (white_oi += white_oo J),
+        # and of white @ mu only the output rows
+        Wo = self.white[:K, i:]
+        Wo[:, :, :i] += Wo[:, :, i:] @ J
         # (the cached merge costs are left as they are: a heuristic ranking, refreshed
         # when a component is next updated; recomputing all K^2 pairs here would cost
         # tens of ms per transform)
-        self.wmu[:K] = (Wd @ mu[:, :, None])[:, :, 0]
+        self.wmu[:K, i:] = (Wo @ mu[:, :, None])[:, :, 0]
         # prediction: Sigma_ii and the conditional covariance are unchanged, A <- A - J
         snap = self._pred
         if snap is not None and snap[0] == K:
