@@ -12,7 +12,7 @@ Sub-commands (``adaptive-dynamics <cmd> --help`` for each):
 * ``record``     record live topics into an MCAP rosbag2 with the recorder node (counts,
                  bag path).
 * ``replay``     republish a bag over DDS at real or scaled time with ``/clock`` from the
-                 bag (counts, wall time, achieved rate); with ``--learner gmm|rbfn``
+                 bag (counts, wall time, achieved rate); with ``--learner gmm|rbfn|gp``
                  instead evaluate a residual learner offline on the bag, without DDS
                  (prequential nMSE per joint over time, PNG + JSON in ``--out``).
 """
@@ -578,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     # choices are checked against adaptive_dynamics.learning.LEARNERS when used: importing the
     # learners (scipy.stats) here would add ~1 s to every adaptive-dynamics command
     g.add_argument("--learner", default=None, metavar="KIND",
-                   help="evaluate this residual learner offline instead of republishing: gmm | rbfn")
+                   help="evaluate this residual learner offline instead of republishing: gmm | rbfn | gp")
     g.add_argument("--out", default=None, metavar="DIR", help="directory for replay_<KIND>.png/.json"
                    " (default replay_eval/)")
     g.add_argument("--robot", default=None, metavar="NAME|URDF", help="robot model whose joints are"

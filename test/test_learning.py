@@ -124,7 +124,10 @@ def test_save_load_roundtrip(kind, tmp_path):
 
 
 def test_registry_and_config_validation():
-    assert set(LEARNERS) == {"gmm", "rbfn"}
+    from adaptive_dynamics.launch_graph import LEARNERS as LAUNCH_LEARNERS
+
+    assert set(LEARNERS) == {"gmm", "rbfn", "gp"}
+    assert set(LAUNCH_LEARNERS) == {"none"} | set(LEARNERS)  # launch choices follow the registry
     assert isinstance(make_learner("gmm", input_dim=3, output_dim=1), IncrementalGMM)
     assert isinstance(make_learner("rbfn", input_dim=3, output_dim=1, n_basis=8), RBFNetwork)
     with pytest.raises(ValueError, match="unknown learner"):

@@ -129,6 +129,17 @@ def test_learner_learns_the_friction_residual(bag, kind, tmp_path):
     assert res["samples_per_s"] > 1000
 
 
+
+def test_replay_with_the_sliding_window_gp(bag, tmp_path):
+    """``replay --learner gp``: the exact GP on a FIFO window of the stream (fixed
+    hyperparameters, no database) learns the residual, less well than the GMM/RBFN that
+    keep every region they have seen."""
+    res = evaluate_learner(bag, "gp", out_dir=tmp_path, plot=False)
+    assert res["learner"] == "gp" and res["samples"]["learned"] == 2000
+    last = np.array([res["nmse_last_window"][j] for j in res["joints"]])
+    zero = np.array([res["nmse_zero_predictor"][j] for j in res["joints"]])
+    assert np.isfinite(last).all() and last.mean() < 0.4 * zero.mean(), (last, zero)
+
 def test_samples_and_target_match_the_simulation(bag, sim):
     data = load_samples(bag)
     n = 7

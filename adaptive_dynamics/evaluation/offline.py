@@ -1,6 +1,6 @@
 """Offline evaluation of a residual learner on a recorded rosbag2 (no DDS, no rclpy).
 
-``adaptive-dynamics replay BAG --learner gmm|rbfn`` runs :func:`evaluate_learner`: the
+``adaptive-dynamics replay BAG --learner gmm|rbfn|gp`` runs :func:`evaluate_learner`: the
 bag is read with :mod:`.bags` (``rosbags``), the learner is trained and scored in time
 order as fast as the CPU allows, and the result is a per-joint nMSE over time, a JSON
 summary and a PNG plot.

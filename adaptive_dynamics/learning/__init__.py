@@ -8,14 +8,17 @@ scikit-learn habits: ``partial_fit`` / ``predict`` / ``save`` / ``load``; see
   variance, consistency transform eq. 16-19 of Smith & Mistry 2020.
 * :class:`RBFNetwork` (``"rbfn"``) -- Gaussian basis functions on a scrambled Sobol
   grid, (block-)recursive least squares, consistency by carrying dW/dpi (ARDL eq. 13-14).
+* :class:`ExactGP` (``"gp"``) -- exact GP regression per output joint (SE-ARD kernel,
+  optional type-II ML fit), mean, variance and mean gradient (PGPOL sec. II-A, SCQP eq. 16).
 * :class:`OnlineResidual` -- either learner fed online from a stream on a worker
   thread, with the transforms applied in order (the ``residual_learner`` node's core).
 """
 from .base import LEARNERS, Learner, load_learner, make_learner
 from .consistency import ParameterChange, transform_gaussians
+from .gp import ExactGP
 from .igmm import IncrementalGMM
 from .online import OnlineResidual
 from .rbfn import RBFNetwork
 
 __all__ = ["Learner", "LEARNERS", "make_learner", "load_learner", "IncrementalGMM", "RBFNetwork",
-           "OnlineResidual", "ParameterChange", "transform_gaussians"]
+           "OnlineResidual", "ParameterChange", "transform_gaussians", "ExactGP"]

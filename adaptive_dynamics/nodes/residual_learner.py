@@ -72,7 +72,7 @@ _BUFFER = 2000   # states / parametric torques kept for stamp matching
 
 def specs() -> list[ParamSpec]:
     return robot_specs() + [
-        ParamSpec("learner", "gmm", "gmm (incremental GMM + GMR) | rbfn (RBF network + RLS)",
+        ParamSpec("learner", "gmm", "gmm (incremental GMM + GMR) | rbfn (RBF network + RLS) | gp (exact GP, FIFO window)",
                   choices=sorted(LEARNERS), read_only=True),
         ParamSpec("learner_config", "", "JSON object of the learner's constructor arguments, e.g."
                   ' {"max_components": 64} or {"n_basis": 512, "width": 0.5}; empty = defaults',

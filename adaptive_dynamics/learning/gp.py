@@ -1,0 +1,297 @@
+"""Exact Gaussian-process regression, one GP per output joint (PGPOL sec. II-A; SCQP
+eq. 12-16 use its mean and mean gradient).
+
+Model, per output j (inputs and outputs standardised per model, as PGPOL does with its
+scalers): y_j = f_j(x) + eps, f_j ~ GP(0, k_j), k_j the squared-exponential kernel with
+ARD length scales (:mod:`.gp_kernel`), eps ~ N(0, sn2_j).  With K_j = k_j(X, X) + sn2_j I
+= L_j L_j^T (Cholesky; no explicit inverse anywhere on the prediction path):
+
+    mean_j(x) = k_j(x, X) alpha_j,            alpha_j = K_j^-1 y_j  (two triangular solves)
+    var_j(x)  = sf2_j - |L_j^-1 k_j(X, x)|^2  (latent f; add sn2_j for a noisy y)
+    d mean_j / dx = sum_i alpha_ji k_j(x, x_i) (x_i - x) / ls_j^2     (SCQP eq. 16)
+
+All outputs are computed together (a stack of ``output_dim`` GPs on the same inputs).
+Hyperparameters are fixed by default (``length_scale``, ``signal_var``, ``noise_var`` in
+standardised units); ``optimize=True`` fits them by type-II maximum likelihood with the
+analytic gradient (L-BFGS-B, warm-started from the current values, ``max_iter``).
+
+Streaming: ``partial_fit`` appends to a FIFO of at most ``max_points`` samples (oldest
+dropped) and refits once per call when at least ``refit_every`` samples arrived since the
+last fit.  The consistency transform shifts every stored target by -Y(x) dpi and
+re-solves alpha with the same factorisation (K depends on the inputs only), so the GP is
+exactly the posterior of the shifted data.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+from scipy.linalg import cho_solve, solve_triangular
+from scipy.optimize import minimize
+
+from .base import Learner, register, split_state
+from .consistency import ParameterChange
+from .gp_kernel import se_kernel, se_kernel_grads
+
+__all__ = ["ExactGP", "Standardiser", "nlml_exact"]
+
+LOG2PI = float(np.log(2.0 * np.pi))
+#: smallest standard deviation used to standardise a coordinate (relative to the largest)
+STD_FLOOR = 1e-6
+
+
+class Standardiser:
+    """Per-column mean and standard deviation of a data set (PGPOL's scalers)."""
+
+    def __init__(self, mean: np.ndarray, std: np.ndarray):
+        self.mean = np.asarray(mean, dtype=float)
+        self.std = np.asarray(std, dtype=float)
+
+    @classmethod
+    def fit(cls, Z: np.ndarray) -> "Standardiser":
+        mean = Z.mean(axis=0)
+        std = Z.std(axis=0) if Z.shape[0] > 1 else np.ones(Z.shape[1])
+        floor = STD_FLOOR * max(1.0, float(std.max()) if std.size else 1.0)
+        std = np.where(std > floor, std, 1.0)  # a constant column: leave it unscaled
+        return cls(mean, std)
+
+    def __call__(self, Z: np.ndarray) -> np.ndarray:
+        return (Z - self.mean) / self.std
+
+
+def _as_hyper(value, G: int, d: int, what: str) -> np.ndarray:
+    a = np.asarray(value, dtype=float)
+    if d == 1 and a.ndim == 1 and a.size == G:
+        a = a[:, None]  # one value per output
+    try:
+        out = np.broadcast_to(a, (G, d)).copy()
+    except ValueError:
+        raise ValueError(f"{what}: cannot broadcast shape {a.shape} to {(G, d)}") from None
+    if not (np.isfinite(out).all() and (out > 0).all()):
+        raise ValueError(f"{what} must be finite and > 0")
+    return out
+
+
+def nlml_exact(Xs: np.ndarray, Ys: np.ndarray, ls: np.ndarray, sf2: np.ndarray, sn2: np.ndarray,
+               grad: bool = True):
+    """Negative log marginal likelihood of G independent GPs (column g of ``Ys`` with
+    hyperparameters g) and its gradient with respect to (log ls, log sf2, log sn2).
+
+    Returns ``(nlml (G,), (d_log_ls (G x d_ls), d_log_sf2 (G,), d_log_sn2 (G,)))``.
+    dF/dK = 1/2 (K^-1 - alpha alpha^T) (Rasmussen & Williams eq. 5.9)."""
+    n = Xs.shape[0]
+    Kf = se_kernel(Xs, Xs, ls, sf2)
+    K = Kf + sn2[:, None, None] * np.eye(n)[None]
+    L = np.linalg.cholesky(K)
+    Y = Ys.T[:, :, None]                                          # G x n x 1
+    alpha = cho_solve((L, True), Y)[:, :, 0]                     # G x n
+    nl = 0.5 * np.einsum("gn,gn->g", Ys.T, alpha) + np.log(np.diagonal(L, axis1=1, axis2=2)).sum(1) \
+        + 0.5 * n * LOG2PI
+    if not grad:
+        return nl, None
+    Kinv = cho_solve((L, True), np.broadcast_to(np.eye(n), K.shape).copy())
+    dK = 0.5 * (Kinv - alpha[:, :, None] * alpha[:, None, :])
+    d_ls, d_sf2, _ = se_kernel_grads(Xs, Xs, ls, Kf, dK)
+    d_sn2 = sn2 * np.einsum("gii->g", dK)
+    return nl, (d_ls, d_sf2, d_sn2)
+
+
+@register
+class ExactGP(Learner):
+    """Exact GP regression per output joint (see the module docstring).
+
+    Parameters
+    ----------
+    input_dim, output_dim:
+        Sizes of x and y.
+    length_scale, signal_var, noise_var:
+        Initial (and, unless ``optimize``, fixed) hyperparameters in standardised units:
+        length scale(s) (a scalar or ``input_dim`` values, per output if ``output_dim x
+        input_dim``; default sqrt(input_dim), the typical distance between two
+        standardised inputs), signal variance and noise variance (scalars or per output).
+    ard:
+        One length scale per input (True) or one per output GP (False: PGPOL eq. 6).
+    max_points:
+        Training-set size cap (FIFO: the oldest samples are dropped).
+    refit_every:
+        Refit after this many new samples (a refit costs O(max_points^3) per output).
+    optimize, max_iter:
+        Type-II ML fit of the hyperparameters at every refit (L-BFGS-B, analytic
+        gradient, at most ``max_iter`` iterations, warm-started).
+    """
+
+    kind = "gp"
+
+    def __init__(self, input_dim: int, output_dim: int, *, length_scale=None, signal_var=1.0,
+                 noise_var=0.01, ard: bool = True, max_points: int = 500, refit_every: int = 1,
+                 optimize: bool = False, max_iter: int = 50):
+        super().__init__(input_dim, output_dim)
+        self.ard = bool(ard)
+        d_ls = self.input_dim if self.ard else 1
+        o = self.output_dim
+        if length_scale is None:  # standardised inputs: sqrt(d) keeps typical distances ~ 1 length scale
+            length_scale = float(np.sqrt(self.input_dim))
+        self.ls = _as_hyper(length_scale, o, d_ls, "length_scale")
+        self.sf2 = _as_hyper(signal_var, o, 1, "signal_var")[:, 0]
+        self.sn2 = _as_hyper(noise_var, o, 1, "noise_var")[:, 0]
+        if int(max_points) < 1 or int(refit_every) < 1 or int(max_iter) < 1:
+            raise ValueError("max_points, refit_every and max_iter must be >= 1")
+        self.max_points = int(max_points)
+        self.refit_every = int(refit_every)
+        self.optimize = bool(optimize)
+        self.max_iter = int(max_iter)
+        self.X = np.zeros((0, self.input_dim))
+        self.Y = np.zeros((0, o))
+        self._pending = 0
+        self.n_refits = 0
+        self._snap = None   # immutable prediction snapshot (tuple), replaced atomically
+
+    # ---------------------------------------------------------------- config
+    def get_config(self) -> Dict[str, Any]:
+        return {"input_dim": self.input_dim, "output_dim": self.output_dim,
+                "length_scale": self.ls.tolist(), "signal_var": self.sf2.tolist(),
+                "noise_var": self.sn2.tolist(), "ard": self.ard, "max_points": self.max_points,
+                "refit_every": self.refit_every, "optimize": self.optimize, "max_iter": self.max_iter}
+
+    @property
+    def n_points(self) -> int:
+        return self.X.shape[0]
+
+    def _counters(self) -> Dict[str, int]:
+        c = super()._counters()
+        c["n_refits"] = self.n_refits
+        return c
+
+    # ---------------------------------------------------------------- fitting
+    def _fit(self, X: np.ndarray, y: np.ndarray, R) -> None:
+        self.X = np.vstack([self.X, X])[-self.max_points:]
+        self.Y = np.vstack([self.Y, y])[-self.max_points:]
+        self._pending += X.shape[0]
+        if self._pending >= self.refit_every or self._snap is None:
+            self.refit()
+
+    def refit(self) -> None:
+        """Standardise the stored data, optionally fit the hyperparameters, factorise."""
+        self._pending = 0
+        if self.n_points == 0:
+            self._snap = None
+            return
+        xs, ys = Standardiser.fit(self.X), Standardiser.fit(self.Y)
+        Xs, Ys = xs(self.X), ys(self.Y)
+        if self.optimize and self.n_points > 1:
+            self._optimize(Xs, Ys)
+        self._factorise(Xs, Ys, xs, ys)
+        self.n_refits += 1
+
+    def _factorise(self, Xs, Ys, xs, ys) -> None:
+        n = Xs.shape[0]
+        K = se_kernel(Xs, Xs, self.ls, self.sf2) + self.sn2[:, None, None] * np.eye(n)[None]
+        L = np.linalg.cholesky(K)
+        alpha = cho_solve((L, True), Ys.T[:, :, None])[:, :, 0]
+        self._snap = (Xs, L, alpha, xs, ys, self.ls.copy(), self.sf2.copy(), self.sn2.copy())
+
+    def _optimize(self, Xs: np.ndarray, Ys: np.ndarray) -> None:
+        G, d_ls = self.ls.shape
+
+        def unpack(t):
+            return (np.exp(t[: G * d_ls]).reshape(G, d_ls), np.exp(t[G * d_ls: G * d_ls + G]),
+                    np.exp(t[G * d_ls + G:]))
+
+        def f(t):
+            ls, sf2, sn2 = unpack(t)
+            try:
+                nl, (g_ls, g_sf2, g_sn2) = nlml_exact(Xs, Ys, ls, sf2, sn2)
+            except np.linalg.LinAlgError:
+                return np.inf, np.zeros_like(t)
+            return float(nl.sum()), np.concatenate([g_ls.ravel(), g_sf2, g_sn2])
+
+        t0 = np.concatenate([np.log(self.ls).ravel(), np.log(self.sf2), np.log(self.sn2)])
+        bounds = [(-7.0, 7.0)] * (G * d_ls) + [(-9.0, 9.0)] * G + [(np.log(1e-6), 5.0)] * G
+        res = minimize(f, t0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": self.max_iter})
+        if np.isfinite(res.fun) and res.fun <= f(t0)[0]:
+            self.ls, self.sf2, self.sn2 = unpack(res.x)
+
+    # ---------------------------------------------------------------- prediction
+    def _predict(self, X: np.ndarray, return_var: bool):
+        snap = self._snap
+        N, o = X.shape[0], self.output_dim
+        if snap is None:
+            return np.zeros((N, o)), (np.full((N, o), np.inf) if return_var else None)
+        Xs, L, alpha, xs, ys, ls, sf2, _ = snap
+        Ks = se_kernel(xs(X), Xs, ls, sf2)                          # o x N x n
+        mean = ys.mean + ys.std * np.einsum("gqn,gn->qg", Ks, alpha)
+        var = None
+        if return_var:
+            v = solve_triangular(L, np.swapaxes(Ks, 1, 2), lower=True)  # o x n x N
+            var_s = np.maximum(sf2[:, None] - np.einsum("gnq,gnq->gq", v, v), 0.0)
+            var = (ys.std ** 2)[None, :] * var_s.T
+        return mean, var
+
+    def mean_gradient(self, X) -> np.ndarray:
+        """d mean / dx: ``output_dim x input_dim`` for one x, ``N x output_dim x
+        input_dim`` for N rows (SCQP eq. 16)."""
+        X2 = np.asarray(X, dtype=float)
+        single = X2.ndim == 1
+        X2 = np.atleast_2d(X2)
+        if X2.shape[1] != self.input_dim or not np.isfinite(X2).all():
+            raise ValueError(f"X: expected finite rows of {self.input_dim} values")
+        snap = self._snap
+        if snap is None:
+            out = np.zeros((X2.shape[0], self.output_dim, self.input_dim))
+            return out[0] if single else out
+        Xs, _, alpha, xs, ys, ls, sf2, _ = snap
+        Q = xs(X2)
+        Ks = se_kernel(Q, Xs, ls, sf2)                              # o x N x n
+        W = Ks * alpha[:, None, :]                                  # o x N x n
+        inv2 = 1.0 / ls ** 2                                        # o x d_ls
+        # sum_i W_i (x_i - x) / l^2  (standardised), then the scalers' chain rule
+        g = (W @ Xs - W.sum(axis=2)[:, :, None] * Q[None]) * inv2[:, None, :]
+        out = np.transpose(g, (1, 0, 2)) * (ys.std[None, :, None] / xs.std[None, None, :])
+        return out[0] if single else out
+
+    def log_marginal_likelihood(self) -> np.ndarray:
+        """Per-output log marginal likelihood of the standardised training data."""
+        snap = self._snap
+        if snap is None:
+            return np.zeros(self.output_dim)
+        Xs, _, _, xs, ys, ls, sf2, sn2 = snap
+        return -nlml_exact(Xs, ys(self.Y), ls, sf2, sn2, grad=False)[0]
+
+    # ---------------------------------------------------------------- consistency
+    def _transform(self, dpi: np.ndarray, model) -> None:
+        if self.n_points == 0:
+            return
+        q, v, a = split_state(self.X, model.n)
+        self.Y = self.Y - ParameterChange.for_model(model).set(dpi).values(q, v, a)
+        snap = self._snap
+        if snap is None:
+            return
+        Xs, L, _, xs, ys, ls, sf2, sn2 = snap
+        if Xs.shape[0] != self.n_points:  # samples arrived since the last refit
+            self.refit()
+            return
+        alpha = cho_solve((L, True), ys(self.Y).T[:, :, None])[:, :, 0]
+        self._snap = (Xs, L, alpha, xs, ys, ls, sf2, sn2)
+
+    # ---------------------------------------------------------------- persistence
+    def _get_arrays(self) -> Dict[str, np.ndarray]:
+        return {"X": self.X, "Y": self.Y}
+
+    def _set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        X, Y = np.asarray(arrays["X"], dtype=float), np.asarray(arrays["Y"], dtype=float)
+        if X.ndim != 2 or X.shape[1] != self.input_dim or Y.shape != (X.shape[0], self.output_dim) \
+                or X.shape[0] > self.max_points or not (np.isfinite(X).all() and np.isfinite(Y).all()):
+            raise ValueError(f"saved GP data has shapes {X.shape}, {Y.shape} (or non-finite values)")
+        self.X, self.Y = X, Y
+        opt, self.optimize = self.optimize, False   # the saved hyperparameters are the fitted ones
+        try:
+            self.refit()
+        finally:
+            self.optimize = opt
+        self.n_refits = 0
+
+    def memory_bytes(self) -> int:
+        total = self.X.nbytes + self.Y.nbytes
+        if self._snap is not None:
+            total += sum(a.nbytes for a in self._snap[:3])
+        return int(total)
