@@ -349,6 +349,17 @@ def test_compiled_rnea_derivatives_match_pinocchio(which):
         np.testing.assert_allclose(tau[k], t, rtol=0, atol=1e-12 * np.abs(t).max())
 
 
+def test_shifted_parameter_change_starts_at_zero(robot):
+    """Before any set(), the change is zero on either path (the first-use cross-check of
+    the compiled kernel leaves nothing behind)."""
+    from adaptive_dynamics.dynamics.model import ShiftedParameterChange
+
+    q, v, a = robot.random_state(np.random.default_rng(3))
+    for compiled in (True, False):
+        for D in ShiftedParameterChange(robot.model, robot.n, compiled=compiled).derivatives(q, v, a):
+            assert not D.any()
+
+
 def test_shifted_parameter_change_compiled_equals_pinocchio_path(robot):
     """Non-physical dpi: the compiled evaluation equals the ball-shifted pinocchio pair."""
     from adaptive_dynamics.dynamics.model import ShiftedParameterChange

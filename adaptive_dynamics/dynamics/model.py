@@ -126,7 +126,10 @@ class ShiftedParameterChange:
       inertias, so every block is shifted alike: with ``s = ball_shift_scale(dpi)`` the
       model ``a`` holds ``dpi / s + UNIT_BALL``, the model ``b`` unit balls (fixed), and
       ``f(dpi) = s (f(a) - f(b))`` by linearity (``scale`` = s; 0 for a zero ``dpi``).
-      No eigenvalue problem; the shifted model is loaded only when this path runs.
+      No eigenvalue problem; the shifted model is loaded only when this path runs.  The
+      unit balls' terms do not depend on ``dpi``: they are kept per point from the last
+      call (points at the same row unchanged -- component means rarely move between two
+      consistency transforms), so a repeated call costs one RNEA-derivative per point.
 
     :meth:`set` with the ``dpi`` already loaded is free.  Used by
     :meth:`RobotModel.regressor_derivatives` and the learners' consistency transforms.
@@ -144,11 +147,18 @@ class ShiftedParameterChange:
         self._loaded = True          # model ``a`` holds the dpi last set
         self._P = np.zeros((model.njoints, 10))   # dpi per joint (row 0: the universe)
         self._kernel = None if compiled else False  # resolved on first use
+        self.clear_cache()
         # whether computeRNEADerivatives fills dtau/da's strict lower triangle (pinocchio
         # guarantees the upper one): probed once
         x = np.linspace(0.1, 0.7, n_links)
         M = pin.computeRNEADerivatives(self.b, self.db, x, x, x)[2]
         self.fills_lower = bool(np.array_equal(M, M.T))
+
+    def clear_cache(self) -> None:
+        """Forget the unit balls' terms kept from the last pinocchio-path call."""
+        self._ball_X = np.zeros((0, 3 * self.n))
+        self._ball_tau = np.zeros((0, self.n))
+        self._ball_D = np.zeros((0, self.n, 3 * self.n))
 
     def set(self, pi: np.ndarray) -> None:
         """Load the inertial part ``pi`` (10 n values) of a parameter change."""
@@ -193,7 +203,7 @@ class ShiftedParameterChange:
                 self._kernel = (kernel, geo)
                 # cross-check against the pinocchio path at a random dpi and state
                 rng = np.random.default_rng(11)
-                keep = self._pi
+                keep, keep_P = self._pi, self._P.copy()
                 X = rng.uniform(-1.0, 1.0, (3, 2, self.n))
                 self.set(rng.standard_normal(10 * self.n))
                 try:
@@ -202,10 +212,9 @@ class ShiftedParameterChange:
                     why = "construction-time cross-check failed"
                 except Exception as exc:  # pragma: no cover - a numba/runtime failure
                     ok, why = False, f"{type(exc).__name__}: {exc}"
-                if keep is None:
-                    self._pi = None
-                else:
-                    self.set(keep)
+                self._P[:] = keep_P      # the dpi set before (zero if none)
+                self._pi, self._scale, self._loaded = keep, None, False
+                self.clear_cache()
                 if not ok:  # pragma: no cover
                     slc.warn_fallback(why, what="RNEA derivatives", fallback="the ball-shifted pinocchio models")
                     self._kernel = False
@@ -231,15 +240,34 @@ class ShiftedParameterChange:
         tau, D = np.zeros((K, n)), np.zeros((K, n, 3 * n))
         if self.scale == 0:
             return tau, D
-        a, da, b, db = self.shifted_models()
+        a, da, _, _ = self.shifted_models()
         deriv = pin.computeRNEADerivatives
         for k in range(K):
-            for c, (x, y) in enumerate(zip(deriv(a, da, Q[k], V[k], A[k]), deriv(b, db, Q[k], V[k], A[k]))):
-                D[k, :, c * n: (c + 1) * n] = x - y
-            tau[k] = da.tau - db.tau
+            D[k] = np.hstack(deriv(a, da, Q[k], V[k], A[k]))
+            tau[k] = da.tau
+        ball_tau, ball_D = self._ball_terms(Q, V, A)
+        tau -= ball_tau
+        D -= ball_D
         tau *= self.scale
         D *= self.scale
         self.mirror_lower(D[:, :, 2 * n:])
+        return tau, D
+
+    def _ball_terms(self, Q, V, A):
+        """The unit-ball model's tau and derivatives at K points, kept from the last call
+        where the point at the same row is unchanged."""
+        X = np.hstack([Q, V, A])
+        K, n = Q.shape
+        tau, D = np.empty((K, n)), np.empty((K, n, 3 * n))
+        fresh = np.ones(K, dtype=bool)
+        if self._ball_X.shape == X.shape:
+            fresh = (X != self._ball_X).any(axis=1)
+            tau[~fresh], D[~fresh] = self._ball_tau[~fresh], self._ball_D[~fresh]
+        deriv = pin.computeRNEADerivatives
+        for k in np.flatnonzero(fresh):
+            D[k] = np.hstack(deriv(self.b, self.db, Q[k], V[k], A[k]))
+            tau[k] = self.db.tau
+        self._ball_X, self._ball_tau, self._ball_D = X, tau, D
         return tau, D
 
     def mirror_lower(self, M: np.ndarray) -> None:

@@ -71,13 +71,11 @@ class ParameterChange:
         self.friction = np.zeros(2 * self.n)
         self.has_friction = bool(getattr(model, "friction", False))
         self.eps = float(getattr(model, "coulomb_smoothing", 0.0))
-        self._ball_points = np.zeros((0, 3 * self.n))  # the last call's points ...
-        self._ball_rows = np.zeros((0, 4, self.n, self.n))  # ... and their ball terms
 
     def clear_cache(self) -> None:
-        """Forget the cached unit-ball terms (the next call evaluates them afresh)."""
-        self._ball_points = self._ball_points[:0]
-        self._ball_rows = self._ball_rows[:0]
+        """Forget the unit-ball terms the no-numba path keeps per point (the next call
+        evaluates them afresh)."""
+        self.shift.clear_cache()
 
     def set(self, dpi: np.ndarray) -> "ParameterChange":
         dpi = np.asarray(dpi, dtype=float).reshape(-1)
@@ -92,16 +90,6 @@ class ParameterChange:
 
     def _coulomb_slope(self, v):
         return (1.0 - np.tanh(v / self.eps) ** 2) / self.eps if self.eps > 0 else np.zeros_like(v)
-
-    def _ball(self, q, v, a) -> np.ndarray:
-        """The unit-ball model's [tau (row 0 of the first block) | dtau/dq | dtau/dv |
-        dtau/da] at one point (4 x n x n)."""
-        n = self.n
-        row = np.zeros((4, n, n))
-        _, _, b, db = self.shift.shifted_models()
-        row[1], row[2], row[3] = pin.computeRNEADerivatives(b, db, q, v, a)
-        row[0, 0] = db.tau
-        return row
 
     def values(self, Q, V, A) -> np.ndarray:
         """g = Y(q, v, a) dpi at K points (arrays K x n) -> K x n."""
@@ -131,55 +119,13 @@ class ParameterChange:
             X = np.ascontiguousarray(np.hstack([np.atleast_2d(z) for z in (Q, V, A)]), dtype=float)
         if X.shape[1] != 3 * n:
             raise ValueError(f"points must have 3n = {3 * n} coordinates, got {X.shape[1]}")
-        K = X.shape[0]
-        sh = self.shift
-        if sh.implementation == "compiled":
-            g, J = sh.evaluate(*(np.ascontiguousarray(X[:, c: c + n]) for c in (0, n, 2 * n)))
-        else:
-            g, J = self._jacobians_pinocchio(X)
+        g, J = self.shift.evaluate(*(np.ascontiguousarray(X[:, c: c + n]) for c in (0, n, 2 * n)))
         if self.has_friction:
             V = X[:, n:2 * n]
             fv, fc = self.friction[:n], self.friction[n:]
             g += fv * V + fc * self._coulomb(V)
             d = fv + fc * self._coulomb_slope(V)            # K x n
             J[:, np.arange(n), n + np.arange(n)] += d
-        return g, J
-
-    def _jacobians_pinocchio(self, X):
-        """(g, J) without friction through the ball-shifted pinocchio models, the
-        unit-ball terms cached per point."""
-        n, K = self.n, X.shape[0]
-        g = np.zeros((K, n))
-        J = np.zeros((K, n, 3 * n))
-        sh = self.shift
-        if sh.scale > 0:
-            deriv = pin.computeRNEADerivatives
-            a, da_, _, _ = sh.shifted_models()
-            Qc, Vc, Ac = (np.ascontiguousarray(X[:, c: c + n]) for c in (0, n, 2 * n))
-            # the unit balls' [tau | dtau/d(q, v, a)] (K x n x (1 + 3n)): kept from the last
-            # call where the point at the same row is unchanged (component means rarely
-            # move between two transforms)
-            ball = np.empty((K, 4, n, n))  # per point: [tau (row 0) | dq | dv | dM]
-            fresh = np.ones(K, dtype=bool)
-            if self._ball_points.shape[0] == K:
-                fresh = (X != self._ball_points).any(axis=1)
-                ball[~fresh] = self._ball_rows[~fresh]
-            GJ = np.empty((K, 4, n, n))  # the same for the shifted model
-            GJ[:, 0, 1:] = 0.0
-            tau = GJ[:, 0, 0]
-            for k in range(K):
-                q, v, acc = Qc[k], Vc[k], Ac[k]
-                r = GJ[k]
-                r[1], r[2], r[3] = deriv(a, da_, q, v, acc)
-                tau[k] = da_.tau
-                if fresh[k]:
-                    ball[k] = self._ball(q, v, acc)
-            self._ball_points, self._ball_rows = X.copy(), ball
-            GJ -= ball  # (rows 1.. of the tau block are unused)
-            GJ *= sh.scale
-            g[:] = tau
-            J.reshape(K, n, 3, n)[:] = GJ[:, 1:].transpose(0, 2, 1, 3)
-            sh.mirror_lower(J[:, :, 2 * n:])  # dtau/da = M
         return g, J
 
 
