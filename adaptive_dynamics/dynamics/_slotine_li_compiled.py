@@ -79,7 +79,7 @@ ENV_DISABLE = "ADAPTIVE_DYNAMICS_NO_NUMBA"
 _kernel = None
 # numba functions, defined by _build_kernel
 act_inv = inertia_col = joint_placement = slotine_li_kernel = filtered_step_kernel = None
-mcross = fcross_add = inertia_act = dy_act = rnea_derivatives_kernel = None
+mat3mul = mcross = fcross_add = inertia_act = dot6 = subtree_block = dy_act = rnea_derivatives_kernel = None
 _load_error: str | None = None
 _warned: set = set()
 
@@ -88,7 +88,7 @@ def _build_kernel(cache: bool = True):
     # The helpers become module globals (a closure cell holding a dispatcher would be
     # part of numba's cache key and defeat the on-disk cache).
     global act_inv, inertia_col, joint_placement, slotine_li_kernel, filtered_step_kernel
-    global mcross, fcross_add, inertia_act, dy_act, rnea_derivatives_kernel
+    global mat3mul, mcross, fcross_add, inertia_act, dot6, subtree_block, dy_act, rnea_derivatives_kernel
     import numba as nb
 
     @nb.njit(inline="always")
@@ -108,6 +108,15 @@ def _build_kernel(cache: bool = True):
         return (ja0 + 0.5 * ((w1 * ju2 - w2 * ju1) + (u1 * jw2 - u2 * jw1)),
                 ja1 + 0.5 * ((w2 * ju0 - w0 * ju2) + (u2 * jw0 - u0 * jw2)),
                 ja2 + 0.5 * ((w0 * ju1 - w1 * ju0) + (u0 * jw1 - u1 * jw0)))
+
+    @nb.njit(inline="always")
+    def mat3mul(a00, a01, a02, a10, a11, a12, a20, a21, a22, b00, b01, b02, b10, b11, b12, b20, b21, b22):
+        """The 3 x 3 product a b, row-major scalars in and out."""
+        return (a00 * b00 + a01 * b10 + a02 * b20, a00 * b01 + a01 * b11 + a02 * b21,
+                a00 * b02 + a01 * b12 + a02 * b22, a10 * b00 + a11 * b10 + a12 * b20,
+                a10 * b01 + a11 * b11 + a12 * b21, a10 * b02 + a11 * b12 + a12 * b22,
+                a20 * b00 + a21 * b10 + a22 * b20, a20 * b01 + a21 * b11 + a22 * b21,
+                a20 * b02 + a21 * b12 + a22 * b22)
 
     @nb.njit(inline="always")
     def joint_placement(g, qi):
@@ -138,15 +147,8 @@ def _build_kernel(cache: bool = True):
                 J00, J01, J02 = c + t * ax * ax, t * ax * ay - s * az, t * ax * az + s * ay
                 J10, J11, J12 = t * ax * ay + s * az, c + t * ay * ay, t * ay * az - s * ax
                 J20, J21, J22 = t * ax * az - s * ay, t * ay * az + s * ax, c + t * az * az
-            r00 = P00 * J00 + P01 * J10 + P02 * J20
-            r01 = P00 * J01 + P01 * J11 + P02 * J21
-            r02 = P00 * J02 + P01 * J12 + P02 * J22
-            r10 = P10 * J00 + P11 * J10 + P12 * J20
-            r11 = P10 * J01 + P11 * J11 + P12 * J21
-            r12 = P10 * J02 + P11 * J12 + P12 * J22
-            r20 = P20 * J00 + P21 * J10 + P22 * J20
-            r21 = P20 * J01 + P21 * J11 + P22 * J21
-            r22 = P20 * J02 + P21 * J12 + P22 * J22
+            r00, r01, r02, r10, r11, r12, r20, r21, r22 = mat3mul(
+                P00, P01, P02, P10, P11, P12, P20, P21, P22, J00, J01, J02, J10, J11, J12, J20, J21, J22)
             S0, S1, S2, S3, S4, S5 = 0.0, 0.0, 0.0, ax, ay, az
         return (r00, r01, r02, r10, r11, r12, r20, r21, r22, px, py, pz, S0, S1, S2, S3, S4, S5)
 
@@ -407,6 +409,21 @@ def _build_kernel(cache: bool = True):
             out[0], out[1], out[2], out[3], out[4], out[5] = f0, f1, f2, f3, f4, f5
 
     @nb.njit(inline="always")
+    def dot6(a, b):
+        return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] + a[4] * b[4] + a[5] * b[5]
+
+    @nb.njit(inline="always")
+    def subtree_block(out, col0, iv, end, J, dFda, dYtJ, dA, dV, dF):
+        """One joint's entries of a derivative block (columns ``col0 + ...``) over its
+        subtree iv .. end-1 (pinocchio's backward step): the rows below it,
+        ``d tau_c / d x_iv = dFda_c . dA + dYtJ_c . dV``, and its own row,
+        ``d tau_iv / d x_c = J . dF_c``."""
+        for c in range(iv + 1, end):
+            out[c, col0 + iv] = dot6(dFda[c], dA) + dot6(dYtJ[c], dV)
+        for c in range(iv, end):
+            out[iv, col0 + c] = dot6(J, dF[c])
+
+    @nb.njit(inline="always")
     def dy_act(G, x, out):
         """out = dY x for dY = [[0, [c]x], [0, AA]] stored as G = [c | AA row-major]."""
         x3, x4, x5 = x[3], x[4], x[5]
@@ -486,15 +503,9 @@ def _build_kernel(cache: bool = True):
                 Rp = oR[p]
                 R = oR[i]
                 # oMi = oMi[parent] * liMi
-                R[0] = Rp[0] * r00 + Rp[1] * r10 + Rp[2] * r20
-                R[1] = Rp[0] * r01 + Rp[1] * r11 + Rp[2] * r21
-                R[2] = Rp[0] * r02 + Rp[1] * r12 + Rp[2] * r22
-                R[3] = Rp[3] * r00 + Rp[4] * r10 + Rp[5] * r20
-                R[4] = Rp[3] * r01 + Rp[4] * r11 + Rp[5] * r21
-                R[5] = Rp[3] * r02 + Rp[4] * r12 + Rp[5] * r22
-                R[6] = Rp[6] * r00 + Rp[7] * r10 + Rp[8] * r20
-                R[7] = Rp[6] * r01 + Rp[7] * r11 + Rp[8] * r21
-                R[8] = Rp[6] * r02 + Rp[7] * r12 + Rp[8] * r22
+                R[0], R[1], R[2], R[3], R[4], R[5], R[6], R[7], R[8] = mat3mul(
+                    Rp[0], Rp[1], Rp[2], Rp[3], Rp[4], Rp[5], Rp[6], Rp[7], Rp[8],
+                    r00, r01, r02, r10, r11, r12, r20, r21, r22)
                 o0 = op[p, 0] + Rp[0] * px + Rp[1] * py + Rp[2] * pz
                 o1 = op[p, 1] + Rp[3] * px + Rp[4] * py + Rp[5] * pz
                 o2 = op[p, 2] + Rp[6] * px + Rp[7] * py + Rp[8] * pz
@@ -603,12 +614,10 @@ def _build_kernel(cache: bool = True):
                 Y = Yc[i]
                 G = dY[i]
                 f = of[i]
-                tau[pt, iv] = J[0] * f[0] + J[1] * f[1] + J[2] * f[2] + J[3] * f[3] + J[4] * f[4] + J[5] * f[5]
+                tau[pt, iv] = dot6(J, f)
                 inertia_act(Y, J, dFda[iv], False)
                 for c in range(iv, end):
-                    x = dFda[c]
-                    out[iv, 2 * n + c] = J[0] * x[0] + J[1] * x[1] + J[2] * x[2] + J[3] * x[3] + J[4] * x[4] + J[5] * x[5]
-                    out[c, 2 * n + iv] = out[iv, 2 * n + c]
+                    out[iv, 2 * n + c] = out[c, 2 * n + iv] = dot6(J, dFda[c])
                 # dFdq = dY dVdq + Y dAdq;  dYtJ = dY^T J
                 dy_act(G, dVdq[iv], dFdq[iv])
                 x = dYtJ[iv]
@@ -617,30 +626,12 @@ def _build_kernel(cache: bool = True):
                 x[4] = -(G[2] * J[0] - G[0] * J[2]) + G[4] * J[3] + G[7] * J[4] + G[10] * J[5]
                 x[5] = -(G[0] * J[1] - G[1] * J[0]) + G[5] * J[3] + G[8] * J[4] + G[11] * J[5]
                 inertia_act(Y, dAdq[iv], dFdq[iv], True)
-                da_, dv_ = dAdq[iv], dVdq[iv]
-                for c in range(iv + 1, end):
-                    x, y = dFda[c], dYtJ[c]
-                    acc = 0.0
-                    for k in range(6):
-                        acc += x[k] * da_[k] + y[k] * dv_[k]
-                    out[c, iv] = acc
-                for c in range(iv, end):
-                    x = dFdq[c]
-                    out[iv, c] = J[0] * x[0] + J[1] * x[1] + J[2] * x[2] + J[3] * x[3] + J[4] * x[4] + J[5] * x[5]
+                subtree_block(out, 0, iv, end, J, dFda, dYtJ, dAdq[iv], dVdq[iv], dFdq)
                 fcross_add(J, f, dFdq[iv])
                 # dFdv = dY J + Y dAdv
                 dy_act(G, J, dFdv[iv])
                 inertia_act(Y, dAdv[iv], dFdv[iv], True)
-                da_ = dAdv[iv]
-                for c in range(iv + 1, end):
-                    x, y = dFda[c], dYtJ[c]
-                    acc = 0.0
-                    for k in range(6):
-                        acc += x[k] * da_[k] + y[k] * J[k]
-                    out[c, n + iv] = acc
-                for c in range(iv, end):
-                    x = dFdv[c]
-                    out[iv, n + c] = J[0] * x[0] + J[1] * x[1] + J[2] * x[2] + J[3] * x[3] + J[4] * x[4] + J[5] * x[5]
+                subtree_block(out, n, iv, end, J, dFda, dYtJ, dAdv[iv], J, dFdv)
                 if p > 0:
                     for k in range(10):
                         Yc[p, k] += Y[k]
