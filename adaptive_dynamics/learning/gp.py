@@ -23,7 +23,7 @@ exactly the posterior of the shifted data.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
@@ -33,7 +33,7 @@ from .base import Learner, register, split_state
 from .consistency import ParameterChange
 from .gp_kernel import se_kernel, se_kernel_grads
 
-__all__ = ["ExactGP", "Standardiser", "nlml_exact"]
+__all__ = ["ExactGP", "Standardiser", "nlml_exact", "minimise_nlml"]
 
 LOG2PI = float(np.log(2.0 * np.pi))
 #: smallest standard deviation used to standardise a coordinate (relative to the largest)
@@ -94,6 +94,21 @@ def nlml_exact(Xs: np.ndarray, Ys: np.ndarray, ls: np.ndarray, sf2: np.ndarray, 
     d_ls, d_sf2, _ = se_kernel_grads(Xs, Xs, ls, Kf, dK)
     d_sn2 = sn2 * np.einsum("gii->g", dK)
     return nl, (d_ls, d_sf2, d_sn2)
+
+
+def minimise_nlml(objective, t0: np.ndarray, bounds, max_iter: int) -> np.ndarray:
+    """L-BFGS-B on ``objective(t) -> (value, gradient)`` from ``t0`` for at most
+    ``max_iter`` iterations; a failed factorisation counts as +inf.  Returns the result,
+    or ``t0`` when it is not finite or no better than the start."""
+    def f(t):
+        try:
+            return objective(t)
+        except np.linalg.LinAlgError:
+            return np.inf, np.zeros_like(t)
+
+    f0 = f(t0)[0]
+    res = minimize(f, t0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": max_iter})
+    return res.x if np.isfinite(res.fun) and res.fun <= f0 else t0
 
 
 @register
@@ -198,18 +213,12 @@ class ExactGP(Learner):
                     np.exp(t[G * d_ls + G:]))
 
         def f(t):
-            ls, sf2, sn2 = unpack(t)
-            try:
-                nl, (g_ls, g_sf2, g_sn2) = nlml_exact(Xs, Ys, ls, sf2, sn2)
-            except np.linalg.LinAlgError:
-                return np.inf, np.zeros_like(t)
+            nl, (g_ls, g_sf2, g_sn2) = nlml_exact(Xs, Ys, *unpack(t))
             return float(nl.sum()), np.concatenate([g_ls.ravel(), g_sf2, g_sn2])
 
         t0 = np.concatenate([np.log(self.ls).ravel(), np.log(self.sf2), np.log(self.sn2)])
         bounds = [(-7.0, 7.0)] * (G * d_ls) + [(-9.0, 9.0)] * G + [(np.log(1e-6), 5.0)] * G
-        res = minimize(f, t0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": self.max_iter})
-        if np.isfinite(res.fun) and res.fun <= f(t0)[0]:
-            self.ls, self.sf2, self.sn2 = unpack(res.x)
+        self.ls, self.sf2, self.sn2 = unpack(minimise_nlml(f, t0, bounds, self.max_iter))
 
     # ---------------------------------------------------------------- prediction
     def _predict(self, X: np.ndarray, return_var: bool):

@@ -24,17 +24,16 @@ inducing inputs in raw units between fits so a warm start survives a new scaler.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Optional
 
 import numpy as np
 from scipy.linalg import cho_solve
-from scipy.optimize import minimize
 
+from .gp import LOG2PI, Standardiser, minimise_nlml
 from .gp_kernel import se_kernel, se_kernel_grads
 
 __all__ = ["dtc_nlml", "SparseGP", "JITTER"]
 
-LOG2PI = float(np.log(2.0 * np.pi))
 #: added to the diagonal of Kmm (standardised units) for a stable factorisation
 JITTER = 1e-8
 
@@ -127,8 +126,6 @@ class SparseGP:
     def fit(self, X: np.ndarray, Y: np.ndarray, xs=None, ys=None) -> None:
         """Fit to raw X (n x d), Y (n x o); ``xs``/``ys``: the standardisers (default:
         from this data)."""
-        from .gp import Standardiser
-
         xs = xs or Standardiser.fit(X)
         ys = ys or Standardiser.fit(Y)
         Xs, Ys = xs(X), self._group(ys(Y))
@@ -151,20 +148,13 @@ class SparseGP:
                     np.exp(t[nz + nl: nz + nl + G]), np.exp(t[nz + nl + G:]))
 
         def f(t):
-            Zt, ls, sf2, sn2 = unpack(t)
-            try:
-                F, (gZ, gl, gs, gn) = dtc_nlml(Xs, Ys, Zt, ls, sf2, sn2)
-            except np.linalg.LinAlgError:
-                return np.inf, np.zeros_like(t)
+            F, (gZ, gl, gs, gn) = dtc_nlml(Xs, Ys, *unpack(t))
             return float(F.sum()), np.concatenate([gZ.ravel(), gl.ravel(), gs, gn])
 
         t0 = np.concatenate([Z.ravel(), np.log(self.ls).ravel(), np.log(self.sf2), np.log(self.sn2)])
         bounds = ([(None, None)] * nz + [(-7.0, 7.0)] * nl + [(-9.0, 9.0)] * G
                   + [(np.log(1e-6), 5.0)] * G)
-        f0 = f(t0)[0]
-        res = minimize(f, t0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": self.max_iter})
-        if np.isfinite(res.fun) and (not np.isfinite(f0) or res.fun <= f0):
-            Z, self.ls, self.sf2, self.sn2 = unpack(res.x)
+        Z, self.ls, self.sf2, self.sn2 = unpack(minimise_nlml(f, t0, bounds, self.max_iter))
         return Z
 
     def _factorise(self, Xs, Ys, Z, xs, ys) -> None:
@@ -179,18 +169,11 @@ class SparseGP:
         eye = np.broadcast_to(np.eye(m), Kmm.shape)
         R = cho_solve((Lm, True), eye) - self.sn2[:, None, None] * cho_solve((LA, True), eye)
         R = 0.5 * (R + np.swapaxes(R, 1, 2))
-        self.snap = (Z, w, R, LA, Kmn, xs, ys, self.ls.copy(), self.sf2.copy(), self.sn2.copy())
-
-    def refit_targets(self, Y: np.ndarray, X: np.ndarray) -> None:
-        """Same inputs, new targets (a consistency shift): re-solve w with the current
-        factorisation and scalers (exactly the posterior of the shifted data)."""
-        Z, _, R, LA, Kmn, xs, ys, ls, sf2, sn2 = self.snap
-        w = cho_solve((LA, True), Kmn @ self._group(ys(Y)))
-        self.snap = (Z, w, R, LA, Kmn, xs, ys, ls, sf2, sn2)
+        self.snap = (Z, w, R, xs, ys, self.ls.copy(), self.sf2.copy())
 
     def predict(self, X: np.ndarray, return_var: bool = False):
         """Mean (N x o) and latent variance (N x o) in raw units."""
-        Z, w, R, _, _, xs, ys, ls, sf2, _ = self.snap
+        Z, w, R, xs, ys, ls, sf2 = self.snap
         Ks = se_kernel(xs(X), Z, ls, sf2)                                  # G x N x m
         M = Ks @ w                                                         # G x N x c
         mean = (M[:, :, 0].T if self.G == self.o else M[0]) * ys.std + ys.mean
@@ -199,22 +182,3 @@ class SparseGP:
         v = np.maximum(sf2[:, None] - np.einsum("gnm,gmk,gnk->gn", Ks, R, Ks), 0.0)   # G x N
         var_s = v.T if self.G == self.o else np.repeat(v.T, self.o, axis=1)
         return mean, var_s * ys.std ** 2
-
-    # -------------------------------------------------------------- persistence
-    def get_arrays(self, prefix: str) -> Dict[str, np.ndarray]:
-        out = {f"{prefix}ls": self.ls, f"{prefix}sf2": self.sf2, f"{prefix}sn2": self.sn2}
-        if self.Z_raw is not None:
-            out[f"{prefix}Z"] = self.Z_raw
-        return out
-
-    def set_arrays(self, arrays: Dict[str, np.ndarray], prefix: str) -> None:
-        ls, sf2, sn2 = (np.asarray(arrays[f"{prefix}{k}"], dtype=float) for k in ("ls", "sf2", "sn2"))
-        if ls.shape != self.ls.shape or sf2.shape != (self.G,) or sn2.shape != (self.G,):
-            raise ValueError(f"saved sparse-GP hyperparameters have shapes {ls.shape}, {sf2.shape}, {sn2.shape}")
-        self.ls, self.sf2, self.sn2 = ls, sf2, sn2
-        Z = arrays.get(f"{prefix}Z")
-        if Z is not None:
-            Z = np.asarray(Z, dtype=float)
-            if Z.shape != (self.G, self.m, self.d):
-                raise ValueError(f"saved inducing inputs have shape {Z.shape}, expected {(self.G, self.m, self.d)}")
-            self.Z_raw = Z
