@@ -123,6 +123,22 @@ def test_save_load_roundtrip(kind, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz"]
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_bytes_roundtrip_and_malformed_buffers(kind):
+    """to_bytes/from_bytes (the split's model snapshots) carry the same model as a file;
+    a truncated or foreign buffer is a ValueError, never a half-loaded learner."""
+    X, y = _data()
+    L = _make(kind)
+    L.partial_fit(X[:300], y[:300])
+    data = L.to_bytes()
+    R = Learner.from_bytes(data)
+    np.testing.assert_allclose(R.predict(X[300:]), L.predict(X[300:]), rtol=1e-10, atol=1e-12)
+    assert R.n_updates == L.n_updates
+    for bad in (data[: len(data) // 2], b"", b"\x80\x04 pickle", data[:-20]):
+        with pytest.raises(ValueError, match="not a learner file"):
+            Learner.from_bytes(bad)
+
+
 def test_registry_and_config_validation():
     from adaptive_dynamics.launch_graph import LEARNERS as LAUNCH_LEARNERS
 

@@ -21,10 +21,16 @@ API (scikit-learn habits; every learner in :mod:`adaptive_dynamics.learning` fol
     that evaluates Y and its state derivatives; inputs must then be x = (q, qd, qdd).
     The transform is linear in ``delta_pi`` and composes exactly, so a caller may sum
     many small updates and apply them at once.
+``hint(x)``
+    The input the next prediction will be asked for (the reference ahead).  Learners
+    that select training data around the query (PGPOL's k nearest database points)
+    use it at their next update; the others ignore it.
 ``save(path)`` / ``Learner.load(path)``
     One ``.npz`` (numeric arrays + a JSON config string; loaded with
     ``allow_pickle=False``, so a model file can never execute code).  Written to a
     temporary file then renamed: a crash mid-save leaves the previous file intact.
+    ``to_bytes()`` / ``Learner.from_bytes(data)``: the same ``.npz`` in memory (the
+    model snapshots of the prediction / model-update split).
 
 Counters: :attr:`n_updates` (accepted samples), :attr:`n_rejected`,
 :attr:`n_transforms`, and per learner its size (``n_components`` / ``n_basis``).
@@ -39,9 +45,11 @@ then slightly off; the mean never is).  Writers must be serialised by the caller
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
+import zipfile
 from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
 import numpy as np
@@ -159,24 +167,47 @@ class Learner:
         self._transform(dpi, model)
         self.n_transforms += 1
 
+    def hint(self, x) -> None:
+        """The input of the next query (see the module docstring); ignored by default."""
+
     # ------------------------------------------------------------- persistence
     def get_config(self) -> Dict[str, Any]:
         """JSON-able constructor arguments."""
         raise NotImplementedError
 
+    def _write_npz(self, fh) -> None:
+        arrays = {f"a_{k}": np.asarray(v) for k, v in self._get_arrays().items()}
+        meta = {"kind": self.kind, "version": FORMAT_VERSION, "config": self.get_config(),
+                "counters": self._counters()}
+        np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
+
+    def to_bytes(self) -> bytes:
+        """The learner as the bytes of its ``.npz`` file (see :meth:`save`)."""
+        buf = io.BytesIO()
+        self._write_npz(buf)
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Learner":
+        """Inverse of :meth:`to_bytes` (no pickle; a malformed buffer raises ValueError)."""
+        data = bytes(data)
+        if not data.startswith(b"PK"):
+            raise ValueError("not a learner file (no .npz archive)")
+        try:
+            return cls.load(io.BytesIO(data))
+        except (OSError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+            raise ValueError(f"not a learner file: {exc}") from None
+
     def save(self, path) -> str:
         path = os.fspath(path)
         if not path.endswith(".npz"):
             path += ".npz"
-        arrays = {f"a_{k}": np.asarray(v) for k, v in self._get_arrays().items()}
-        meta = {"kind": self.kind, "version": FORMAT_VERSION, "config": self.get_config(),
-                "counters": self._counters()}
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".npz")
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
+                self._write_npz(fh)
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
@@ -188,17 +219,18 @@ class Learner:
     def load(cls, path) -> "Learner":
         """Load any learner saved by :meth:`save` (the class is taken from the file;
         called on a subclass, the file must hold that kind)."""
-        with np.load(os.fspath(path), allow_pickle=False) as z:
+        where = os.fspath(path) if isinstance(path, (str, os.PathLike)) else "<bytes>"
+        with np.load(path if where == "<bytes>" else where, allow_pickle=False) as z:
             meta = json.loads(str(z["__meta__"]))
             arrays = {k[2:]: z[k] for k in z.files if k.startswith("a_")}
         kind = meta.get("kind")
         if meta.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{path}: unsupported learner file version {meta.get('version')!r}")
+            raise ValueError(f"{where}: unsupported learner file version {meta.get('version')!r}")
         if kind not in LEARNERS:
-            raise ValueError(f"{path}: unknown learner kind {kind!r}")
+            raise ValueError(f"{where}: unknown learner kind {kind!r}")
         klass = LEARNERS[kind]
         if cls is not Learner and not issubclass(klass, cls):
-            raise ValueError(f"{path} holds a {kind!r} learner, not a {cls.kind!r}")
+            raise ValueError(f"{where} holds a {kind!r} learner, not a {cls.kind!r}")
         obj = klass(**meta["config"])
         obj._set_arrays(arrays)
         for k, v in meta.get("counters", {}).items():
