@@ -12,6 +12,8 @@ scikit-learn habits: ``partial_fit`` / ``predict`` / ``save`` / ``load``; see
   optional type-II ML fit), mean, variance and mean gradient (PGPOL sec. II-A, SCQP eq. 16).
 * :class:`OnlineResidual` -- either learner fed online from a stream on a worker
   thread, with the transforms applied in order (the ``residual_learner`` node's core).
+* :mod:`.snapshot` -- any learner as versioned, checksummed bytes (the ``learner/model``
+  snapshots of the prediction / model-update split).
 """
 from .base import LEARNERS, Learner, load_learner, make_learner
 from .consistency import ParameterChange, transform_gaussians
@@ -19,6 +21,8 @@ from .gp import ExactGP
 from .igmm import IncrementalGMM
 from .online import OnlineResidual
 from .rbfn import RBFNetwork
+from .snapshot import Snapshot, SnapshotError, decode_snapshot, encode_snapshot
 
 __all__ = ["Learner", "LEARNERS", "make_learner", "load_learner", "IncrementalGMM", "RBFNetwork",
            "OnlineResidual", "ParameterChange", "transform_gaussians", "ExactGP"]
+__all__ += ["Snapshot", "SnapshotError", "encode_snapshot", "decode_snapshot"]  # the split's model snapshots

@@ -20,6 +20,10 @@ the residual ``f(x) = tau - Y(x) pi_hat`` of a parametric model that keeps chang
   immutable prediction snapshot (see :mod:`.base`), so the control-rate prediction
   never waits for a ``partial_fit`` in progress.  Before the learner exists it returns
   zeros (:attr:`ready` is False).
+* :meth:`hint` (any thread, cheap): the input of the next prediction (the reference
+  ahead), forwarded to :meth:`Learner.hint` -- learners that select training data
+  around the query (PGPOL's k nearest database points) use it at their next update;
+  kept and handed over when the learner is built after the warm-up.
 * The worker thread (``threaded=True``) drains the queue in blocks of up to
   ``block_size`` samples; ``threaded=False`` learns synchronously in :meth:`process`
   (deterministic runs, tests).
@@ -32,17 +36,22 @@ span on each side; ``box="limits"``: joint limits, velocity limits and
 exactly to the buffered targets (``y -= Y(x) delta_pi``).
 
 Persistence: :meth:`save` / :meth:`load` (the learner's ``.npz``; writes are atomic).
+Snapshots (the prediction / model-update split): :attr:`revision` counts the changes
+of the learner (every successful update, transform, load, reset); :meth:`snapshot`
+encodes the learner as a versioned snapshot (:mod:`.snapshot`) with its writers held
+off, and :meth:`set_learner` adopts a learner object (kind and sizes checked).
 """
 from __future__ import annotations
 
 import collections
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from .base import LEARNERS, Learner, load_learner, make_learner
+from .snapshot import encode_snapshot
 
 __all__ = ["OnlineResidual"]
 
@@ -113,6 +122,8 @@ class OnlineResidual:
         self.counters["fit_ms_last"] = 0.0
         self.counters["transform_ms_last"] = 0.0
         self.last_error = ""
+        self.revision = 0        # +1 on every change of the learner (see snapshot)
+        self._hint: Optional[np.ndarray] = None
         self._stop = False
         self._thread = None
         if threaded:
@@ -168,6 +179,20 @@ class OnlineResidual:
             else:
                 self._queue.append((_UPDATE, d.copy(), None))
             self._cv.notify()
+        return True
+
+    def hint(self, x) -> bool:
+        """The input the next prediction will be asked for (``x = (q, qd, qdd)`` of the
+        reference ahead), forwarded to the learner's :meth:`Learner.hint`; before the
+        learner exists it is kept for it.  A wrong shape or a non-finite ``x`` is
+        ignored (returns False)."""
+        x = np.asarray(x, dtype=float).reshape(-1)
+        if x.shape != (3 * self.n,) or not np.isfinite(x).all():
+            return False
+        self._hint = x = x.copy()
+        L = self.learner
+        if L is not None:
+            L.hint(x)
         return True
 
     # ------------------------------------------------------------- prediction
@@ -235,7 +260,10 @@ class OnlineResidual:
                 w = self.warmup
                 # exactly the first `warmup` samples set the GMM's scale/novelty radius and the
                 # RBF box, and form the first batch: the result does not depend on the blocking
-                self.learner = self._build(X[:w])
+                learner = self._build(X[:w])
+                if self._hint is not None:
+                    learner.hint(self._hint)
+                self.learner = learner
                 self._partial_fit(X[:w], Y[:w])
                 X, Y = X[w:], Y[w:]
             if len(X):
@@ -255,6 +283,7 @@ class OnlineResidual:
             c["fit_ms_last"] = round(1e3 * (time.perf_counter() - t0), 3)
         c["fit_calls"] += 1
         c["samples_learned"] += len(X)
+        self.revision += 1
 
     def _apply_update(self, dpi: np.ndarray) -> None:
         c = self.counters
@@ -275,6 +304,8 @@ class OnlineResidual:
                     return
             c["transform_ms_last"] = round(1e3 * (time.perf_counter() - t0), 3)
             c["transforms_applied"] += 1
+            if self.learner is not None:
+                self.revision += 1
 
     def _build(self, X: np.ndarray) -> Learner:
         cfg = dict(self.config)
@@ -324,6 +355,7 @@ class OnlineResidual:
         with self._fit_lock:
             self.learner = None
             self._warm_X, self._warm_y = [], []
+            self.revision += 1
 
     def save(self, path) -> Optional[str]:
         """Save the learner (None if nothing is learnt yet)."""
@@ -334,18 +366,34 @@ class OnlineResidual:
 
     def load(self, path) -> Learner:
         """Replace the learner by a saved one (kind and sizes checked)."""
-        L = load_learner(path)
+        return self.set_learner(load_learner(path), where=str(path))
+
+    def set_learner(self, L: Learner, where: str = "the learner") -> Learner:
+        """Replace the learner by ``L`` (kind and sizes checked; raises ValueError naming
+        ``where`` and what differs)."""
         if L.kind != self.kind:
-            raise ValueError(f"{path} holds a {L.kind!r} learner but the configured learner is {self.kind!r}")
+            raise ValueError(f"{where} holds a {L.kind!r} learner but the configured learner is {self.kind!r}")
         if (L.input_dim, L.output_dim) != (3 * self.n, self.n):
-            raise ValueError(f"{path}: learner maps {L.input_dim} -> {L.output_dim} values, this robot needs"
+            raise ValueError(f"{where}: learner maps {L.input_dim} -> {L.output_dim} values, this robot needs"
                              f" x = (q, qd, qdd) of {3 * self.n} -> {self.n}")
         if L.kind == "rbfn" and getattr(L, "n_params", 0) not in (0, self.model.n_params):
-            raise ValueError(f"{path}: the RBF network carries dW/dpi for {L.n_params} parameters, the model has"
+            raise ValueError(f"{where}: the RBF network carries dW/dpi for {L.n_params} parameters, the model has"
                              f" {self.model.n_params} (friction columns on/off?)")
         with self._fit_lock:
+            if self._hint is not None:
+                L.hint(self._hint)
             self.learner = L
+            self.revision += 1
         return L
+
+    def snapshot(self, version: int, *, source: str = "") -> Optional[Tuple[int, bytes]]:
+        """``(revision, bytes)``: the learner as a snapshot numbered ``version``
+        (:func:`~adaptive_dynamics.learning.snapshot.encode_snapshot`), encoded while no
+        update runs, with the :attr:`revision` it shows; None before the learner exists."""
+        with self._fit_lock:
+            if self.learner is None:
+                return None
+            return self.revision, encode_snapshot(self.learner, version, source=source)
 
     def size(self) -> int:
         L = self.learner
