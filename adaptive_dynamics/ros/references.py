@@ -306,6 +306,12 @@ class ReferenceBuffer:
             j = bisect.bisect_right(st, int(upto_ns))
             return [self._items[s] for s in st[i:j]]
 
+    def latest(self, k: int = 1) -> list:
+        """The ``k`` newest references (fewer if fewer are held), in stamp order; no
+        counters touched."""
+        with self._lock:
+            return [self._items[s] for s in self._stamps[-int(k):]] if k > 0 else []
+
     def lookup(self, t_ns: int, tolerance_ns: int = 0,
                max_staleness_ns: Optional[int] = None) -> Optional[Reference]:
         t = int(t_ns)

@@ -1,0 +1,373 @@
+"""What the learner nodes share: ``residual_learner`` (learning and prediction in one
+process) and the PGPOL split's ``model_update`` (learning) and ``prediction``.
+
+* Parameter groups (:func:`learner_specs`, :func:`output_specs`, :func:`stream_specs`)
+  and the learner's construction from them (:func:`make_core`).
+* :class:`SampleAssembler` -- learning samples from the streams: ``joint_states``
+  (q, qd and the measured torque), ``adaptive/parametric_torque`` and ``reference``
+  matched **by stamp**, joints by name; ``adaptive/parameter_update`` checked and handed
+  to the core in stream order.  ``target: residual`` learns
+  ``y = tau_measured - tau_parametric``; ``target: torque`` learns the measured torque
+  itself (no parametric model: the state alone makes the sample).
+* :class:`ResidualOutput` -- the stamped ``feedforward/residual`` stream: on each state
+  stamped ``t`` one message per reference point in ``(last published, t + lead]`` and
+  not before ``t``, predicted from the reference state ``(q_d, qd_d, qdd_d)`` and
+  stamped with the instant it applies to, so the controller finds the exact stamp.
+
+The nodes stay thin: they create the subscriptions and hand the messages to these.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Callable, Optional
+
+import numpy as np
+from sensor_msgs.msg import JointState
+
+from ..learning import LEARNERS, OnlineResidual
+from ..ros.joint_states import JointStateMapper, joint_state_msg
+from ..ros.params import ParamSpec
+from ..ros.qos import PUBLISHER_STREAM_QOS
+from ..ros.references import ReferenceBuffer
+from ..ros.stamped import vector_from_msg
+
+__all__ = ["learner_specs", "output_specs", "stream_specs", "learner_config", "make_core", "SampleAssembler",
+           "ResidualOutput", "BUFFER"]
+
+BUFFER = 2000   # states / parametric torques kept for stamp matching
+
+
+def learner_kind_description() -> str:
+    return ("gmm (incremental GMM + GMR) | rbfn (RBF network + RLS) | gp (exact GP, FIFO window); any kind of"
+            " adaptive_dynamics.learning.LEARNERS")
+
+
+def learner_specs() -> list[ParamSpec]:
+    """The learning side: which learner, how samples reach it."""
+    return [
+        ParamSpec("learner", "gmm", learner_kind_description(), choices=sorted(LEARNERS), read_only=True),
+        ParamSpec("learner_config", "", "JSON object of the learner's constructor arguments, e.g."
+                  ' {"max_components": 64} or {"n_basis": 512, "width": 0.5}; empty = defaults',
+                  read_only=True),
+        ParamSpec("friction", False, "the controller adapts friction columns too (its parameter_update then"
+                  " carries <joint>.fv/.fc)", read_only=True),
+        ParamSpec("learning", True, "learn from the stream (phases 1, 2, 4)"),
+        ParamSpec("transform", True, "apply the consistency transform on every parameter update"),
+        ParamSpec("learn_decimation", 10, "learn every k-th sample", min=1, max=1000),
+        ParamSpec("block_size", 50, "most samples per learner update on the worker", min=1, max=10000,
+                  read_only=True),
+        ParamSpec("warmup", 200, "samples collected before the learner is built (GMM scale, RBFN box)",
+                  min=2, max=100000, read_only=True),
+        ParamSpec("rbfn_box", "data", "RBF input box: data (warm-up range + margin) | limits (joint,"
+                  " velocity and acceleration limits)", choices=["data", "limits"], read_only=True),
+        ParamSpec("box_margin", 0.2, "rbfn_box data: widen the range by this fraction of the span",
+                  min=0.0, max=10.0, read_only=True),
+        ParamSpec("acceleration_limit", 10.0, "rad/s^2: the acceleration range of rbfn_box limits",
+                  min=1e-3, read_only=True),
+        ParamSpec("acceleration", "desired", "qdd of the learning input: desired (reference) | measured"
+                  " (filtered difference of the measured velocity)", choices=["desired", "measured"],
+                  read_only=True),
+        ParamSpec("acceleration_filter_hz", 20.0, "acceleration measured: low-pass cut-off [Hz]",
+                  min=0.1, read_only=True),
+        ParamSpec("queue_limit", 20000, "queued samples beyond this are dropped (counted)", min=1,
+                  read_only=True),
+    ]
+
+
+def output_specs(monitor_topic: str) -> list[ParamSpec]:
+    """The feed-forward side: the stamped residual stream."""
+    return [
+        ParamSpec("output", True, "publish the prediction as feedforward/residual (else zeros)"),
+        ParamSpec("prediction_lead", 0.01, "predict and publish references up to this far [s] ahead of"
+                  " the newest state", min=0.0, max=1.0),
+        ParamSpec("monitor_decimation", 10, f"publish {monitor_topic} every k-th point (0 = off)",
+                  min=0, max=10000),
+    ]
+
+
+def stream_specs() -> list[ParamSpec]:
+    return [
+        ParamSpec("reliable_streams", True, "subscribe joint_states reliably (lockstep); false = best"
+                  " effort depth 1 (real time)", read_only=True),
+        ParamSpec("hot_path_thread", True, "take the 1 kHz topics on a lean companion node with its own"
+                  " executor thread", read_only=True),
+        ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages", min=0.05),
+    ]
+
+
+def learner_config(text: str) -> dict:
+    """``learner_config`` (a JSON object, or empty) as keyword arguments."""
+    try:
+        config = json.loads(text) if text.strip() else {}
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        raise ValueError(f"learner_config must be a JSON object of constructor arguments: {exc}") from None
+    return config
+
+
+def make_core(p, model, config: dict, *, transform: Optional[bool] = None) -> OnlineResidual:
+    """The :class:`OnlineResidual` the parameters in ``p`` (:func:`learner_specs`) describe."""
+    return OnlineResidual(
+        model, p["learner"], config, learn_every=p["learn_decimation"], block_size=p["block_size"],
+        warmup=p["warmup"], box=p["rbfn_box"], box_margin=p["box_margin"],
+        acceleration_limit=p["acceleration_limit"], queue_limit=p["queue_limit"],
+        learning=p["learning"], transform=p["transform"] if transform is None else transform)
+
+
+class SampleAssembler:
+    """Learning samples from the streams, matched by stamp (see the module docstring).
+
+    A sample is assembled when the parametric torque of a stamp arrives (the state and
+    the reference of that stamp are buffered; a parametric torque that comes first waits
+    for its state), or with ``target="torque"`` when the state arrives.  Its
+    ``qdd`` is the reference's acceleration at the state's stamp
+    (``acceleration="desired"``) or the low-pass filtered backward difference of the
+    measured velocity (``"measured"``).  ``hint_lead_ns`` (not None): on every state
+    stamped ``t``, before its sample is offered, the newest reference point stamped in
+    ``[t, t + hint_lead_ns]`` goes to :meth:`OnlineResidual.hint`.
+
+    Rejections (wrong joint names, NaN/inf, wrong parameter names) call
+    ``reject(what, exc)`` and never reach the core.  Callbacks may run on any one
+    thread; the buffers are guarded by a lock.
+    """
+
+    def __init__(self, core: OnlineResidual, names, refs: ReferenceBuffer, counters,
+                 reject: Callable[[str, Exception], None], *, param_names, target: str = "residual",
+                 acceleration: str = "desired", acceleration_filter_hz: float = 20.0,
+                 hint_lead_ns: Optional[int] = None, buffer: int = BUFFER):
+        if target not in ("residual", "torque"):
+            raise ValueError(f"target must be 'residual' or 'torque', got {target!r}")
+        self.core = core
+        self.names = list(names)
+        self.n = len(self.names)
+        self.refs = refs
+        self.counters = counters
+        self.reject = reject
+        self.target = target
+        self.acceleration = acceleration
+        self.acceleration_filter_hz = float(acceleration_filter_hz)
+        self.hint_lead_ns = hint_lead_ns
+        self.buffer = int(buffer)
+        self.mapper = JointStateMapper(self.names)
+        self.param_names = list(param_names)
+        self._lock = threading.Lock()
+        self._states: OrderedDict = OrderedDict()    # stamp -> (q, v, tau, qdd_measured)
+        self._ptorques: OrderedDict = OrderedDict()  # stamp -> parametric torque (arrived first)
+        self._last_state = None   # (stamp, v) for acceleration: measured
+        self._acc = np.zeros(self.n)
+        self._x = np.empty(3 * self.n)
+        self._zeros = np.zeros(self.n)
+
+    @property
+    def newest_stamp(self) -> Optional[int]:
+        with self._lock:
+            return next(reversed(self._states)) if self._states else None
+
+    def on_state(self, msg) -> Optional[int]:
+        """A ``joint_states`` message (or its bytes); returns its stamp, or None when it
+        was rejected or out of order."""
+        try:
+            stamp, q, v, tau = self.mapper.map(msg)
+            if v is None or tau is None:
+                raise ValueError("joint_states needs velocities and efforts (the measured torque)")
+        except ValueError as exc:
+            self.reject("joint_states", exc)
+            return None
+        with self._lock:
+            if self._states and stamp <= next(reversed(self._states)):
+                self.counters.inc("state_out_of_order")
+                return None
+            acc = None
+            if self.acceleration == "measured":
+                acc = self._measured_acc(stamp, v)
+            self._states[stamp] = (q.copy(), v.copy(), tau.copy(), acc)
+            while len(self._states) > self.buffer:
+                self._states.popitem(last=False)
+            pt = self._ptorques.pop(stamp, None)
+        if self.hint_lead_ns is not None:
+            self._hint(stamp)
+        if self.target == "torque":
+            self._learn(stamp, self._zeros)
+        elif pt is not None:
+            self._learn(stamp, pt)
+        return stamp
+
+    def _hint(self, stamp: int) -> None:
+        ahead = self.refs.between(stamp - 1, stamp + int(self.hint_lead_ns))
+        if not ahead:
+            self.counters.inc("hint_no_reference")
+            return
+        r = ahead[-1]
+        n = self.n
+        x = np.empty(3 * n)
+        x[:n] = r.q
+        x[n:2 * n] = r.qd if r.qd is not None else 0.0
+        x[2 * n:] = r.qdd if r.qdd is not None else 0.0
+        self.core.hint(x)
+
+    def _measured_acc(self, stamp: int, v: np.ndarray) -> np.ndarray:
+        last = self._last_state
+        self._last_state = (stamp, v.copy())
+        if last is None:
+            return self._acc.copy()
+        dt = (stamp - last[0]) * 1e-9
+        raw = (v - last[1]) / dt
+        alpha = 1.0 - np.exp(-2.0 * np.pi * self.acceleration_filter_hz * dt)
+        self._acc += alpha * (raw - self._acc)
+        return self._acc.copy()
+
+    def on_parametric_torque(self, msg: JointState) -> None:
+        try:
+            stamp, pt = vector_from_msg(msg, self.names, "effort", where="adaptive/parametric_torque")
+        except ValueError as exc:
+            self.reject("parametric_torque", exc)
+            return
+        with self._lock:
+            if stamp not in self._states:   # the state has not arrived yet: keep it for on_state
+                self._ptorques[stamp] = pt
+                while len(self._ptorques) > self.buffer:
+                    self._ptorques.popitem(last=False)
+                return
+        self._learn(stamp, pt)
+
+    def _learn(self, stamp: int, pt: np.ndarray) -> None:
+        if not self.core.learning:
+            return
+        with self._lock:
+            q, v, tau, acc = self._states[stamp]
+        if acc is None:
+            ref = self.refs.lookup(stamp, 0, 0)
+            if ref is None or ref.qdd is None:
+                self.counters.inc("sample_no_reference")
+                return
+            acc = ref.qdd
+        n = self.n
+        x = self._x
+        x[:n], x[n:2 * n], x[2 * n:] = q, v, acc
+        try:
+            self.core.add_sample(x, tau - pt)
+        except ValueError as exc:
+            self.reject("sample", exc)
+
+    def on_parameter_update(self, msg: JointState) -> bool:
+        """An ``adaptive/parameter_update``: checked (full parameter names, finite) and
+        handed to the core; True if the core will apply it (transform on)."""
+        try:
+            if list(msg.name) != self.param_names:
+                missing = [k for k in self.param_names if k not in msg.name]
+                extra = [k for k in msg.name if k not in self.param_names]
+                raise ValueError(f"parameter names differ from the model's ({len(msg.name)} vs"
+                                 f" {len(self.param_names)}; missing {missing[:4]}, unexpected {extra[:4]};"
+                                 f" friction columns need friction:=true)")
+            _, dpi = vector_from_msg(msg, None, "position", where="adaptive/parameter_update")
+        except ValueError as exc:
+            self.reject("parameter_update", exc)
+            return False
+        return self.core.add_parameter_update(dpi)
+
+
+class ResidualOutput:
+    """The stamped ``feedforward/residual`` stream (and a monitor copy), see the module.
+
+    :meth:`publish_until` is called on every state with the prediction function
+    ``predict(X) -> F`` (rows of ``X`` are reference states ``(q_d, qd_d, qdd_d)``);
+    ``predict`` may return None (no model yet) or raise ``ValueError``.  What is
+    published then depends on ``hold``: False -- zeros (``residual_learner``); True --
+    the last valid output row, zeros before any (``prediction``, as PGPOL pre-controls
+    the previous torques when no new ones are available); counted in
+    ``held_outputs``.  A non-finite prediction counts as failed: never a NaN residual.
+
+    ``extrapolate_ns`` > 0: when the reference buffer does not reach ``t + lead``,
+    instants on the reference's grid beyond its newest point (at most
+    ``extrapolate_ns`` beyond it) are predicted from the reference extrapolated
+    linearly from its last two points (PGPOL sec. III: x_d(t+2) from x_d(t), x_d(t+1));
+    counted in ``extrapolated``.
+    """
+
+    def __init__(self, node, names, refs: ReferenceBuffer, counters, log_error: Callable[[str, str], None], *,
+                 monitor_topic: str, hold: bool = False):
+        self.names = list(names)
+        self.n = len(self.names)
+        self.refs = refs
+        self.counters = counters
+        self.log_error = log_error
+        self.hold = bool(hold)
+        self.pub_res = node.create_publisher(JointState, "feedforward/residual", PUBLISHER_STREAM_QOS)
+        self.pub_mon = node.create_publisher(JointState, monitor_topic, PUBLISHER_STREAM_QOS)
+        self.last_published: Optional[int] = None   # stamp of the last published residual
+        self.last_output = np.zeros(self.n)          # the last valid prediction (hold)
+        self._k = 0
+
+    def _points(self, now: int, horizon: int, extrapolate_ns: int):
+        # never for instants before the newest state (a late start or a stall would
+        # otherwise burst out residuals for the past)
+        last = self.last_published
+        after = last if last is not None and last >= now else now - 1
+        refs = self.refs.between(after, horizon)
+        n = self.n
+        stamps = [r.stamp_ns for r in refs]
+        rows = []
+        for r in refs:
+            x = np.empty(3 * n)
+            x[:n] = r.q
+            x[n:2 * n] = r.qd if r.qd is not None else 0.0
+            x[2 * n:] = r.qdd if r.qdd is not None else 0.0
+            rows.append(x)
+        if extrapolate_ns > 0 and (not stamps or stamps[-1] < horizon):
+            tail = self.refs.latest(2)
+            if len(tail) == 2 and tail[1].stamp_ns > tail[0].stamp_ns:
+                a, b = (np.concatenate([r.q, r.qd if r.qd is not None else np.zeros(n),
+                                        r.qdd if r.qdd is not None else np.zeros(n)]) for r in tail)
+                t_b, dt = tail[1].stamp_ns, tail[1].stamp_ns - tail[0].stamp_ns
+                s = t_b + dt
+                k_extra = 0
+                while s <= horizon and s - t_b <= extrapolate_ns:
+                    if s > after and (not stamps or s > stamps[-1]):
+                        stamps.append(s)
+                        rows.append(b + (s - t_b) / dt * (b - a))
+                        k_extra += 1
+                    s += dt
+                if k_extra:
+                    self.counters.inc("extrapolated", k_extra)
+        return stamps, rows
+
+    def publish_until(self, now: int, horizon: int, predict, *, output: bool = True, monitor_every: int = 0,
+                      extrapolate_ns: int = 0) -> int:
+        """Publish the residuals for ``(last published, horizon]`` (not before ``now``);
+        returns how many."""
+        todo, rows = self._points(now, horizon, extrapolate_ns)
+        if not todo:
+            return 0
+        n = self.n
+        X = np.array(rows)
+        held = False
+        try:
+            F = predict(X)
+            if F is None:
+                held = True
+            elif not np.isfinite(F).all():
+                raise ValueError("non-finite prediction")
+        except ValueError as exc:
+            self.counters.inc("prediction_failed")
+            self.log_error("predict", f"prediction failed ({exc}): publishing "
+                           + ("the last valid residual" if self.hold else "zero residuals"))
+            F = None
+            held = self.hold
+        if F is None:
+            F = np.tile(self.last_output, (len(todo), 1)) if held else np.zeros((len(todo), n))
+            if held:
+                self.counters.inc("held_outputs", len(todo))
+        else:
+            self.last_output = np.array(F[-1], dtype=float)
+        zeros = np.zeros(n)
+        for s, f in zip(todo, F):
+            self.pub_res.publish(joint_state_msg(s, self.names, effort=f if output else zeros))
+            if monitor_every and self._k % monitor_every == 0:
+                self.pub_mon.publish(joint_state_msg(s, self.names, effort=f))
+            self._k += 1
+        self.counters.inc("residuals_published", len(todo))
+        self.last_published = todo[-1]
+        return len(todo)
