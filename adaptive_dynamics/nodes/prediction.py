@@ -1,0 +1,334 @@
+"""``prediction`` node: the prediction half of the prediction / model-update split
+(PGPOL, Habich et al. 2019, sec. III, Fig. 2), for any learner of
+:data:`adaptive_dynamics.learning.LEARNERS`.
+
+It publishes ``feedforward/residual`` exactly as ``residual_learner`` does (the same
+:class:`.learner_common.ResidualOutput`): on each ``joint_states`` stamp ``t`` one
+``sensor_msgs/JointState`` (``effort`` by joint name) per reference point stamped in
+``(last published, t + prediction_lead]`` and not before ``t``, predicted from the
+*reference* state ``(q_d, qd_d, qdd_d)`` and stamped with the instant it applies to --
+so a controller cannot tell it from ``residual_learner``'s.  ``output: false``
+publishes zeros; ``learner/prediction`` carries the prediction every
+``monitor_decimation``-th point regardless.
+
+The model comes from ``learner/model`` (``std_msgs/UInt8MultiArray``, one snapshot of
+:mod:`adaptive_dynamics.learning.snapshot` per message, reliable + transient local, as
+``model_update`` publishes it).  Receiving never blocks prediction: the bytes go to a
+worker thread that deserialises, checks and loads the learner
+(:func:`~adaptive_dynamics.learning.snapshot.decode_snapshot`, no pickle), tries one
+prediction, and only then swaps the model in with one reference assignment (the
+control path reads that reference once per state).  When snapshots arrive faster
+than they load, only the newest waits (``snapshots_superseded``).  A snapshot is
+*refused* -- logged with the reason, counted in ``snapshots_refused`` and
+``refused_<reason>``, the current model stays -- when it is truncated, corrupt
+(checksum), not a snapshot, over ``max_snapshot_bytes``, of an unknown kind, not the
+configured ``learner`` (if set), of the wrong size for this robot (``dims``:
+x = (q, qd, qdd) of 3n -> n), not newer than the current model (``version``: older or
+equal), or when its learner's trial prediction fails (``prediction``).
+
+No model yet, or a prediction that fails (raises, non-finite): the last valid output is
+held (zeros before any model) and counted in ``held_outputs``; a NaN residual is
+never published.  The PGPOL lead: ``prediction_lead`` ahead of the newest state;
+with ``extrapolate`` on, when the reference buffer does not reach ``t +
+prediction_lead`` (a reference that comes one point at a time), instants beyond its
+newest point -- on its grid, at most ``extrapolation_limit`` beyond -- are predicted
+from the reference extrapolated linearly from its last two points (PGPOL sec. III:
+x_d(t+2) from x_d(t) and x_d(t+1)), counted in ``extrapolated``.
+
+Persistence: ``model_file`` -- the current snapshot's bytes are saved there on shutdown
+and on ``~/save_model`` (std_srvs/Trigger; atomic write) and loaded at start with the
+same checks (a refused file is logged and left as it is until a valid model replaces
+it).  ``/diagnostics``: ``model_version``, ``model_kind``, ``model_source``,
+``model_age_s`` (since the snapshot was made, by the wall clocks of both hosts),
+``model_received_s_ago``, ``snapshots_received``, ``snapshots_applied``,
+``snapshots_refused``, ``held_outputs``, ``residuals_published``, ``load_ms_last``.
+
+Live parameters: ``output``, ``prediction_lead``, ``monitor_decimation``,
+``extrapolate``, ``extrapolation_limit``, ``max_snapshot_bytes``.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import NamedTuple, Optional
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+from rclpy.serialization import deserialize_message
+from sensor_msgs.msg import JointState
+from std_msgs.msg import UInt8MultiArray
+from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory
+
+from ..learning import LEARNERS, Learner
+from ..learning.snapshot import Snapshot, SnapshotError, decode_snapshot, read_snapshot_file, write_snapshot_file
+from ..ros.joint_states import JointStateMapper
+from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
+from ..ros.params import ParamSpec, declare_params
+from ..ros.qos import LATCHED_QOS, REFERENCE_QOS, stream_qos
+from ..ros.references import ReferenceBuffer
+from .common import Throttle, load_robot, robot_specs, trigger_save
+from .learner_common import ResidualOutput, output_specs, stream_specs
+from .model_update import snapshot_bytes_spec
+
+
+def specs() -> list[ParamSpec]:
+    return robot_specs() + [
+        ParamSpec("learner", "", "accept only snapshots of this learner kind; empty = any kind of"
+                  " adaptive_dynamics.learning.LEARNERS", choices=[""] + sorted(LEARNERS), read_only=True),
+        snapshot_bytes_spec("bytes: a larger snapshot is refused unread"),
+        ParamSpec("model_file", "", "snapshot file: loaded at start if it exists (checked like a received"
+                  " snapshot), the current model saved there on shutdown and ~/save_model; empty = no"
+                  " persistence", read_only=True),
+    ] + output_specs("learner/prediction") + [
+        ParamSpec("extrapolate", True, "when the reference does not reach the newest state + prediction_lead,"
+                  " predict on its grid beyond its newest point from the reference extrapolated linearly from"
+                  " its last two points (PGPOL sec. III)"),
+        ParamSpec("extrapolation_limit", 0.05, "s: extrapolate the reference at most this far beyond its"
+                  " newest point", min=0.0, max=1.0),
+    ] + stream_specs()
+
+
+class Model(NamedTuple):
+    """The model in use: swapped as a whole."""
+
+    learner: Learner
+    version: int
+    kind: str
+    source: str
+    created: float     # Unix s (the encoder's wall clock)
+    received: float    # time.monotonic() here
+    data: bytes        # the snapshot's bytes (what model_file keeps)
+
+
+class PredictionNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("prediction", **kwargs)
+        p = self.p = declare_params(self, specs())
+        self.robot, _ = load_robot(p)
+        self.names = list(self.robot.joint_names)
+        self.n = self.robot.n
+        self.counters = Counters("prediction", self.get_fully_qualified_name(),
+                                 warn_on=("joint_states_rejected", "reference_rejected", "snapshots_refused",
+                                          "prediction_failed"))
+        for k in ("snapshots_received", "snapshots_applied", "held_outputs", "residuals_published"):
+            self.counters.set(k, 0)
+        self.log_throttle = Throttle(1.0)
+        self.model: Optional[Model] = None
+        self._cv = threading.Condition()
+        self._pending = None      # (serialized message, time received): the newest snapshot to load
+        self._stop = False
+        self._saved: Optional[bytes] = None
+        self.mapper = JointStateMapper(self.names)
+        self.refs = ReferenceBuffer(self.names, capacity=4096, where="reference")
+        self._newest_state: Optional[int] = None
+        if p["model_file"] and os.path.exists(p["model_file"]):
+            self._load_file(p["model_file"])
+
+        self.output = ResidualOutput(self, self.names, self.refs, self.counters, self._log_error,
+                                     monitor_topic="learner/prediction", hold=True)
+        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        # snapshots: on the owner's executor (their bytes are only queued there), never on the hot path
+        self.create_subscription(UInt8MultiArray, "learner/model", self._on_snapshot, LATCHED_QOS, raw=True)
+        self.io = HotPath(self, enabled=p["hot_path_thread"])
+        io = self.io.node
+        io.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS, raw=True)
+        io.create_subscription(JointState, "joint_states", self._on_state, stream_qos(p["reliable_streams"]),
+                               raw=True)
+        self.create_service(Trigger, "~/save_model", self._srv_save)
+        steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
+        self.create_timer(p["diagnostics_period"], self._housekeeping, clock=steady)
+        self._worker = threading.Thread(target=self._run, name="prediction-loader", daemon=True)
+        self._worker.start()
+        self.get_logger().info(f"predicting {p['learner'] or 'any learner'} from"
+                               f" {self.resolve_topic_name('learner/model')}; lead {p['prediction_lead']} s,"
+                               f" extrapolate={p['extrapolate']}; joints {self.names}")
+        self._constructed = True
+        self.io.start()
+
+    # -------------------------------------------------------------- the hot path
+    def _log_error(self, key: str, text: str) -> None:
+        if self.log_throttle(key):
+            self.get_logger().error(text)
+
+    def _on_reference(self, msg) -> None:
+        try:
+            self.refs.add_any(msg)
+        except ValueError as exc:
+            self.counters.inc("reference_rejected")
+            self._log_error("reference", f"reference rejected: {exc}")
+
+    def _on_state(self, msg) -> None:
+        try:
+            stamp = self.mapper.map(msg)[0]
+        except ValueError as exc:
+            self.counters.inc("joint_states_rejected")
+            self._log_error("joint_states", f"joint_states rejected: {exc}")
+            return
+        if self._newest_state is not None and stamp <= self._newest_state:
+            self.counters.inc("state_out_of_order")
+            return
+        self._newest_state = stamp
+        p = self.p
+        self.output.publish_until(stamp, stamp + int(p["prediction_lead"] * 1e9), self._predict,
+                                  output=p["output"], monitor_every=p["monitor_decimation"],
+                                  extrapolate_ns=int(p["extrapolation_limit"] * 1e9) if p["extrapolate"] else 0)
+
+    def _predict(self, X: np.ndarray):
+        m = self.model   # one read: a swap meanwhile does not mix two models
+        if m is None:
+            return None
+        return m.learner.predict(X)
+
+    # ----------------------------------------------------------------- snapshots
+    def _on_snapshot(self, raw: bytes) -> None:
+        self.counters.inc("snapshots_received")
+        with self._cv:
+            if self._pending is not None:
+                self.counters.inc("snapshots_superseded")
+            self._pending = (raw, time.monotonic())
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while self._pending is None and not self._stop:
+                    self._cv.wait()
+                if self._stop:
+                    return
+                raw, received = self._pending
+                self._pending = None
+            try:
+                self._receive(raw, received)
+            except Exception as exc:  # never kill the loader: log, count, keep the model
+                self.counters.inc("snapshots_refused")
+                self._log_error("loader", f"learner/model: snapshot refused (unexpected {exc!r})")
+
+    def _receive(self, raw: bytes, received: float) -> None:
+        t0 = time.perf_counter()
+        try:
+            try:
+                msg = deserialize_message(raw, UInt8MultiArray)
+            except Exception as exc:
+                raise SnapshotError("message", f"not a std_msgs/UInt8MultiArray ({exc})") from None
+            snap = decode_snapshot(msg.data, max_bytes=self.p["max_snapshot_bytes"])
+            self._accept(snap, received, "learner/model")
+        except SnapshotError as exc:
+            self._refuse("learner/model", exc)
+        finally:
+            self.counters.set("load_ms_last", round(1e3 * (time.perf_counter() - t0), 3))
+
+    def _accept(self, snap: Snapshot, received: float, where: str) -> None:
+        """Check what the codec cannot know (kind wanted, robot size, version order,
+        a trial prediction), then swap the model in; raises SnapshotError."""
+        v = snap.version
+        want = self.p["learner"]
+        if want and snap.kind != want:
+            raise SnapshotError("kind", f"snapshot v{v} holds a {snap.kind!r} learner, this node takes {want!r}")
+        if (snap.input_dim, snap.output_dim) != (3 * self.n, self.n):
+            raise SnapshotError("dims", f"snapshot v{v} maps {snap.input_dim} -> {snap.output_dim} values, this"
+                                        f" robot needs x = (q, qd, qdd) of {3 * self.n} -> {self.n}")
+        cur = self.model
+        if cur is not None and v <= cur.version:
+            raise SnapshotError("version", f"snapshot v{v} is not newer than the model in use (v{cur.version})")
+        x = self._probe_input()
+        try:
+            f = snap.learner.predict(x)
+            if not np.isfinite(f).all():
+                raise ValueError("non-finite output")
+        except ValueError as exc:
+            raise SnapshotError("prediction", f"snapshot v{v}: the learner's trial prediction failed ({exc})") from None
+        self.model = Model(snap.learner, v, snap.kind, snap.source, snap.created, received, snap.data)
+        self.counters.inc("snapshots_applied")
+        first = cur is None
+        if first or self.log_throttle("applied"):
+            self.get_logger().info(f"{where}: model {snap.kind} v{v} applied ({snap.nbytes} bytes from"
+                                   f" {snap.source or '?'})" + ("" if first else "; further ones every second"
+                                                                              " in /diagnostics"))
+
+    def _refuse(self, where: str, exc: SnapshotError) -> None:
+        self.counters.inc("snapshots_refused")
+        self.counters.inc(f"refused_{exc.reason}")
+        cur = self.model
+        keep = f"keeping model v{cur.version}" if cur is not None else "still no model (holding zeros)"
+        if self.log_throttle(f"refused_{exc.reason}"):
+            self.get_logger().warning(f"{where}: snapshot refused ({exc.reason}): {exc}; {keep}")
+
+    def _probe_input(self) -> np.ndarray:
+        n = self.n
+        x = np.zeros(3 * n)
+        last = self.refs.latest(1)
+        if last:
+            r = last[0]
+            x[:n] = r.q
+            x[n:2 * n] = r.qd if r.qd is not None else 0.0
+            x[2 * n:] = r.qdd if r.qdd is not None else 0.0
+        return x
+
+    # --------------------------------------------------------------- persistence
+    def _load_file(self, path: str) -> None:
+        try:
+            snap = read_snapshot_file(path, max_bytes=self.p["max_snapshot_bytes"])
+            self._accept(snap, time.monotonic(), path)
+            self._saved = snap.data
+        except SnapshotError as exc:
+            self._refuse(path, exc)
+        except OSError as exc:
+            self.counters.inc("snapshots_refused")
+            self.get_logger().error(f"{path}: not readable ({exc}); starting without a model")
+
+    def save_model(self) -> Optional[str]:
+        path = self.p["model_file"]
+        m = self.model
+        if not path or m is None:
+            return None
+        if self._saved is not m.data or not os.path.exists(path):
+            write_snapshot_file(path, m.data)
+            self._saved = m.data
+        return path
+
+    def _srv_save(self, req, res):
+        return trigger_save(res, self.save_model, what="model",
+                            unset="model_file is not set" if not self.p["model_file"] else "no model yet")
+
+    # -------------------------------------------------------------- diagnostics
+    def _housekeeping(self) -> None:
+        c = self.counters
+        m = self.model
+        if m is not None:
+            c.set("model_version", m.version)
+            c.set("model_kind", m.kind)
+            c.set("model_source", m.source)
+            c.set("model_age_s", round(time.time() - m.created, 3))
+            c.set("model_received_s_ago", round(time.monotonic() - m.received, 3))
+        else:
+            c.set("model_version", 0)
+        self.io.report(c)
+        self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [c.status()]))
+
+    def destroy_node(self):
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if getattr(self, "_constructed", False):
+            self._constructed = False
+            try:
+                path = self.save_model()
+                if path:
+                    self.get_logger().info(f"model v{self.model.version} saved to {path}")
+            except Exception as exc:
+                self.get_logger().error(f"saving the model failed: {exc}")
+        if getattr(self, "io", None) is not None:
+            self.io.stop()
+        return super().destroy_node()
+
+
+def main(args=None) -> int:
+    return run_node(PredictionNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
