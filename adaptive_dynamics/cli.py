@@ -207,6 +207,8 @@ def _add_graph_args(p, *, sim_default=True) -> None:
     p.add_argument("--robot", default="panda", choices=ROBOT_NAMES)
     p.add_argument("--controller", default="computed_torque", choices=CONTROLLERS)
     p.add_argument("--learner", default="none", choices=LEARNERS)
+    p.add_argument("--learner-split", action="store_true", help="run the learner as model_update + prediction"
+                   " (the PGPOL prediction / model-update split) instead of residual_learner")
     p.add_argument("--mode", default="lockstep", choices=MODES, help="sim: lockstep (deterministic) or realtime")
     p.add_argument("--duration", type=float, default=0.0, help="sim: stop after this many sim seconds (0 = run)")
     p.add_argument("--record", action="store_true", help="also record an MCAP bag (see --bag)")
@@ -234,8 +236,8 @@ def _graph_from_args(args, scenario):
     from .launch_graph import build_graph
     ust = None if args.use_sim_time is None else args.use_sim_time == "true"
     return build_graph(scenario, robot=args.robot, controller=args.controller, learner=args.learner,
-                       use_sim_time=ust, record=args.record, mode=args.mode, duration=args.duration,
-                       namespace=args.namespace, preset=args.preset, bag=args.bag,
+                       learner_split=args.learner_split, use_sim_time=ust, record=args.record, mode=args.mode,
+                       duration=args.duration, namespace=args.namespace, preset=args.preset, bag=args.bag,
                        overrides=_overrides(args.set))
 
 

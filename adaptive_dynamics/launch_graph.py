@@ -79,8 +79,8 @@ REALTIME_PRIORITY = 50
 
 
 def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str = "computed_torque",
-                learner: str = "none", use_sim_time: bool | None = None, record: bool = False,
-                mode: str = "lockstep", duration: float = 0.0, namespace: str = "",
+                learner: str = "none", learner_split: bool = False, use_sim_time: bool | None = None,
+                record: bool = False, mode: str = "lockstep", duration: float = 0.0, namespace: str = "",
                 preset: str = "franka", bag: str | None = None,
                 overrides: dict[str, dict[str, Any]] | None = None) -> list[NodeSpec]:
     """The nodes of ``scenario`` ("sim": MuJoCo bridge + trajectory + controller; "real":
@@ -88,6 +88,9 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
 
     ``duration`` > 0 stops the simulation after that much sim time (the bridge exits
     cleanly and the launcher stops the rest).  ``overrides`` maps node name -> params.
+    A ``learner`` other than "none" adds the ``residual_learner`` node, or with
+    ``learner_split`` the PGPOL split: ``model_update`` (learns, publishes snapshots on
+    ``learner/model``) and ``prediction`` (publishes ``feedforward/residual`` from them).
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; available: {list(SCENARIOS)}")
@@ -99,10 +102,14 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         raise ValueError(f"unknown learner {learner!r}; available: {list(LEARNERS)}")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; available: {list(MODES)}")
+    if learner_split and learner == "none":
+        raise ValueError("learner_split splits a learner into model_update + prediction: choose a learner")
     if learner != "none" and controller not in ADAPTIVE_LAWS:
         raise ValueError(f"learner {learner!r} learns the residual of the adaptive controller's parametric"
                          f" torque: use controller {' or '.join(ADAPTIVE_LAWS)}, not {controller!r}")
     sim = scenario == "sim"
+    # learner nodes that subscribe /clock and joint_states (the lockstep bridge counts them)
+    n_learners = 0 if learner == "none" else 2 if learner_split else 1
     if use_sim_time is None:
         use_sim_time = sim
     if not sim:
@@ -122,8 +129,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
                               {"use_sim_time": False, "mode": mode, "max_sim_time": float(duration),
                                **({"clock_decimation": REALTIME_CLOCK_DECIMATION,
                                    "realtime_priority": REALTIME_PRIORITY} if mode == "realtime" else {}),
-                               "wait_for_nodes": 2 + int(record) + int(learner != "none"),
-                               "wait_for_state_subscribers": 1 + int(record) + int(learner != "none")},
+                               "wait_for_nodes": 2 + int(record) + n_learners,
+                               "wait_for_state_subscribers": 1 + int(record) + n_learners},
                               namespace=namespace, required=True))
     nodes.append(NodeSpec("trajectory", "trajectory", files, dict(common), list(remaps), namespace))
     ctl = "adaptive_controller" if controller in ADAPTIVE_LAWS else "controller"
@@ -145,7 +152,9 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         lrn = {**common, "learner": learner}
         if sim:
             lrn["reliable_streams"] = mode == "lockstep"
-        nodes.append(NodeSpec("residual_learner", "residual_learner", files, lrn, list(remaps), namespace))
+        # the split's nodes may run on other hosts: the same parameter files, a ROS_DOMAIN_ID in common
+        for name in (("model_update", "prediction") if learner_split else ("residual_learner",)):
+            nodes.append(NodeSpec(name, name, files, dict(lrn), list(remaps), namespace))
     if record:
         rec = {**common, **({"bag": bag} if bag else {})}
         if sim and duration > 0:

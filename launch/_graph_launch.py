@@ -11,6 +11,8 @@ ARGS = {
     "controller": ("computed_torque", "pd | computed_torque (node controller) | direct | composite"
                    " (node adaptive_controller)"),
     "learner": ("none", "none | gmm | rbfn | gp: add the residual_learner node (needs controller direct|composite)"),
+    "learner_split": ("false", "true: the learner runs as model_update + prediction (the PGPOL split) instead of"
+                      " residual_learner"),
     "use_sim_time": ("", "default: true in sim, false on a real robot"),
     "record": ("false", "record an MCAP bag"),
     "mode": ("lockstep", "sim: lockstep | realtime"),
@@ -25,8 +27,9 @@ def generate(scenario):
         a = {k: LaunchConfiguration(k).perform(context) for k in ARGS}
         ust = None if a["use_sim_time"] == "" else a["use_sim_time"].lower() == "true"
         nodes = build_graph(scenario, robot=a["robot"], controller=a["controller"], learner=a["learner"],
-                            use_sim_time=ust, record=a["record"].lower() == "true", mode=a["mode"],
-                            duration=float(a["duration"]), namespace=a["namespace"], preset=a["preset"])
+                            learner_split=a["learner_split"].lower() == "true", use_sim_time=ust,
+                            record=a["record"].lower() == "true", mode=a["mode"], duration=float(a["duration"]),
+                            namespace=a["namespace"], preset=a["preset"])
         return [Node(package="adaptive_dynamics", executable=s.executable, name=s.name,
                      namespace=s.namespace or None, parameters=[*s.param_files, s.params],
                      remappings=s.remappings, output="screen") for s in nodes]

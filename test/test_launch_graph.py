@@ -153,3 +153,56 @@ def test_realtime_decimates_clock():
     assert ls["clock_decimation"] == 10
     ov = build_graph("sim", mode="realtime", overrides={"mujoco_bridge": {"clock_decimation": 5}})
     assert resolved(by_name(ov)["mujoco_bridge"])["clock_decimation"] == 5
+
+
+@pytest.mark.parametrize("mode", ["lockstep", "realtime"])
+def test_learner_split_starts_model_update_and_prediction(mode):
+    """learner_split: model_update + prediction instead of residual_learner, both with the
+    learner kind and the stream QoS of the mode; the lockstep bridge waits for both (each
+    subscribes /clock and joint_states)."""
+    plain = by_name(build_graph("sim", controller="composite", learner="gmm", record=True, mode=mode))
+    split = by_name(build_graph("sim", controller="composite", learner="rbfn", learner_split=True, record=True,
+                                mode=mode, overrides={"prediction": {"prediction_lead": 0.02}}))
+    assert "residual_learner" in plain and not {"model_update", "prediction"} & set(plain)
+    assert set(split) == {"mujoco_bridge", "trajectory", "adaptive_controller", "model_update", "prediction",
+                          "recorder"}
+    b0, b1 = resolved(plain["mujoco_bridge"]), resolved(split["mujoco_bridge"])
+    assert (b1["wait_for_nodes"], b1["wait_for_state_subscribers"]) == \
+        (b0["wait_for_nodes"] + 1, b0["wait_for_state_subscribers"] + 1) == (2 + 1 + 2, 1 + 1 + 2)
+    # /clock: trajectory + controller + recorder + 2 learner nodes; joint_states: controller + recorder + 2
+    mu, pr = resolved(split["model_update"]), resolved(split["prediction"])
+    assert split["model_update"].executable == "model_update" and split["prediction"].executable == "prediction"
+    assert mu["learner"] == pr["learner"] == "rbfn"
+    assert mu["use_sim_time"] and pr["use_sim_time"]
+    assert mu["reliable_streams"] is pr["reliable_streams"] is (mode == "lockstep")
+    assert mu["target"] == "residual" and mu["publish_period"] == 0.1 and mu["hint_lead"] == 0.01
+    assert mu["learn_decimation"] == resolved(plain["residual_learner"])["learn_decimation"]
+    assert pr["prediction_lead"] == 0.02 and pr["extrapolate"] is True   # the override wins
+    with pytest.raises(ValueError, match="choose a learner"):
+        build_graph("sim", controller="composite", learner_split=True)
+    with pytest.raises(ValueError, match="adaptive controller"):
+        build_graph("sim", controller="pd", learner="gmm", learner_split=True)
+
+
+def test_learner_split_on_a_real_robot_and_from_the_cli():
+    """Real robot: both nodes keep their model in a file (config/real.yaml); the CLI's
+    --learner-split and the launch files' learner_split reach build_graph."""
+    from adaptive_dynamics.cli import _graph_from_args, build_parser
+
+    nodes = by_name(build_graph("real", controller="composite", learner="gmm", learner_split=True, preset="lbr"))
+    mu, pr = resolved(nodes["model_update"]), resolved(nodes["prediction"])
+    assert mu["model_file"].endswith(".snap") and pr["model_file"].endswith(".snap")
+    assert mu["model_file"] != pr["model_file"]
+    assert nodes["model_update"].namespace == nodes["prediction"].namespace == "lbr"
+    assert mu["reliable_streams"] is False and pr["reliable_streams"] is False and mu["use_sim_time"] is False
+    args = build_parser().parse_args(["launch", "sim", "--controller", "composite", "--learner", "gmm",
+                                      "--learner-split"])
+    assert {"model_update", "prediction"} <= set(by_name(_graph_from_args(args, "sim")))
+    args = build_parser().parse_args(["launch", "sim", "--controller", "composite", "--learner", "gmm"])
+    assert "residual_learner" in by_name(_graph_from_args(args, "sim"))
+    helper = ast.parse((ROOT / "launch" / "_graph_launch.py").read_text())
+    keys = [k.value for n in ast.walk(helper) if isinstance(n, ast.Dict) for k in n.keys
+            if isinstance(k, ast.Constant)]
+    assert "learner_split" in keys
+    call = next(n for n in ast.walk(helper) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "build_graph")
+    assert "learner_split" in {kw.arg for kw in call.keywords}
