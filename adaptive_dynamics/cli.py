@@ -216,6 +216,8 @@ def _add_graph_args(p, *, sim_default=True) -> None:
     p.add_argument("--namespace", default="", help="namespace of every node and topic")
     p.add_argument("--preset", default="franka", choices=sorted(REAL_PRESETS), help="real: robot stack")
     p.add_argument("--use-sim-time", default=None, choices=["true", "false"])
+    p.add_argument("--without", action="append", default=[], metavar="NODE",
+                   help="do not start this node of the graph here (it runs on another host); repeatable")
     p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                    help="parameter override, e.g. --set controller.kp=[200.0] (YAML value)")
 
@@ -238,7 +240,7 @@ def _graph_from_args(args, scenario):
     return build_graph(scenario, robot=args.robot, controller=args.controller, learner=args.learner,
                        learner_split=args.learner_split, use_sim_time=ust, record=args.record, mode=args.mode,
                        duration=args.duration, namespace=args.namespace, preset=args.preset, bag=args.bag,
-                       overrides=_overrides(args.set))
+                       overrides=_overrides(args.set), without=tuple(args.without))
 
 
 def _cmd_launch(args) -> int:

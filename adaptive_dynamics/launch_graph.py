@@ -82,7 +82,7 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
                 learner: str = "none", learner_split: bool = False, use_sim_time: bool | None = None,
                 record: bool = False, mode: str = "lockstep", duration: float = 0.0, namespace: str = "",
                 preset: str = "franka", bag: str | None = None,
-                overrides: dict[str, dict[str, Any]] | None = None) -> list[NodeSpec]:
+                overrides: dict[str, dict[str, Any]] | None = None, without: tuple[str, ...] = ()) -> list[NodeSpec]:
     """The nodes of ``scenario`` ("sim": MuJoCo bridge + trajectory + controller; "real":
     trajectory + controller against a robot's ros2_control stack).
 
@@ -91,6 +91,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     A ``learner`` other than "none" adds the ``residual_learner`` node, or with
     ``learner_split`` the PGPOL split: ``model_update`` (learns, publishes snapshots on
     ``learner/model``) and ``prediction`` (publishes ``feedforward/residual`` from them).
+    ``without`` names nodes of the graph not to start here: they run elsewhere (another
+    host on the same ROS_DOMAIN_ID), and the lockstep bridge still waits for them.
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; available: {list(SCENARIOS)}")
@@ -165,7 +167,10 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
                               drains=sim and duration > 0))
     for spec in nodes:
         spec.params.update(overrides.get(spec.name, {}))
-    return nodes
+    unknown = sorted(set(without) - {s.name for s in nodes})
+    if unknown:
+        raise ValueError(f"without: {unknown} not in this graph ({[s.name for s in nodes]})")
+    return [s for s in nodes if s.name not in without]
 
 
 #: controller parameters the regressor node must share for ``regressor_source: topics``

@@ -19,6 +19,7 @@ ARGS = {
     "duration": ("0.0", "sim: stop after this much sim time (0 = run forever)"),
     "namespace": ("", "namespace of every node/topic (e.g. fr3, lbr)"),
     "preset": ("franka", "real: franka | lbr | gazebo"),
+    "without": ("", "comma-separated nodes of the graph not to start here (they run on another host)"),
 }
 
 
@@ -29,7 +30,8 @@ def generate(scenario):
         nodes = build_graph(scenario, robot=a["robot"], controller=a["controller"], learner=a["learner"],
                             learner_split=a["learner_split"].lower() == "true", use_sim_time=ust,
                             record=a["record"].lower() == "true", mode=a["mode"], duration=float(a["duration"]),
-                            namespace=a["namespace"], preset=a["preset"])
+                            namespace=a["namespace"], preset=a["preset"],
+                            without=tuple(n.strip() for n in a["without"].split(",") if n.strip()))
         return [Node(package="adaptive_dynamics", executable=s.executable, name=s.name,
                      namespace=s.namespace or None, parameters=[*s.param_files, s.params],
                      remappings=s.remappings, output="screen") for s in nodes]

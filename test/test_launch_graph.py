@@ -206,3 +206,22 @@ def test_learner_split_on_a_real_robot_and_from_the_cli():
     assert "learner_split" in keys
     call = next(n for n in ast.walk(helper) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "build_graph")
     assert "learner_split" in {kw.arg for kw in call.keywords}
+
+
+def test_without_leaves_nodes_to_another_host():
+    """without: those nodes are not started here (another host runs them); the lockstep
+    bridge still waits for them, since they subscribe in the same ROS domain."""
+    from adaptive_dynamics.cli import _graph_from_args, build_parser
+
+    full = by_name(build_graph("sim", controller="composite", learner="gmm", learner_split=True))
+    here = by_name(build_graph("sim", controller="composite", learner="gmm", learner_split=True,
+                               without=("model_update",)))
+    assert set(full) - set(here) == {"model_update"}
+    assert resolved(here["mujoco_bridge"])["wait_for_nodes"] == resolved(full["mujoco_bridge"])["wait_for_nodes"]
+    with pytest.raises(ValueError, match=r"without: \['residual_learner'\] not in this graph"):
+        build_graph("sim", controller="composite", learner="gmm", learner_split=True, without=("residual_learner",))
+    args = build_parser().parse_args(["launch", "real", "--controller", "composite", "--learner", "gmm",
+                                      "--learner-split", "--without", "model_update", "--without", "trajectory"])
+    assert set(by_name(_graph_from_args(args, "real"))) == {"adaptive_controller", "prediction"}
+    helper = (ROOT / "launch" / "_graph_launch.py").read_text()
+    assert '"without"' in helper and "without=" in helper
