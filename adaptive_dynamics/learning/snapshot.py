@@ -146,7 +146,8 @@ def read_header(data, *, max_bytes: Optional[int]) -> Tuple[Dict[str, Any], memo
     if not isinstance(header, dict):
         raise SnapshotError("header", "snapshot header is not a JSON object")
     if header.get("format") != FORMAT or isinstance(header.get("format"), bool):
-        raise SnapshotError("format", f"unsupported snapshot format {header.get('format')!r} (this code reads {FORMAT})")
+        raise SnapshotError("format", f"unsupported snapshot format {header.get('format')!r}"
+                                      f" (this code reads {FORMAT})")
     for key, typ in _FIELDS.items():
         v = header.get(key)
         if v is None or isinstance(v, bool) or not isinstance(v, typ):
