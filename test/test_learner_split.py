@@ -155,6 +155,9 @@ def test_snapshots_flow_and_prediction_uses_the_applied_version(ros, model):
     assert ros.spin_until(lambda: pred.model is not None and pred.model.version == upd.version, timeout=10.0)
     published = decode_snapshot(probe.models[-1].data, max_bytes=None).learner
     np.testing.assert_allclose(published.predict(X), upd.core.predict(X), rtol=1e-12)
+    # learning off first, so the next state's sample does not make a new version meanwhile
+    v_before = upd.version
+    upd.set_parameters(to_parameters({"learning": False}))
     probe.send(N, q[N], v[N], tau[N], pt[N])
     k_new = N + round(LEAD * 1e9) // DT
     assert ros.spin_until(lambda: probe.res and to_ns(probe.res[-1].header.stamp) == k_new * DT, timeout=10.0)
@@ -171,11 +174,10 @@ def test_snapshots_flow_and_prediction_uses_the_applied_version(ros, model):
                           upd.counters["version"] == upd.version, timeout=5.0)
 
     # learning off: no change, no new version
-    v_before = upd.version
-    upd.set_parameters(to_parameters({"learning": False}))
     probe.send(N + 1, q[N + 1], v[N + 1], tau[N + 1], pt[N + 1])
     ros.spin_for(0.2)
-    assert upd.version == v_before
+    assert upd.version == v_before and pred.model.version == v_before
+    assert upd.core.counters["samples_learned"] == N
 
 
 def _trained(model, kind="rbfn", seed=0, **cfg):
