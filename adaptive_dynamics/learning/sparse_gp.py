@@ -14,8 +14,9 @@ With A = sn2 Kmm + Kmn Knm (Woodbury) the predictive distribution is
 
 (latent f).  Gradient: with W = c Q^-1 - beta beta^T (beta = Q^-1 Y, c columns) and
 P = Kmm^-1 Kmn, dF/dKnm = W P^T, dF/dKmm = -P W P^T / 2, dF/dsn2 = tr W / 2,
-then through the kernel (:mod:`.gp_kernel`).  n is a PGPOL window (tens to a few
-hundred points), so the n x n matrices are cheap; every quantity is a stack over the G
+then through the kernel (:mod:`.gp_kernel`).  Q^-1 and W are never formed: every
+product goes through Woodbury's m x m factor, so a value and gradient cost
+O(n m^2 + n m d) (n = 480 costs ~10x n = 60, not ~64x); every quantity is a stack over the G
 independent GPs (one per output joint, or one for all joints with shared
 hyperparameters as GPy fits a multi-output Y), never a Python loop over joints.
 
@@ -56,25 +57,26 @@ def dtc_nlml(Xs: np.ndarray, Ys: np.ndarray, Z: np.ndarray, ls: np.ndarray, sf2:
     Knm = se_kernel(Xs, Z, ls, sf2)                                      # G x n x m
     Kmn = np.swapaxes(Knm, 1, 2)
     Lm = np.linalg.cholesky(Kmm)
-    A = sn2[:, None, None] * Kmm + Kmn @ Knm
-    LA = np.linalg.cholesky(A)
-    # Q^-1 = (I - Knm A^-1 Kmn) / sn2
-    AiKmn = cho_solve((LA, True), Kmn)                                   # G x m x n
-    Qi = (np.eye(n)[None] - Knm @ AiKmn) / sn2[:, None, None]
-    beta = Qi @ Ys                                                       # G x n x c
+    KK = Kmn @ Knm                                                       # G x m x m
+    s2 = sn2[:, None, None]
+    LA = np.linalg.cholesky(s2 * Kmm + KK)                               # A = sn2 Kmm + Kmn Knm
+    # beta = Q^-1 Y with Q^-1 = (I - Knm A^-1 Kmn) / sn2 (never formed: O(n m^2))
+    beta = (Ys - Knm @ cho_solve((LA, True), Kmn @ Ys)) / s2             # G x n x c
     logdetQ = (n - m) * np.log(sn2) + _chol_logdet(LA) - _chol_logdet(Lm)
     F = 0.5 * np.einsum("gnc,gnc->g", Ys, beta) + 0.5 * c * logdetQ + 0.5 * n * c * LOG2PI
     if not grad:
         return F, None
-    W = c * Qi - beta @ np.swapaxes(beta, 1, 2)                          # G x n x n
-    P = cho_solve((Lm, True), Kmn)                                       # G x m x n
-    PW = P @ W                                                           # G x m x n
-    dKnm = np.swapaxes(PW, 1, 2)                                         # dF/dKnm = W P^T
-    dKmm = -0.5 * (PW @ np.swapaxes(P, 1, 2))
+    Pt = np.swapaxes(cho_solve((Lm, True), Kmn), 1, 2)                   # P^T = Knm Kmm^-1, n x m
+    C = np.swapaxes(cho_solve((Lm, True), KK), 1, 2)                     # Kmn P^T = Kmn Knm Kmm^-1
+    QiPt = (Pt - Knm @ cho_solve((LA, True), C)) / s2                    # Q^-1 P^T
+    bP = np.swapaxes(beta, 1, 2) @ Pt                                    # beta^T P^T, c x m
+    dKnm = c * QiPt - beta @ bP                                          # W P^T
+    dKmm = -0.5 * (c * (np.swapaxes(Pt, 1, 2) @ QiPt) - np.swapaxes(bP, 1, 2) @ bP)   # -P W P^T / 2
     dKmm = 0.5 * (dKmm + np.swapaxes(dKmm, 1, 2))
+    trQi = (n - np.einsum("gii->g", cho_solve((LA, True), KK))) / sn2
     d_ls1, d_sf1, d_Z1 = se_kernel_grads(Xs, Z, ls, Knm, dKnm, wrt_B=True)
     d_ls2, d_sf2_, d_Z2 = se_kernel_grads(Z, Z, ls, Kmm_f, dKmm, wrt_B=True, symmetric=True)
-    d_sn2 = 0.5 * sn2 * np.einsum("gii->g", W)
+    d_sn2 = 0.5 * sn2 * (c * trQi - np.einsum("gnc,gnc->g", beta, beta))  # sn2 tr(W) / 2
     return F, (d_Z1 + d_Z2, d_ls1 + d_ls2, d_sf1 + d_sf2_, d_sn2)
 
 
@@ -86,7 +88,10 @@ class SparseGP:
     multi-output regression, the paper's 183 hyperparameters at 9 -> 3).
     ``fit(X, Y)`` standardises X and Y, optimises (Z, theta, sn2) for at most
     ``max_iter`` iterations (``optimize``), warm-started, and factorises; ``predict``
-    returns raw-unit mean and latent variance.
+    returns raw-unit mean and latent variance.  ``refit_targets(Y)`` re-solves the
+    posterior weights for new targets on the same inputs (same Z, hyperparameters and
+    scalers: exactly the DTC posterior of the shifted data); ``restore`` rebuilds a
+    fitted model from its data, Z and hyperparameters without optimising.
     """
 
     def __init__(self, input_dim: int, output_dim: int, *, n_inducing: int = 20, length_scale=1.0,
@@ -110,6 +115,8 @@ class SparseGP:
         self.max_iter = int(max_iter)
         self.rng = np.random.default_rng(seed)
         self.Z_raw: Optional[np.ndarray] = None      # G x m x d, raw input units
+        self.X: Optional[np.ndarray] = None          # training set of the last fit (raw units)
+        self.Y: Optional[np.ndarray] = None
         self.snap = None
         self.n_fits = 0
 
@@ -135,8 +142,36 @@ class SparseGP:
         if self.optimize and self.max_iter > 0 and X.shape[0] > 1:
             Z = self._optimise(Xs, Ys, Z)
         self.Z_raw = Z * xs.std + xs.mean
-        self._factorise(Xs, Ys, Z, xs, ys)
+        self.X, self.Y = X, Y
+        # factorised from the raw Z exactly as restore() does: a reloaded model is bit-identical
+        self._factorise(Xs, Ys, xs(self.Z_raw), xs, ys)
         self.n_fits += 1
+
+    def restore(self, X: np.ndarray, Y: np.ndarray, Z_raw: np.ndarray, ls, sf2, sn2) -> None:
+        """A fitted model from its training set, inducing inputs and hyperparameters
+        (what :meth:`fit` left), without optimising: the same prediction."""
+        Z_raw = np.asarray(Z_raw, dtype=float)
+        if Z_raw.shape != (self.G, self.m, self.d) or X.ndim != 2 or X.shape[1] != self.d \
+                or Y.shape != (X.shape[0], self.o) or X.shape[0] < 1:
+            raise ValueError(f"sparse GP state has shapes Z {Z_raw.shape}, X {X.shape}, Y {Y.shape}; expected Z"
+                             f" {(self.G, self.m, self.d)} and n x {self.d}, n x {self.o}")
+        self.ls = np.asarray(ls, dtype=float).reshape(self.ls.shape).copy()
+        self.sf2 = np.asarray(sf2, dtype=float).reshape(self.G).copy()
+        self.sn2 = np.asarray(sn2, dtype=float).reshape(self.G).copy()
+        xs, ys = Standardiser.fit(X), Standardiser.fit(Y)
+        self.Z_raw, self.X, self.Y = Z_raw, X, Y
+        self._factorise(xs(X), self._group(ys(Y)), xs(Z_raw), xs, ys)
+
+    def refit_targets(self, Y: np.ndarray) -> None:
+        """New targets for the training inputs of the last fit; Z, hyperparameters and
+        scalers stay, so the posterior mean is linear in Y (the consistency shift)."""
+        Z, _, R, xs, ys, ls, sf2 = self.snap
+        Knm = se_kernel(xs(self.X), Z, ls, sf2)
+        Kmn = np.swapaxes(Knm, 1, 2)
+        A = self.sn2[:, None, None] * (se_kernel(Z, Z, ls, sf2) + JITTER * np.eye(self.m)[None]) + Kmn @ Knm
+        w = cho_solve((np.linalg.cholesky(A), True), Kmn @ self._group(ys(Y)))
+        self.Y = Y
+        self.snap = (Z, w, R, xs, ys, ls, sf2)
 
     def _optimise(self, Xs, Ys, Z) -> np.ndarray:
         G, m, d = Z.shape
