@@ -18,7 +18,7 @@ from .robots import ROBOT_NAMES, share_dir
 CONTROLLERS = ("pd", "computed_torque", "direct", "composite")
 #: laws served by the adaptive_controller node (the lean baseline `controller` serves the rest)
 ADAPTIVE_LAWS = ("direct", "composite")
-LEARNERS = ("none", "gmm", "rbfn", "gp")  # "none" + adaptive_dynamics.learning.LEARNERS (tested)
+LEARNERS = ("none", "gmm", "rbfn", "gp", "pgpol", "sgpol")  # "none" + adaptive_dynamics.learning.LEARNERS (tested)
 MODES = ("lockstep", "realtime")
 SCENARIOS = ("sim", "real")
 

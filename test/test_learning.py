@@ -1,4 +1,4 @@
-"""Residual learners, common API (both learners): shapes, one-sample and batch
+"""Residual learners, common API (every registered learner but the exact GP, tested in test_learning_gp.py): shapes, one-sample and batch
 partial_fit, rejection of non-finite rows (counted, model untouched), shape errors,
 save/load round trip (no pickle), the registry, concurrent predict during learning."""
 from __future__ import annotations
@@ -21,12 +21,16 @@ def _data(n=600, seed=0):
 
 
 def _make(kind):
+    if kind == "sgpol":
+        return make_learner("sgpol", input_dim=3, output_dim=2, windows=[400], knn=0)
+    if kind == "pgpol":
+        return make_learner("pgpol", input_dim=3, output_dim=2, windows=[100, 400], knn=10)
     if kind == "gmm":
         return IncrementalGMM(3, 2, max_components=16, scale=[0.7, 0.7, 0.7, 0.6, 0.6])
     return RBFNetwork(3, 2, n_basis=64, low=-1.2, high=1.2, width=0.4)
 
 
-KINDS = ["gmm", "rbfn"]
+KINDS = ["gmm", "rbfn", "sgpol", "pgpol"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -115,7 +119,7 @@ def test_save_load_roundtrip(kind, tmp_path):
     R.partial_fit(X[500:550], y[500:550])
     np.testing.assert_allclose(R.predict(X[550:]), L.predict(X[550:]), rtol=1e-9, atol=1e-10)
     # the subclass loader checks the kind; the module helper dispatches
-    other = RBFNetwork if kind == "gmm" else IncrementalGMM
+    other = RBFNetwork if kind != "rbfn" else IncrementalGMM
     with pytest.raises(ValueError, match="holds"):
         other.load(path)
     assert type(load_learner(path)) is type(L)
@@ -142,7 +146,7 @@ def test_bytes_roundtrip_and_malformed_buffers(kind):
 def test_registry_and_config_validation():
     from adaptive_dynamics.launch_graph import LEARNERS as LAUNCH_LEARNERS
 
-    assert set(LEARNERS) == {"gmm", "rbfn", "gp"}
+    assert set(LEARNERS) == {"gmm", "rbfn", "gp", "pgpol", "sgpol"}
     assert set(LAUNCH_LEARNERS) == {"none"} | set(LEARNERS)  # launch choices follow the registry
     assert isinstance(make_learner("gmm", input_dim=3, output_dim=1), IncrementalGMM)
     assert isinstance(make_learner("rbfn", input_dim=3, output_dim=1, n_basis=8), RBFNetwork)

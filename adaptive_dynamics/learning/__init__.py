@@ -10,6 +10,9 @@ scikit-learn habits: ``partial_fit`` / ``predict`` / ``save`` / ``load``; see
   grid, (block-)recursive least squares, consistency by carrying dW/dpi (ARDL eq. 13-14).
 * :class:`ExactGP` (``"gp"``) -- exact GP regression per output joint (SE-ARD kernel,
   optional type-II ML fit), mean, variance and mean gradient (PGPOL sec. II-A, SCQP eq. 16).
+* :class:`PGPOL` (``"pgpol"``) / :class:`SGPOL` (``"sgpol"``) -- parallel drifting sparse
+  GPs with a database, kNN of the next query, 1/sigma fusion and change detection
+  (Habich et al. 2019); SGPOL is the single-GP case.
 * :class:`OnlineResidual` -- either learner fed online from a stream on a worker
   thread, with the transforms applied in order (the ``residual_learner`` node's core).
 * :mod:`.snapshot` -- any learner as versioned, checksummed bytes (the ``learner/model``
@@ -19,10 +22,12 @@ from .base import LEARNERS, Learner, load_learner, make_learner
 from .consistency import ParameterChange, transform_gaussians
 from .gp import ExactGP
 from .igmm import IncrementalGMM
+from .pgpol import PGPOL, SGPOL
 from .online import OnlineResidual
 from .rbfn import RBFNetwork
 from .snapshot import Snapshot, SnapshotError, decode_snapshot, encode_snapshot
 
 __all__ = ["Learner", "LEARNERS", "make_learner", "load_learner", "IncrementalGMM", "RBFNetwork",
-           "OnlineResidual", "ParameterChange", "transform_gaussians", "ExactGP"]
+           "OnlineResidual", "ParameterChange", "transform_gaussians", "ExactGP",
+           "PGPOL", "SGPOL"]
 __all__ += ["Snapshot", "SnapshotError", "encode_snapshot", "decode_snapshot"]  # the split's model snapshots

@@ -1,0 +1,387 @@
+"""PGPOL: parallel drifting sparse GPs with a database (Habich et al. 2019, sec. II-B and
+III, Fig. 1-2, eq. 7-9); SGPOL is the same with one GP.
+
+The data stream (x_t, y_t) feeds ``k`` sparse GPs (:class:`~.sparse_gp.SparseGP`, DTC,
+eq. 4-5) that drift along it, GP i trained on the newest ``windows[i]`` samples (FIFO).
+
+* **Database** (Fig. 1): a sample leaving the *smallest* window enters a bounded FIFO
+  database (``database_size``; the oldest dropped), so the database holds every past
+  sample any GP no longer has (the paper's rule: "the oldest data point of the GP model
+  with the index k_min is then added to it").  A database sample still inside GP i's own
+  window is never added to GP i's training set twice.
+* **k nearest neighbours** (``knn``): GP i's training set is its window plus the ``knn``
+  database samples nearest to the *next query* -- the input given by :meth:`hint`
+  (the reference ahead; the model-update node passes it), or the newest sample when no
+  hint came -- in inputs standardised by the newest window's spread.  Brute force,
+  vectorised: over a database of a few thousand samples it is ~0.1 ms, below a KD-tree
+  rebuild per update.
+* **One GP refitted per update** (sec. II-C: "only one model is updated"): every
+  :meth:`partial_fit` call inserts its samples and refits exactly one GP, round robin;
+  the refit optimises (Z, theta, sn2) for at most ``max_iter`` iterations, warm-started.
+* **Fusion**: the k predictions are weighted by the reciprocal of their standard
+  deviation, w_i = 1 / sigma_i (per output), mu = sum w_i mu_i / sum w_i; the fused
+  variance is sum w_i sigma_i^2 / sum w_i.  sigma_i is the GP's predictive standard
+  deviation of y (latent variance + noise, raw units: comparable across GPs with
+  different scalers); the variance returned is the fused latent variance.
+* **Change detection** (eq. 7-9): every sample is first predicted by the current model
+  (prequential); with nmse_{t,j} = mean_i (y_ij - y~_ij)^2 / var(y_j) over the samples
+  since the last reset and nmse-bar_t its mean over the outputs, gamma = nmse-bar_t -
+  nmse-bar_{t-1} > ``change_threshold`` (eta) clears the database (the windows keep the
+  newest data, so the GPs re-learn from the new dynamics only).  Incremental, O(outputs)
+  per sample.  ``change_horizon`` = 0 is the paper's cumulative mean; N > 0 an
+  exponential mean over ~N samples, so the test keeps the same sensitivity after hours
+  of data.  The statistics restart after a clear and are not tested during the first
+  ``change_warmup`` samples after a (re)start.
+* **Consistency** with an adapting parametric model (beyond the paper): a parameter
+  change dpi shifts every stored target -- windows, database and the GPs' training
+  sets -- by -Y(x) dpi, and each GP re-solves its posterior weights with unchanged
+  inducing inputs, hyperparameters and scalers (:meth:`SparseGP.refit_targets`), so the
+  ensemble is exactly what it would be had the data been measured against the new model.
+
+Prediction reads one immutable snapshot of the fitted GPs stacked into arrays (one
+vectorised evaluation for all of them), replaced by a single assignment after a refit
+or transform, so a control thread may predict while a worker learns.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from .base import Learner, register, split_state
+from .consistency import ParameterChange
+from .gp import Standardiser
+from .sparse_gp import SparseGP
+
+__all__ = ["PGPOL", "SGPOL"]
+
+
+@register
+class PGPOL(Learner):
+    """Parallel drifting sparse GPs with a database (see the module docstring).
+
+    Parameters
+    ----------
+    input_dim, output_dim:
+        Sizes of x and y.
+    windows:
+        FIFO window sizes n_1 ... n_k, one GP each (paper's best: 60 and 480).
+    knn:
+        Nearest database samples of the next query added to each training set (0: no
+        database).
+    database_size:
+        Most samples the database holds (FIFO).
+    n_inducing, max_iter:
+        Inducing inputs m per GP and the optimiser's iteration cap per refit (paper:
+        20 and 10); ``max_iter = 0`` keeps Z and the hyperparameters fixed.
+    length_scale, signal_var, noise_var, ard:
+        Initial hyperparameters in standardised units (length scale default
+        sqrt(input_dim), the typical distance between two standardised inputs); one
+        length scale per GP (``ard=False``, the paper's kernel) or per input.
+    groups:
+        ``"shared"``: one GP for all outputs with shared Z and hyperparameters (GPy's
+        multi-output model, the paper's); ``"joint"``: one per output.
+    change_threshold, change_horizon, change_warmup:
+        eta of eq. 7 (``None``: no change detection), the nmse averaging horizon in
+        samples (0: cumulative, the paper's) and the samples after a (re)start before
+        the test runs.
+    seed:
+        Seeds the inducing inputs' first draw.
+    """
+
+    kind = "pgpol"
+    DEFAULT_WINDOWS: Sequence[int] = (60, 480)
+
+    def __init__(self, input_dim: int, output_dim: int, *, windows: Optional[Sequence[int]] = None,
+                 knn: int = 20, database_size: int = 2000, n_inducing: int = 20, max_iter: int = 10,
+                 length_scale=None, signal_var: float = 1.0, noise_var: float = 0.01, ard: bool = False,
+                 groups: str = "shared", change_threshold: Optional[float] = 1e-3, change_horizon: int = 0,
+                 change_warmup: int = 50, seed: int = 0):
+        super().__init__(input_dim, output_dim)
+        windows = list(self.DEFAULT_WINDOWS if windows is None else np.atleast_1d(windows).tolist())
+        if not windows or any(int(w) != w or w < 2 for w in windows):
+            raise ValueError(f"windows must be integers >= 2, got {windows}")
+        if int(knn) < 0 or int(database_size) < 0 or int(change_horizon) < 0 or int(change_warmup) < 2:
+            raise ValueError("knn, database_size and change_horizon must be >= 0, change_warmup >= 2")
+        if change_threshold is not None and not (np.isfinite(change_threshold) and change_threshold > 0):
+            raise ValueError(f"change_threshold must be > 0 or None, got {change_threshold}")
+        self.windows = [int(w) for w in windows]
+        self.knn = int(knn)
+        self.database_size = int(database_size)
+        self.n_inducing, self.max_iter = int(n_inducing), int(max_iter)
+        if length_scale is None:
+            length_scale = float(np.sqrt(self.input_dim))
+        self.length_scale, self.signal_var, self.noise_var = length_scale, float(signal_var), float(noise_var)
+        self.ard, self.groups, self.seed = bool(ard), groups, int(seed)
+        self.change_threshold = None if change_threshold is None else float(change_threshold)
+        self.change_horizon, self.change_warmup = int(change_horizon), int(change_warmup)
+        self.members = [self._member(i) for i in range(len(self.windows))]
+        d, o = self.input_dim, self.output_dim
+        self._X, self._Y, self._seq = np.zeros((0, d)), np.zeros((0, o)), np.zeros(0, np.int64)
+        self._dbX, self._dbY, self._dbseq = np.zeros((0, d)), np.zeros((0, o)), np.zeros(0, np.int64)
+        self._t = 0                 # samples inserted (the next sample's sequence number)
+        self._rr = 0                # round-robin counter: the next GP to refit
+        self._query: Optional[np.ndarray] = None
+        self.n_refits = 0
+        self.n_changes = 0          # database clears by the change detection
+        self.last_change = -1       # sequence number of the sample that triggered the last one
+        self._reset_change_stats()
+        self._snap = None
+
+    def _member(self, i: int) -> SparseGP:
+        return SparseGP(self.input_dim, self.output_dim, n_inducing=self.n_inducing,
+                        length_scale=self.length_scale, signal_var=self.signal_var, noise_var=self.noise_var,
+                        ard=self.ard, groups=self.groups, optimize=self.max_iter > 0,
+                        max_iter=self.max_iter, seed=self.seed + i)
+
+    # ---------------------------------------------------------------- config
+    def get_config(self) -> Dict[str, Any]:
+        ls = self.length_scale
+        return {"input_dim": self.input_dim, "output_dim": self.output_dim, "windows": list(self.windows),
+                "knn": self.knn, "database_size": self.database_size, "n_inducing": self.n_inducing,
+                "max_iter": self.max_iter, "length_scale": np.asarray(ls).tolist(),
+                "signal_var": self.signal_var, "noise_var": self.noise_var, "ard": self.ard,
+                "groups": self.groups, "change_threshold": self.change_threshold,
+                "change_horizon": self.change_horizon, "change_warmup": self.change_warmup, "seed": self.seed}
+
+    def _counters(self) -> Dict[str, int]:
+        c = super()._counters()
+        c.update(n_refits=self.n_refits, n_changes=self.n_changes, last_change=self.last_change)
+        return c
+
+    @property
+    def n_points(self) -> int:
+        """Samples in the largest window."""
+        return self._X.shape[0]
+
+    @property
+    def database_points(self) -> int:
+        return self._dbX.shape[0]
+
+    @property
+    def nmse(self) -> float:
+        """nmse-bar (eq. 8) of the prequential predictions since the last reset (NaN
+        before two samples)."""
+        return self._cd_prev
+
+    def hint(self, x) -> None:
+        x = np.asarray(x, dtype=float).reshape(-1)
+        if x.shape == (self.input_dim,) and np.isfinite(x).all():
+            self._query = x.copy()
+
+    # ---------------------------------------------------------------- updates
+    def _fit(self, X: np.ndarray, y: np.ndarray, R) -> None:
+        if self.change_threshold is not None:
+            self._detect_change(X, y)
+        self._insert(X, y)
+        self._refit_next()
+
+    def _insert(self, X: np.ndarray, y: np.ndarray) -> None:
+        b = X.shape[0]
+        seq = self._t + np.arange(b, dtype=np.int64)
+        allX, allY = np.vstack([self._X, X]), np.vstack([self._Y, y])
+        allseq = np.concatenate([self._seq, seq])
+        self._t += b
+        if self.knn and self.database_size:
+            # samples leaving the smallest window enter the database
+            n_min = min(self.windows)
+            leave = (allseq >= self._t - b - n_min) & (allseq < self._t - n_min)
+            if leave.any():
+                keep = self.database_size
+                self._dbX = np.vstack([self._dbX, allX[leave]])[-keep:]
+                self._dbY = np.vstack([self._dbY, allY[leave]])[-keep:]
+                self._dbseq = np.concatenate([self._dbseq, allseq[leave]])[-keep:]
+        W = max(self.windows)
+        self._X, self._Y, self._seq = allX[-W:], allY[-W:], allseq[-W:]
+
+    def _neighbours(self, i: int):
+        """The ``knn`` database samples nearest to the next query outside GP i's window."""
+        if not self.knn or not self._dbX.shape[0]:
+            return None
+        outside = self._dbseq < self._t - self.windows[i]
+        if not outside.any():
+            return None
+        q = self._query if self._query is not None else self._X[-1]
+        std = Standardiser.fit(self._X).std
+        dbX = self._dbX[outside]
+        d2 = np.square((dbX - q) / std).sum(axis=1)
+        k = min(self.knn, d2.size)
+        idx = np.argpartition(d2, k - 1)[:k] if k < d2.size else np.arange(d2.size)
+        return dbX[idx], self._dbY[outside][idx]
+
+    def _refit_next(self) -> None:
+        """Refit exactly one GP (round robin) on its window plus its neighbours."""
+        i = self._rr % len(self.members)
+        self._rr += 1
+        n = min(self.windows[i], self.n_points)
+        if n < 2:
+            return
+        X, Y = self._X[-n:], self._Y[-n:]
+        nb = self._neighbours(i)
+        if nb is not None:
+            X, Y = np.vstack([X, nb[0]]), np.vstack([Y, nb[1]])
+        try:
+            self.members[i].fit(X, Y)
+        except np.linalg.LinAlgError:   # a degenerate window: keep the previous fit of this GP
+            return
+        self.n_refits += 1
+        self._publish()
+
+    # ------------------------------------------------------- change detection
+    def _reset_change_stats(self) -> None:
+        o = self.output_dim
+        self._cd_t = 0
+        self._cd_err = np.zeros(o)
+        self._cd_mean = np.zeros(o)
+        self._cd_var = np.zeros(o)
+        self._cd_prev = float("nan")
+
+    def _detect_change(self, X: np.ndarray, Y: np.ndarray) -> None:
+        P = self._predict(X, False)[0]          # prequential: the model before these samples
+        E2 = np.square(Y - P)
+        N = self.change_horizon
+        for i, (e2, y) in enumerate(zip(E2, Y)):
+            self._cd_t += 1
+            t = self._cd_t
+            a = 1.0 / (t if N == 0 else min(t, N))
+            self._cd_err += a * (e2 - self._cd_err)
+            delta = y - self._cd_mean
+            self._cd_mean += a * delta
+            self._cd_var = (1.0 - a) * (self._cd_var + a * delta * delta)
+            if t < 2:
+                continue
+            var = np.maximum(self._cd_var, 1e-12 * (1.0 + np.square(self._cd_mean)))
+            nmse = float(np.mean(self._cd_err / var))                       # eq. 8-9
+            gamma = nmse - self._cd_prev                                      # eq. 7
+            self._cd_prev = nmse
+            if t > self.change_warmup and gamma > self.change_threshold:
+                self.n_changes += 1
+                self.last_change = self._t + i          # this sample's sequence number
+                self._clear_database()
+                self._reset_change_stats()
+
+    def _clear_database(self) -> None:
+        d, o = self.input_dim, self.output_dim
+        self._dbX, self._dbY, self._dbseq = np.zeros((0, d)), np.zeros((0, o)), np.zeros(0, np.int64)
+
+    # ------------------------------------------------------------- prediction
+    def _publish(self) -> None:
+        """Stack the fitted GPs into one prediction snapshot (atomic replacement)."""
+        fitted = [g for g in self.members if g.snap is not None]
+        if not fitted:
+            self._snap = None
+            return
+        snaps = [g.snap for g in fitted]
+        Z = np.stack([s[0] for s in snaps])                       # K x G x m x d (standardised)
+        ls = np.stack([s[5] for s in snaps])                      # K x G x d_ls
+        Zs = Z / ls[:, :, None, :]
+        self._snap = dict(
+            Zs=Zs, Zs2=np.einsum("kgmd,kgmd->kgm", Zs, Zs), w=np.stack([s[1] for s in snaps]),
+            R=np.stack([s[2] for s in snaps]), ls=ls, sf2=np.stack([s[6] for s in snaps]),
+            xm=np.stack([s[3].mean for s in snaps]), xsd=np.stack([s[3].std for s in snaps]),
+            ym=np.stack([s[4].mean for s in snaps]), ysd=np.stack([s[4].std for s in snaps]),
+            sn2=np.stack([g.sn2 for g in fitted]), joint=self.groups == "joint")
+
+    def _predict(self, X: np.ndarray, return_var: bool):
+        s = self._snap
+        N, o = X.shape[0], self.output_dim
+        if s is None:
+            return np.zeros((N, o)), (np.full((N, o), np.inf) if return_var else None)
+        Q = (X[None] - s["xm"][:, None, :]) / s["xsd"][:, None, :]          # K x N x d
+        Qs = Q[:, None] / s["ls"][:, :, None, :]                             # K x G x N x d
+        D = np.einsum("kgnd,kgnd->kgn", Qs, Qs)[..., None] + s["Zs2"][:, :, None, :] \
+            - 2.0 * Qs @ np.swapaxes(s["Zs"], 2, 3)
+        Kq = s["sf2"][:, :, None, None] * np.exp(-0.5 * np.maximum(D, 0.0))   # K x G x N x m
+        M = Kq @ s["w"]                                                      # K x G x N x c
+        joint = s["joint"]
+        mean = (np.swapaxes(M[..., 0], 1, 2) if joint else M[:, 0]) * s["ysd"][:, None, :] + s["ym"][:, None, :]
+        K = mean.shape[0]
+        if K == 1 and not return_var:
+            return mean[0], None
+        v = s["sf2"][:, :, None] - np.einsum("kgnm,kgml,kgnl->kgn", Kq, s["R"], Kq)
+        v = np.maximum(v, 0.0)
+        noise = s["sn2"]                                                     # K x G
+        if joint:
+            var_s, noise_s = np.swapaxes(v, 1, 2), noise[:, None, :]
+        else:
+            var_s, noise_s = np.repeat(v[:, 0][:, :, None], o, axis=2), noise[:, :1, None]
+        ysd2 = np.square(s["ysd"])[:, None, :]
+        var = var_s * ysd2                                                   # K x N x o, raw latent
+        if K == 1:
+            return mean[0], var[0]
+        w = 1.0 / np.sqrt(var + noise_s * ysd2)
+        wsum = w.sum(axis=0)
+        fused = (w * mean).sum(axis=0) / wsum
+        return fused, ((w * var).sum(axis=0) / wsum if return_var else None)
+
+    # ------------------------------------------------------------ consistency
+    def _transform(self, dpi: np.ndarray, model) -> None:
+        parts = [self._X, self._dbX] + [g.X for g in self.members if g.X is not None]
+        sizes = [p.shape[0] for p in parts]
+        if not sum(sizes):
+            return
+        q, v, a = split_state(np.vstack(parts), model.n)
+        S = np.split(ParameterChange.for_model(model).set(dpi).values(q, v, a), np.cumsum(sizes)[:-1])
+        self._Y = self._Y - S[0]
+        self._dbY = self._dbY - S[1]
+        for g, s in zip((g for g in self.members if g.X is not None), S[2:]):
+            g.refit_targets(g.Y - s)
+        self._publish()
+
+    # ------------------------------------------------------------ persistence
+    def _get_arrays(self) -> Dict[str, np.ndarray]:
+        a = {"X": self._X, "Y": self._Y, "seq": self._seq, "dbX": self._dbX, "dbY": self._dbY,
+             "dbseq": self._dbseq,
+             "state": np.array([self._t, self._rr], dtype=np.int64),
+             "cd": np.concatenate([[self._cd_t, self._cd_prev], self._cd_err, self._cd_mean, self._cd_var])}
+        if self._query is not None:
+            a["query"] = self._query
+        for i, g in enumerate(self.members):
+            if g.X is None:
+                continue
+            a.update({f"m{i}_X": g.X, f"m{i}_Y": g.Y, f"m{i}_Z": g.Z_raw, f"m{i}_ls": g.ls, f"m{i}_sf2": g.sf2,
+                      f"m{i}_sn2": g.sn2, f"m{i}_fits": np.array(g.n_fits)})
+        return a
+
+    def _set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        d, o = self.input_dim, self.output_dim
+
+        def rows(key, width):
+            A = np.asarray(arrays[key], dtype=float)
+            if A.ndim != 2 or A.shape[1] != width or not np.isfinite(A).all():
+                raise ValueError(f"saved PGPOL array {key!r} has shape {A.shape} (or non-finite values);"
+                                 f" expected N x {width}")
+            return A
+
+        X, Y, dbX, dbY = rows("X", d), rows("Y", o), rows("dbX", d), rows("dbY", o)
+        seq, dbseq = np.asarray(arrays["seq"], np.int64), np.asarray(arrays["dbseq"], np.int64)
+        if not (X.shape[0] == Y.shape[0] == seq.size <= max(self.windows)
+                and dbX.shape[0] == dbY.shape[0] == dbseq.size <= self.database_size):
+            raise ValueError(f"saved PGPOL stream sizes disagree: X {X.shape}, Y {Y.shape}, seq {seq.shape},"
+                             f" database {dbX.shape}, {dbY.shape}, {dbseq.shape}")
+        self._X, self._Y, self._seq, self._dbX, self._dbY, self._dbseq = X, Y, seq, dbX, dbY, dbseq
+        self._t, self._rr = (int(v) for v in arrays["state"])
+        cd = np.asarray(arrays["cd"], dtype=float)
+        if cd.shape != (2 + 3 * o,):
+            raise ValueError(f"saved PGPOL change statistics have shape {cd.shape}, expected {(2 + 3 * o,)}")
+        self._cd_t, self._cd_prev = int(cd[0]), float(cd[1])
+        self._cd_err, self._cd_mean, self._cd_var = (cd[2 + k * o: 2 + (k + 1) * o].copy() for k in range(3))
+        self._query = np.asarray(arrays["query"], dtype=float) if "query" in arrays else None
+        for i, g in enumerate(self.members):
+            if f"m{i}_X" not in arrays:
+                continue
+            g.restore(rows(f"m{i}_X", d), rows(f"m{i}_Y", o), arrays[f"m{i}_Z"], arrays[f"m{i}_ls"],
+                      arrays[f"m{i}_sf2"], arrays[f"m{i}_sn2"])
+            g.n_fits = int(arrays[f"m{i}_fits"])
+        self._publish()
+
+    def memory_bytes(self) -> int:
+        return int(sum(np.asarray(v).nbytes for v in self._get_arrays().values()))
+
+
+@register
+class SGPOL(PGPOL):
+    """SGPOL: PGPOL with one GP (the paper's single drifting GP, n = 480)."""
+
+    kind = "sgpol"
+    DEFAULT_WINDOWS = (480,)
