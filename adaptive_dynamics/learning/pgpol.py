@@ -28,9 +28,11 @@ eq. 4-5) that drift along it, GP i trained on the newest ``windows[i]`` samples 
   since the last reset and nmse-bar_t its mean over the outputs, gamma = nmse-bar_t -
   nmse-bar_{t-1} > ``change_threshold`` (eta) clears the database (the windows keep the
   newest data, so the GPs re-learn from the new dynamics only).  Incremental, O(outputs)
-  per sample.  ``change_horizon`` = 0 is the paper's cumulative mean; N > 0 an
-  exponential mean over ~N samples, so the test keeps the same sensitivity after hours
-  of data.  The statistics restart after a clear and are not tested during the first
+  per sample.  ``change_horizon`` = 0 is the paper's cumulative mean; N > 0 the
+  cumulative mean over the first N samples, then an exponential mean over ~N, so the
+  test keeps its sensitivity after hours of data (a sustained error step of
+  e^2 / var(y) = r moves gamma by ~r / t cumulatively, ~r / N with the horizon).  The
+  statistics restart after a clear and are not tested during the first
   ``change_warmup`` samples after a (re)start.
 * **Consistency** with an adapting parametric model (beyond the paper): a parameter
   change dpi shifts every stored target -- windows, database and the GPs' training
@@ -83,8 +85,10 @@ class PGPOL(Learner):
         multi-output model, the paper's); ``"joint"``: one per output.
     change_threshold, change_horizon, change_warmup:
         eta of eq. 7 (``None``: no change detection), the nmse averaging horizon in
-        samples (0: cumulative, the paper's) and the samples after a (re)start before
-        the test runs.
+        samples (0: cumulative over all samples since the last reset, the paper's; the
+        default 1000 is the paper's mean over the first 1000 samples and an exponential
+        mean over ~1000 after, so a change an hour into a run moves gamma as much as one
+        in the first seconds) and the samples after a (re)start before the test runs.
     seed:
         Seeds the inducing inputs' first draw.
     """
@@ -95,7 +99,7 @@ class PGPOL(Learner):
     def __init__(self, input_dim: int, output_dim: int, *, windows: Optional[Sequence[int]] = None,
                  knn: int = 20, database_size: int = 2000, n_inducing: int = 20, max_iter: int = 10,
                  length_scale=None, signal_var: float = 1.0, noise_var: float = 0.01, ard: bool = False,
-                 groups: str = "shared", change_threshold: Optional[float] = 1e-3, change_horizon: int = 0,
+                 groups: str = "shared", change_threshold: Optional[float] = 1e-3, change_horizon: int = 1000,
                  change_warmup: int = 50, seed: int = 0):
         super().__init__(input_dim, output_dim)
         windows = list(self.DEFAULT_WINDOWS if windows is None else np.atleast_1d(windows).tolist())
@@ -370,8 +374,11 @@ class PGPOL(Learner):
         for i, g in enumerate(self.members):
             if f"m{i}_X" not in arrays:
                 continue
-            g.restore(rows(f"m{i}_X", d), rows(f"m{i}_Y", o), arrays[f"m{i}_Z"], arrays[f"m{i}_ls"],
-                      arrays[f"m{i}_sf2"], arrays[f"m{i}_sn2"])
+            try:
+                g.restore(rows(f"m{i}_X", d), rows(f"m{i}_Y", o), arrays[f"m{i}_Z"], arrays[f"m{i}_ls"],
+                          arrays[f"m{i}_sf2"], arrays[f"m{i}_sn2"])
+            except np.linalg.LinAlgError as exc:
+                raise ValueError(f"saved PGPOL GP {i} does not factorise: {exc}") from None
             g.n_fits = int(arrays[f"m{i}_fits"])
         self._publish()
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-from scipy.linalg import cho_solve
+from scipy.linalg import cho_solve, solve_triangular
 
 from .gp import LOG2PI, Standardiser, minimise_nlml
 from .gp_kernel import se_kernel, se_kernel_grads
@@ -78,6 +78,28 @@ def dtc_nlml(Xs: np.ndarray, Ys: np.ndarray, Z: np.ndarray, ls: np.ndarray, sf2:
     d_ls2, d_sf2_, d_Z2 = se_kernel_grads(Z, Z, ls, Kmm_f, dKmm, wrt_B=True, symmetric=True)
     d_sn2 = 0.5 * sn2 * (c * trQi - np.einsum("gnc,gnc->g", beta, beta))  # sn2 tr(W) / 2
     return F, (d_Z1 + d_Z2, d_ls1 + d_ls2, d_sf1 + d_sf2_, d_sn2)
+
+
+def _posterior(Kmm: np.ndarray, Knm: np.ndarray, Ys: np.ndarray, sn2: np.ndarray):
+    """Prediction weights of the DTC posterior: ``w`` (G x m x c) with mean(x) = k_m(x) w,
+    and ``R`` (G x m x m) with var(x) = k(x, x) - k_m(x) R k_m(x)^T.
+
+    In GPy's well-conditioned form: Kmm = Lm Lm^T, B = Lm^-1 Kmn / sn, A = I + B B^T =
+    LA LA^T (eigenvalues >= 1), w = Lm^-T A^-1 B Y / sn, R = Kmm^-1 - (Kmm + Kmn Knm /
+    sn2)^-1 = Li^T Li - T^T T with Li = Lm^-1, T = LA^-1 Li.  (sn2 Kmm + Kmn Knm,
+    factorised directly, squares Kmm's condition number.)"""
+    G, m, _ = Kmm.shape
+    sn = np.sqrt(sn2)[:, None, None]
+    Lm = np.linalg.cholesky(Kmm)
+    B = solve_triangular(Lm, np.swapaxes(Knm, 1, 2), lower=True) / sn      # G x m x n
+    LA = np.linalg.cholesky(np.eye(m)[None] + B @ np.swapaxes(B, 1, 2))
+    c = solve_triangular(LA, B @ Ys / sn, lower=True)                       # G x m x c
+    w = solve_triangular(np.swapaxes(Lm, 1, 2), solve_triangular(np.swapaxes(LA, 1, 2), c, lower=False),
+                         lower=False)
+    Li = solve_triangular(Lm, np.broadcast_to(np.eye(m), Kmm.shape), lower=True)
+    T = solve_triangular(LA, Li, lower=True)
+    R = np.swapaxes(Li, 1, 2) @ Li - np.swapaxes(T, 1, 2) @ T
+    return w, 0.5 * (R + np.swapaxes(R, 1, 2))
 
 
 class SparseGP:
@@ -136,15 +158,17 @@ class SparseGP:
         xs = xs or Standardiser.fit(X)
         ys = ys or Standardiser.fit(Y)
         Xs, Ys = xs(X), self._group(ys(Y))
-        if self.Z_raw is None:
-            self.Z_raw = self._init_Z(X)
-        Z = xs(self.Z_raw)
+        Z = xs(self._init_Z(X) if self.Z_raw is None else self.Z_raw)
+        hyper = (self.ls, self.sf2, self.sn2)
         if self.optimize and self.max_iter > 0 and X.shape[0] > 1:
-            Z = self._optimise(Xs, Ys, Z)
-        self.Z_raw = Z * xs.std + xs.mean
-        self.X, self.Y = X, Y
-        # factorised from the raw Z exactly as restore() does: a reloaded model is bit-identical
-        self._factorise(Xs, Ys, xs(self.Z_raw), xs, ys)
+            Z, *hyper = self._optimise(Xs, Ys, Z)
+        Z_raw = Z * xs.std + xs.mean
+        # factorised from the raw Z exactly as restore() does (a reloaded model is
+        # bit-identical); the state changes only once it succeeded (a LinAlgError leaves
+        # the previous fit whole)
+        snap = self._factorise(Xs, Ys, xs(Z_raw), xs, ys, *hyper)
+        self.ls, self.sf2, self.sn2 = hyper
+        self.Z_raw, self.X, self.Y, self.snap = Z_raw, X, Y, snap
         self.n_fits += 1
 
     def restore(self, X: np.ndarray, Y: np.ndarray, Z_raw: np.ndarray, ls, sf2, sn2) -> None:
@@ -155,21 +179,22 @@ class SparseGP:
                 or Y.shape != (X.shape[0], self.o) or X.shape[0] < 1:
             raise ValueError(f"sparse GP state has shapes Z {Z_raw.shape}, X {X.shape}, Y {Y.shape}; expected Z"
                              f" {(self.G, self.m, self.d)} and n x {self.d}, n x {self.o}")
-        self.ls = np.asarray(ls, dtype=float).reshape(self.ls.shape).copy()
-        self.sf2 = np.asarray(sf2, dtype=float).reshape(self.G).copy()
-        self.sn2 = np.asarray(sn2, dtype=float).reshape(self.G).copy()
+        hyper = (np.asarray(ls, dtype=float).reshape(self.ls.shape).copy(),
+                 np.asarray(sf2, dtype=float).reshape(self.G).copy(),
+                 np.asarray(sn2, dtype=float).reshape(self.G).copy())
+        if not all(np.isfinite(h).all() and (h > 0).all() for h in hyper) or not np.isfinite(Z_raw).all():
+            raise ValueError("sparse GP state: hyperparameters must be finite and > 0, Z finite")
         xs, ys = Standardiser.fit(X), Standardiser.fit(Y)
+        self.snap = self._factorise(xs(X), self._group(ys(Y)), xs(Z_raw), xs, ys, *hyper)
+        self.ls, self.sf2, self.sn2 = hyper
         self.Z_raw, self.X, self.Y = Z_raw, X, Y
-        self._factorise(xs(X), self._group(ys(Y)), xs(Z_raw), xs, ys)
 
     def refit_targets(self, Y: np.ndarray) -> None:
         """New targets for the training inputs of the last fit; Z, hyperparameters and
         scalers stay, so the posterior mean is linear in Y (the consistency shift)."""
         Z, _, R, xs, ys, ls, sf2 = self.snap
-        Knm = se_kernel(xs(self.X), Z, ls, sf2)
-        Kmn = np.swapaxes(Knm, 1, 2)
-        A = self.sn2[:, None, None] * (se_kernel(Z, Z, ls, sf2) + JITTER * np.eye(self.m)[None]) + Kmn @ Knm
-        w = cho_solve((np.linalg.cholesky(A), True), Kmn @ self._group(ys(Y)))
+        Kmm = se_kernel(Z, Z, ls, sf2) + JITTER * np.eye(self.m)[None]
+        w, _ = _posterior(Kmm, se_kernel(xs(self.X), Z, ls, sf2), self._group(ys(Y)), self.sn2)
         self.Y = Y
         self.snap = (Z, w, R, xs, ys, ls, sf2)
 
@@ -189,22 +214,14 @@ class SparseGP:
         t0 = np.concatenate([Z.ravel(), np.log(self.ls).ravel(), np.log(self.sf2), np.log(self.sn2)])
         bounds = ([(None, None)] * nz + [(-7.0, 7.0)] * nl + [(-9.0, 9.0)] * G
                   + [(np.log(1e-6), 5.0)] * G)
-        Z, self.ls, self.sf2, self.sn2 = unpack(minimise_nlml(f, t0, bounds, self.max_iter))
-        return Z
+        return unpack(minimise_nlml(f, t0, bounds, self.max_iter))
 
-    def _factorise(self, Xs, Ys, Z, xs, ys) -> None:
-        m = Z.shape[1]
-        Kmm = se_kernel(Z, Z, self.ls, self.sf2) + JITTER * np.eye(m)[None]
-        Knm = se_kernel(Xs, Z, self.ls, self.sf2)
-        Kmn = np.swapaxes(Knm, 1, 2)
-        Lm = np.linalg.cholesky(Kmm)
-        A = self.sn2[:, None, None] * Kmm + Kmn @ Knm
-        LA = np.linalg.cholesky(A)
-        w = cho_solve((LA, True), Kmn @ Ys)                                # G x m x c
-        eye = np.broadcast_to(np.eye(m), Kmm.shape)
-        R = cho_solve((Lm, True), eye) - self.sn2[:, None, None] * cho_solve((LA, True), eye)
-        R = 0.5 * (R + np.swapaxes(R, 1, 2))
-        self.snap = (Z, w, R, xs, ys, self.ls.copy(), self.sf2.copy())
+    @staticmethod
+    def _factorise(Xs, Ys, Z, xs, ys, ls, sf2, sn2) -> tuple:
+        """The prediction snapshot ``(Z, w, R, xs, ys, ls, sf2)``."""
+        Kmm = se_kernel(Z, Z, ls, sf2) + JITTER * np.eye(Z.shape[1])[None]
+        w, R = _posterior(Kmm, se_kernel(Xs, Z, ls, sf2), Ys, sn2)
+        return (Z, w, R, xs, ys, ls.copy(), sf2.copy())
 
     def predict(self, X: np.ndarray, return_var: bool = False):
         """Mean (N x o) and latent variance (N x o) in raw units."""
