@@ -424,7 +424,9 @@ def _cmd_replay_offline(args) -> int:
     res = evaluate_learner(args.bag, args.learner, robot=args.robot, learner_config=cfg,
                            decimation=opt(args.decimation, "decimation"),
                            acceleration=opt(args.acceleration, "acceleration"), target=opt(args.target, "target"),
-                           window_s=opt(args.window, "window_s"), block=opt(args.block, "block"),
+                           window_s=opt(args.window, "window_s"),
+                           block=args.block if args.block is not None else (
+                               DEFAULTS["update_block"] if args.learner in ("pgpol", "sgpol") else DEFAULTS["block"]),
                            transform=args.transform, out_dir=args.out or "replay_eval", model_out=args.save_model)
     print(format_table(res))
     print(json.dumps(res))
@@ -582,7 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     # choices are checked against adaptive_dynamics.learning.LEARNERS when used: importing the
     # learners (scipy.stats) here would add ~1 s to every adaptive-dynamics command
     g.add_argument("--learner", default=None, metavar="KIND",
-                   help="evaluate this residual learner offline instead of republishing: gmm | rbfn | gp")
+                   help="evaluate this residual learner offline instead of republishing:"
+                   " gmm | rbfn | gp | pgpol | sgpol")
     g.add_argument("--out", default=None, metavar="DIR", help="directory for replay_<KIND>.png/.json"
                    " (default replay_eval/)")
     g.add_argument("--robot", default=None, metavar="NAME|URDF", help="robot model whose joints are"
@@ -598,7 +601,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--window", type=float, default=None, metavar="S",
                    help="nMSE window [bag seconds] (default 1)")
     g.add_argument("--block", type=int, default=None, metavar="N",
-                   help="samples predicted, then learnt, per step (default 100)")
+                   help="samples predicted, then learnt, per step (default 100; 10 for pgpol/sgpol, whose"
+                   " every step is one GP refit)")
     g.add_argument("--transform", action="store_true",
                    help="apply adaptive/parameter_update (the consistency transform) in stamp order")
     g.add_argument("--save-model", default=None, metavar="PATH", help="save the trained learner (.npz)")

@@ -10,7 +10,7 @@ ARGS = {
     "robot": ("panda", "panda | iiwa14 | planar2"),
     "controller": ("computed_torque", "pd | computed_torque (node controller) | direct | composite"
                    " (node adaptive_controller)"),
-    "learner": ("none", "none | gmm | rbfn | gp: add the residual_learner node (needs controller direct|composite)"),
+    "learner": ("none", "none | gmm | rbfn | gp | pgpol | sgpol: add the residual_learner node (needs controller direct|composite)"),
     "learner_split": ("false", "true: the learner runs as model_update + prediction (the PGPOL split) instead of"
                       " residual_learner"),
     "use_sim_time": ("", "default: true in sim, false on a real robot"),

@@ -140,6 +140,20 @@ def test_replay_with_the_sliding_window_gp(bag, tmp_path):
     zero = np.array([res["nmse_zero_predictor"][j] for j in res["joints"]])
     assert np.isfinite(last).all() and last.mean() < 0.4 * zero.mean(), (last, zero)
 
+
+def test_replay_with_pgpol(bag, tmp_path):
+    """``replay --learner pgpol --block 10``: the drifting sparse GPs with the database
+    (kNN of the newest sample) beat the exact GP's plain window on the same stream.  One
+    learner call is one PGPOL update, so the block stays below the smallest window."""
+    res = evaluate_learner(bag, "pgpol", out_dir=tmp_path, plot=False, block=10,
+                           learner_config={"windows": [40, 120], "n_inducing": 15, "max_iter": 5})
+    gp = evaluate_learner(bag, "gp", out_dir=tmp_path, plot=False)
+    assert res["learner"] == "pgpol" and res["samples"]["learned"] == 2000
+    last = np.array([res["nmse_last_window"][j] for j in res["joints"]])
+    ref = np.array([gp["nmse_last_window"][j] for j in gp["joints"]])
+    assert np.isfinite(last).all() and last.mean() < 0.2 * ref.mean(), (last, ref)
+
+
 def test_samples_and_target_match_the_simulation(bag, sim):
     data = load_samples(bag)
     n = 7

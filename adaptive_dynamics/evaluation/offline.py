@@ -91,6 +91,7 @@ TARGETS = ("auto", "residual", "torque")
 TARGET_NAMES = {"residual": "tau_measured - parametric_torque", "torque": "tau_measured"}
 #: defaults of :func:`evaluate_learner` (the CLI's too)
 DEFAULTS = {"decimation": 3, "acceleration": "desired", "target": "auto", "window_s": 1.0, "block": 100,
+            "update_block": 10,   # pgpol/sgpol (CLI default): one call = one refit
             "warmup": 200, "box_margin": 0.1, "reference_tolerance_s": 5e-4}
 
 # role -> (relative topic name, message type)

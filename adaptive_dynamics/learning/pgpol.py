@@ -18,6 +18,10 @@ eq. 4-5) that drift along it, GP i trained on the newest ``windows[i]`` samples 
 * **One GP refitted per update** (sec. II-C: "only one model is updated"): every
   :meth:`partial_fit` call inserts its samples and refits exactly one GP, round robin;
   the refit optimises (Z, theta, sn2) for at most ``max_iter`` iterations, warm-started.
+  The paper updates per sample; a caller that falls behind the stream passes the
+  samples that arrived meanwhile as one batch (none is lost, one refit).  Batches
+  larger than the smallest window send samples to the database unseen by that GP:
+  offline, feed blocks well below it (``replay --learner pgpol --block 10``).
 * **Fusion**: the k predictions are weighted by the reciprocal of their standard
   deviation, w_i = 1 / sigma_i (per output), mu = sum w_i mu_i / sum w_i; the fused
   variance is sum w_i sigma_i^2 / sum w_i.  sigma_i is the GP's predictive standard

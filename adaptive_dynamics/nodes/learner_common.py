@@ -40,7 +40,8 @@ BUFFER = 2000   # states / parametric torques kept for stamp matching
 
 
 def learner_kind_description() -> str:
-    return ("gmm (incremental GMM + GMR) | rbfn (RBF network + RLS) | gp (exact GP, FIFO window); any kind of"
+    return ("gmm (incremental GMM + GMR) | rbfn (RBF network + RLS) | gp (exact GP, FIFO window) |"
+            " pgpol (parallel drifting sparse GPs + database) | sgpol (one drifting sparse GP); any kind of"
             " adaptive_dynamics.learning.LEARNERS")
 
 
