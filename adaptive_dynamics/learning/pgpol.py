@@ -282,12 +282,18 @@ class PGPOL(Learner):
         snaps = [g.snap for g in fitted]
         Z = np.stack([s[0] for s in snaps])                       # K x G x m x d (standardised)
         ls = np.stack([s[5] for s in snaps])                      # K x G x d_ls
+        xsd = np.stack([s[3].std for s in snaps])                 # K x d
         Zs = Z / ls[:, :, None, :]
+        sf2 = np.stack([s[6] for s in snaps])                     # K x G
+        w, R = np.stack([s[1] for s in snaps]), np.stack([s[2] for s in snaps])
+        # k(x, z) = exp(log sf2 - |xs|^2 / 2 - |zs|^2 / 2 + xs.zs), xs = (x - mean) / (std ls)
         self._snap = dict(
-            Zs=Zs, Zs2=np.einsum("kgmd,kgmd->kgm", Zs, Zs), w=np.stack([s[1] for s in snaps]),
-            R=np.stack([s[2] for s in snaps]), ls=ls, sf2=np.stack([s[6] for s in snaps]),
-            xm=np.stack([s[3].mean for s in snaps]), xsd=np.stack([s[3].std for s in snaps]),
-            ym=np.stack([s[4].mean for s in snaps]), ysd=np.stack([s[4].std for s in snaps]),
+            off=np.stack([s[3].mean for s in snaps])[:, None, None, :],
+            scale=1.0 / (xsd[:, None, None, :] * ls[:, :, None, :]),            # K x G x 1 x d
+            ZsT=np.ascontiguousarray(np.swapaxes(Zs, 2, 3)),
+            c0=(np.log(sf2)[:, :, None] - 0.5 * np.einsum("kgmd,kgmd->kgm", Zs, Zs))[:, :, None, :],
+            w=w, WR=np.concatenate([w, R], axis=3), c=w.shape[3], sf2=sf2,
+            ym=np.stack([s[4].mean for s in snaps])[:, None, :], ysd=np.stack([s[4].std for s in snaps]),
             sn2=np.stack([g.sn2 for g in fitted]), joint=self.groups == "joint")
 
     def _predict(self, X: np.ndarray, return_var: bool):
@@ -295,25 +301,27 @@ class PGPOL(Learner):
         N, o = X.shape[0], self.output_dim
         if s is None:
             return np.zeros((N, o)), (np.full((N, o), np.inf) if return_var else None)
-        Q = (X[None] - s["xm"][:, None, :]) / s["xsd"][:, None, :]          # K x N x d
-        Qs = Q[:, None] / s["ls"][:, :, None, :]                             # K x G x N x d
-        D = np.einsum("kgnd,kgnd->kgn", Qs, Qs)[..., None] + s["Zs2"][:, :, None, :] \
-            - 2.0 * Qs @ np.swapaxes(s["Zs"], 2, 3)
-        Kq = s["sf2"][:, :, None, None] * np.exp(-0.5 * np.maximum(D, 0.0))   # K x G x N x m
-        M = Kq @ s["w"]                                                      # K x G x N x c
-        joint = s["joint"]
-        mean = (np.swapaxes(M[..., 0], 1, 2) if joint else M[:, 0]) * s["ysd"][:, None, :] + s["ym"][:, None, :]
-        K = mean.shape[0]
-        if K == 1 and not return_var:
+        Qs = (X - s["off"]) * s["scale"]                                     # K x G x N x d
+        E = Qs @ s["ZsT"]
+        E -= 0.5 * np.einsum("kgnd,kgnd->kgn", Qs, Qs)[..., None]
+        E += s["c0"]
+        Kq = np.exp(E, out=E)                                                # K x G x N x m
+        K, joint, c = Kq.shape[0], s["joint"], s["c"]
+        need_var = return_var or K > 1
+        P = Kq @ (s["WR"] if need_var else s["w"])                          # K x G x N x (c [+ m])
+        M = P[..., :c]
+        ysd = s["ysd"][:, None, :]
+        mean = (np.swapaxes(M[..., 0], 1, 2) if joint else M[:, 0]) * ysd + s["ym"]   # K x N x o
+        if not need_var:
             return mean[0], None
-        v = s["sf2"][:, :, None] - np.einsum("kgnm,kgml,kgnl->kgn", Kq, s["R"], Kq)
-        v = np.maximum(v, 0.0)
+        v = s["sf2"][:, :, None] - np.einsum("kgnm,kgnm->kgn", P[..., c:], Kq)
+        np.maximum(v, 0.0, out=v)
         noise = s["sn2"]                                                     # K x G
         if joint:
             var_s, noise_s = np.swapaxes(v, 1, 2), noise[:, None, :]
         else:
-            var_s, noise_s = np.repeat(v[:, 0][:, :, None], o, axis=2), noise[:, :1, None]
-        ysd2 = np.square(s["ysd"])[:, None, :]
+            var_s, noise_s = v[:, 0][:, :, None], noise[:, :1, None]
+        ysd2 = ysd * ysd
         var = var_s * ysd2                                                   # K x N x o, raw latent
         if K == 1:
             return mean[0], var[0]
