@@ -228,3 +228,35 @@ def test_configuration_is_validated():
         with pytest.raises(ValueError):
             PGPOL(3, 1, **bad)
     assert SGPOL(3, 1).windows == [480] and PGPOL(3, 1).windows == [60, 480]
+
+
+@pytest.mark.parametrize("kind, cfg", [
+    ("pgpol", {"windows": [20, 60], "knn": 5, "database_size": 80, "n_inducing": 10, "max_iter": 3}),
+    ("sgpol", {"windows": [60], "knn": 0, "n_inducing": 10, "max_iter": 3}),
+    ("gp", {"max_points": 80, "refit_every": 1}),
+    ("gp", {"max_points": 80, "refit_every": 7}),   # samples since the last refit are kept apart
+])
+def test_saved_model_is_the_model_in_use_after_a_consistency_shift(kind, cfg):
+    """A consistency shift keeps each GP's scalers (the posterior moves linearly); the
+    saved model (the split's snapshots, model files) must reproduce it exactly, and go
+    on learning identically."""
+    model = RobotModel("planar2")
+    n = model.n
+    T = 150
+    t = np.arange(T) * 0.02
+    Q = np.column_stack([np.sin(t), np.cos(0.7 * t)])
+    X = np.hstack([Q, np.gradient(Q, t, axis=0), -Q])
+    Yt = np.sin(Q) + 0.3 * X[:, n:2 * n]
+    L = make_learner(kind, input_dim=3 * n, output_dim=n, **cfg)
+    for k in range(0, 120, 4):
+        L.hint(X[k + 4])
+        L.partial_fit(X[k:k + 4], Yt[k:k + 4])
+    L.apply_parameter_update(np.random.default_rng(5).normal(0, 0.2, model.n_params), model)
+    Xq = np.vstack([X[::7], X[::11] + 0.3])
+    R = Learner.from_bytes(L.to_bytes())
+    np.testing.assert_array_equal(R.predict(Xq), L.predict(Xq))
+    for A in (L, R):
+        for k in range(120, 148, 4):
+            A.hint(X[k + 1])
+            A.partial_fit(X[k:k + 4], Yt[k:k + 4])
+    np.testing.assert_allclose(R.predict(Xq), L.predict(Xq), rtol=1e-9, atol=1e-10)

@@ -20,6 +20,10 @@ dropped) and refits once per call when at least ``refit_every`` samples arrived 
 last fit.  The consistency transform shifts every stored target by -Y(x) dpi and
 re-solves alpha with the same factorisation (K depends on the inputs only), so the GP is
 exactly the posterior of the shifted data.
+
+Persistence saves the model in use -- its data (targets shifted), scalers and
+hyperparameters -- next to the window, so a reloaded GP predicts bit-identically even
+after a transform or with samples not yet refitted.
 """
 from __future__ import annotations
 
@@ -159,6 +163,7 @@ class ExactGP(Learner):
         self.Y = np.zeros((0, o))
         self._pending = 0
         self.n_refits = 0
+        self._fit_data = None   # (X, Y) raw data of the factorisation in use (Y shifted by transforms)
         self._snap = None   # immutable prediction snapshot (tuple), replaced atomically
 
     # ---------------------------------------------------------------- config
@@ -189,20 +194,23 @@ class ExactGP(Learner):
         """Standardise the stored data, optionally fit the hyperparameters, factorise."""
         self._pending = 0
         if self.n_points == 0:
-            self._snap = None
+            self._snap = self._fit_data = None
             return
         xs, ys = Standardiser.fit(self.X), Standardiser.fit(self.Y)
         Xs, Ys = xs(self.X), ys(self.Y)
         if self.optimize and self.n_points > 1:
             self._optimize(Xs, Ys)
-        self._factorise(Xs, Ys, xs, ys)
+        self._factorise(self.X, self.Y, xs, ys)
         self.n_refits += 1
 
-    def _factorise(self, Xs, Ys, xs, ys) -> None:
+    def _factorise(self, X, Y, xs, ys) -> None:
+        """Factorise raw data ``X``, ``Y`` with the scalers ``xs``, ``ys`` (the model in use)."""
+        Xs, Ys = xs(X), ys(Y)
         n = Xs.shape[0]
         K = se_kernel(Xs, Xs, self.ls, self.sf2) + self.sn2[:, None, None] * np.eye(n)[None]
         L = np.linalg.cholesky(K)
         alpha = cho_solve((L, True), Ys.T[:, :, None])[:, :, 0]
+        self._fit_data = (X, Y)
         self._snap = (Xs, L, alpha, xs, ys, self.ls.copy(), self.sf2.copy(), self.sn2.copy())
 
     def _optimize(self, Xs: np.ndarray, Ys: np.ndarray) -> None:
@@ -275,29 +283,53 @@ class ExactGP(Learner):
         snap = self._snap
         if snap is None:
             return
-        Xs, L, _, xs, ys, ls, sf2, sn2 = snap
-        if Xs.shape[0] != self.n_points:  # samples arrived since the last refit
+        if self._pending:   # samples arrived since the last refit: refit on the shifted window
             self.refit()
             return
+        # the window is the factorised set: same inputs, same K, same scalers -> re-solve alpha
+        Xs, L, _, xs, ys, ls, sf2, sn2 = snap
         alpha = cho_solve((L, True), ys(self.Y).T[:, :, None])[:, :, 0]
+        self._fit_data = (self.X, self.Y)
         self._snap = (Xs, L, alpha, xs, ys, ls, sf2, sn2)
 
     # ---------------------------------------------------------------- persistence
     def _get_arrays(self) -> Dict[str, np.ndarray]:
-        return {"X": self.X, "Y": self.Y}
+        a = {"X": self.X, "Y": self.Y, "pending": np.array(self._pending)}
+        if self._snap is not None:   # the model in use: its data and scalers (a transform keeps them)
+            xs, ys = self._snap[3], self._snap[4]
+            a.update(fit_X=self._fit_data[0], fit_Y=self._fit_data[1], scalers=np.stack([
+                np.concatenate([xs.mean, ys.mean]), np.concatenate([xs.std, ys.std])]))
+        return a
 
     def _set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
-        X, Y = np.asarray(arrays["X"], dtype=float), np.asarray(arrays["Y"], dtype=float)
-        if X.ndim != 2 or X.shape[1] != self.input_dim or Y.shape != (X.shape[0], self.output_dim) \
-                or X.shape[0] > self.max_points or not (np.isfinite(X).all() and np.isfinite(Y).all()):
-            raise ValueError(f"saved GP data has shapes {X.shape}, {Y.shape} (or non-finite values)")
-        self.X, self.Y = X, Y
-        opt, self.optimize = self.optimize, False   # the saved hyperparameters are the fitted ones
-        try:
-            self.refit()
-        finally:
-            self.optimize = opt
-        self.n_refits = 0
+        d, o = self.input_dim, self.output_dim
+
+        def data(kx, ky):
+            X, Y = np.asarray(arrays[kx], dtype=float), np.asarray(arrays[ky], dtype=float)
+            if X.ndim != 2 or X.shape[1] != d or Y.shape != (X.shape[0], o) or X.shape[0] > self.max_points \
+                    or not (np.isfinite(X).all() and np.isfinite(Y).all()):
+                raise ValueError(f"saved GP data has shapes {X.shape}, {Y.shape} (or non-finite values)")
+            return X, Y
+
+        self.X, self.Y = data("X", "Y")
+        self._pending = int(arrays.get("pending", 0))
+        if "fit_X" in arrays:
+            fX, fY = data("fit_X", "fit_Y")
+            S = np.asarray(arrays["scalers"], dtype=float)
+            if S.shape != (2, d + o) or not np.isfinite(S).all() or (S[1] <= 0).any() or not len(fX):
+                raise ValueError(f"saved GP scalers have shape {S.shape} (or bad values)")
+            xs, ys = Standardiser(S[0, :d], S[1, :d]), Standardiser(S[0, d:], S[1, d:])
+            try:
+                self._factorise(fX, fY, xs, ys)   # the saved hyperparameters: no optimisation
+            except np.linalg.LinAlgError as exc:
+                raise ValueError(f"saved GP does not factorise: {exc}") from None
+        elif self.n_points:
+            self._pending = max(self._pending, 1)
+            opt, self.optimize = self.optimize, False
+            try:
+                self.refit()
+            finally:
+                self.optimize = opt
 
     def memory_bytes(self) -> int:
         total = self.X.nbytes + self.Y.nbytes

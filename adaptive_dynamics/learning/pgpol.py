@@ -12,9 +12,10 @@ eq. 4-5) that drift along it, GP i trained on the newest ``windows[i]`` samples 
 * **k nearest neighbours** (``knn``): GP i's training set is its window plus the ``knn``
   database samples nearest to the *next query* -- the input given by :meth:`hint`
   (the reference ahead; the model-update node passes it), or the newest sample when no
-  hint came -- in inputs standardised by the newest window's spread.  Brute force,
-  vectorised: over a database of a few thousand samples it is ~0.1 ms, below a KD-tree
-  rebuild per update.
+  hint came -- in inputs standardised by the spread of the largest window.  Brute
+  force, vectorised: over a database of a few thousand samples it is ~0.1 ms, below a
+  KD-tree rebuild per update.  Each GP standardises its own training set (window plus
+  neighbours) at its refit; a consistency shift keeps those scalers, so they are saved.
 * **One GP refitted per update** (sec. II-C: "only one model is updated"): every
   :meth:`partial_fit` call inserts its samples and refits exactly one GP, round robin;
   the refit optimises (Z, theta, sn2) for at most ``max_iter`` iterations, warm-started.
@@ -356,7 +357,7 @@ class PGPOL(Learner):
             if g.X is None:
                 continue
             a.update({f"m{i}_X": g.X, f"m{i}_Y": g.Y, f"m{i}_Z": g.Z_raw, f"m{i}_ls": g.ls, f"m{i}_sf2": g.sf2,
-                      f"m{i}_sn2": g.sn2, f"m{i}_fits": np.array(g.n_fits)})
+                      f"m{i}_sn2": g.sn2, f"m{i}_scalers": g.scalers(), f"m{i}_fits": np.array(g.n_fits)})
         return a
 
     def _set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
@@ -388,7 +389,7 @@ class PGPOL(Learner):
                 continue
             try:
                 g.restore(rows(f"m{i}_X", d), rows(f"m{i}_Y", o), arrays[f"m{i}_Z"], arrays[f"m{i}_ls"],
-                          arrays[f"m{i}_sf2"], arrays[f"m{i}_sn2"])
+                          arrays[f"m{i}_sf2"], arrays[f"m{i}_sn2"], arrays.get(f"m{i}_scalers"))
             except np.linalg.LinAlgError as exc:
                 raise ValueError(f"saved PGPOL GP {i} does not factorise: {exc}") from None
             g.n_fits = int(arrays[f"m{i}_fits"])

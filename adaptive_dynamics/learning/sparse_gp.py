@@ -171,9 +171,12 @@ class SparseGP:
         self.Z_raw, self.X, self.Y, self.snap = Z_raw, X, Y, snap
         self.n_fits += 1
 
-    def restore(self, X: np.ndarray, Y: np.ndarray, Z_raw: np.ndarray, ls, sf2, sn2) -> None:
-        """A fitted model from its training set, inducing inputs and hyperparameters
-        (what :meth:`fit` left), without optimising: the same prediction."""
+    def restore(self, X: np.ndarray, Y: np.ndarray, Z_raw: np.ndarray, ls, sf2, sn2,
+                scalers: Optional[np.ndarray] = None) -> None:
+        """A fitted model from its training set, inducing inputs, hyperparameters and
+        ``scalers`` (:meth:`scalers`; default: fitted to X, Y as :meth:`fit` does) --
+        what :meth:`fit` and :meth:`refit_targets` left -- without optimising: the same
+        prediction."""
         Z_raw = np.asarray(Z_raw, dtype=float)
         if Z_raw.shape != (self.G, self.m, self.d) or X.ndim != 2 or X.shape[1] != self.d \
                 or Y.shape != (X.shape[0], self.o) or X.shape[0] < 1:
@@ -184,10 +187,24 @@ class SparseGP:
                  np.asarray(sn2, dtype=float).reshape(self.G).copy())
         if not all(np.isfinite(h).all() and (h > 0).all() for h in hyper) or not np.isfinite(Z_raw).all():
             raise ValueError("sparse GP state: hyperparameters must be finite and > 0, Z finite")
-        xs, ys = Standardiser.fit(X), Standardiser.fit(Y)
+        if scalers is None:
+            xs, ys = Standardiser.fit(X), Standardiser.fit(Y)
+        else:
+            S = np.asarray(scalers, dtype=float)
+            d = self.d
+            if S.shape != (2, d + self.o) or not np.isfinite(S).all() or (S[1] <= 0).any():
+                raise ValueError(f"sparse GP scalers have shape {S.shape} (or bad values); expected"
+                                 f" {(2, d + self.o)}")
+            xs, ys = Standardiser(S[0, :d], S[1, :d]), Standardiser(S[0, d:], S[1, d:])
         self.snap = self._factorise(xs(X), self._group(ys(Y)), xs(Z_raw), xs, ys, *hyper)
         self.ls, self.sf2, self.sn2 = hyper
         self.Z_raw, self.X, self.Y = Z_raw, X, Y
+
+    def scalers(self) -> np.ndarray:
+        """The input and output standardisers of the model in use: 2 x (d + o) (means,
+        standard deviations); a consistency shift keeps them, so a saved model needs them."""
+        xs, ys = self.snap[3], self.snap[4]
+        return np.stack([np.concatenate([xs.mean, ys.mean]), np.concatenate([xs.std, ys.std])])
 
     def refit_targets(self, Y: np.ndarray) -> None:
         """New targets for the training inputs of the last fit; Z, hyperparameters and
