@@ -42,7 +42,8 @@ sample (counted from the first).  The first block is long enough to hold ``warmu
 (200) learnt rows, so the GMM can estimate its scale and novelty radius from it; before
 the first fit the prediction is 0.  Samples with a NaN/inf in x or y are neither
 predicted nor scored (counted ``nonfinite``); learnt ones are handed to ``partial_fit``,
-which rejects and counts them (``learner.n_rejected``).
+which rejects and counts them (``learner.n_rejected``).  Before each ``partial_fit`` the
+learner is told the next block's first input (``Learner.hint``: PGPOL's kNN query).
 
 ``transform=True`` (the consistency transform): the parametric torque at stamp s used
 ``pi_hat(s) = pi_0 + sum of the updates stamped before s``.  The learner is kept
@@ -579,6 +580,8 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
                 yf = Y[fit]
                 if transform:  # targets moved to pi_hat at the block's end (the learner's now)
                     yf = yf - _shift(model, X, fit, cum[i1] - cum[ui[fit]])
+                if b < N and np.isfinite(X[b]).all():
+                    L.hint(X[b])                 # the next block's first query (PGPOL's kNN)
                 L.partial_fit(X[fit], yf, model=fit_model)
             a = b
         t_done = time.perf_counter()
