@@ -417,3 +417,39 @@ def test_restart_continues_versions_and_reloads_the_model(ros, model, tmp_path):
     assert probe.models[-1].layout.dim[0].label == f"gmm v{upd2.version}"
     np.testing.assert_allclose(pred2.model.learner.predict(X), upd2.core.predict(X), rtol=1e-12)
     assert hashlib.sha256(pred2.model.data).digest() == hashlib.sha256(bytes(probe.models[-1].data)).digest()
+
+
+def test_versions_applied_in_diagnostics(ros, model):
+    """``versions_applied``: the last APPLIED_KEPT applied versions, oldest first, in the
+    same /diagnostics message as the ``snapshots_applied`` count they end at (a monitor
+    sampling often enough sees every version applied, in order); a refused one is not
+    listed."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    from adaptive_dynamics.nodes.prediction import APPLIED_KEPT
+    pred = ros.add(PredictionNode, robot=ROBOT, learner="rbfn", diagnostics_period=0.05)
+    probe = Probe(ros, model.joint_names)
+    seen = []
+    probe.node.create_subscription(DiagnosticArray, "/diagnostics",
+                                   lambda m: seen.extend(s for s in m.status if s.name == "prediction"), 100)
+    assert ros.spin_until(lambda: probe.snap.get_subscription_count() > 0, timeout=10.0)
+    good = _trained(model)
+    versions = list(range(2, 2 * APPLIED_KEPT + 6, 2))
+
+    def handled():
+        return pred.counters["snapshots_applied"] + pred.counters["snapshots_refused"]
+
+    for v in versions + [3]:             # 3: older than the model in use, refused
+        done = handled()
+        probe.publish_snapshot(encode_snapshot(good, v))
+        assert ros.spin_until(lambda: handled() == done + 1, timeout=10.0), pred.counters.as_dict()
+    assert pred.counters["refused_version"] == 1 and pred.counters["snapshots_applied"] == len(versions)
+    assert pred.counters["versions_applied"] == " ".join(map(str, versions[-APPLIED_KEPT:]))
+    n = len(seen)
+    assert ros.spin_until(lambda: len(seen) > n, timeout=5.0)
+    for st in seen:
+        values = {kv.key: kv.value for kv in st.values}
+        count = int(values["snapshots_applied"])
+        listed = [int(x) for x in values.get("versions_applied", "").split()]
+        assert listed == versions[:count][-APPLIED_KEPT:], (count, listed)
+    assert int({kv.key: kv.value for kv in seen[-1].values}["snapshots_applied"]) == len(versions)

@@ -40,8 +40,15 @@ and on ``~/save_model`` (std_srvs/Trigger; atomic write) and loaded at start wit
 same checks (a refused file is logged and left as it is until a valid model replaces
 it).  ``/diagnostics``: ``model_version``, ``model_kind``, ``model_source``,
 ``model_age_s`` (since the snapshot was made, by the wall clocks of both hosts),
-``model_received_s_ago``, ``snapshots_received``, ``snapshots_applied``,
+``model_received_s_ago`` (since the model in use arrived: it grows while no newer
+snapshot gets through, e.g. while the link to ``model_update`` is down),
+``snapshots_received``, ``snapshots_applied``, ``versions_applied`` (the last
+:data:`APPLIED_KEPT` versions applied, oldest first, space-separated, always in the
+same message as the ``snapshots_applied`` count they end at: with
+``diagnostics_period`` short enough a monitor sees every version applied, in order),
 ``snapshots_refused``, ``held_outputs``, ``residuals_published``, ``load_ms_last``.
+``model_age_s - model_received_s_ago`` is the time the snapshot took from its encoding
+to its receipt here.
 
 Live parameters: ``output``, ``prediction_lead``, ``monitor_decimation``,
 ``extrapolate``, ``extrapolation_limit``, ``max_snapshot_bytes``.
@@ -51,6 +58,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -73,6 +81,9 @@ from ..ros.references import ReferenceBuffer
 from .common import Throttle, load_robot, robot_specs, trigger_save
 from .learner_common import ResidualOutput, output_specs, stream_specs
 from .model_update import snapshot_bytes_spec
+
+#: how many of the last applied versions ``versions_applied`` lists
+APPLIED_KEPT = 16
 
 
 def specs() -> list[ParamSpec]:
@@ -118,6 +129,7 @@ class PredictionNode(Node):
             self.counters.set(k, 0)
         self.log_throttle = Throttle(1.0)
         self.model: Optional[Model] = None
+        self._applied: deque = deque(maxlen=APPLIED_KEPT)   # versions applied, newest last
         self._cv = threading.Condition()
         self._pending = None      # (serialized message, time received): the newest snapshot to load
         self._stop = False
@@ -242,7 +254,9 @@ class PredictionNode(Node):
         except ValueError as exc:
             raise SnapshotError("prediction", f"snapshot v{v}: the learner's trial prediction failed ({exc})") from None
         self.model = Model(snap.learner, v, snap.kind, snap.source, snap.created, received, snap.data)
-        self.counters.inc("snapshots_applied")
+        self._applied.append(v)   # only the loader thread (or the constructor) gets here
+        self.counters.update({"snapshots_applied": self.counters["snapshots_applied"] + 1,
+                              "versions_applied": " ".join(map(str, self._applied))})
         first = cur is None
         if first or self.log_throttle("applied"):
             self.get_logger().info(f"{where}: model {snap.kind} v{v} applied ({snap.nbytes} bytes from"

@@ -380,6 +380,11 @@ class Counters:
         with self._lock:
             self._values[key] = value
 
+    def update(self, values: Dict[str, Any]) -> None:
+        """Several gauges at once: a status shows all of them changed or none."""
+        with self._lock:
+            self._values.update(values)
+
     def __getitem__(self, key: str) -> Any:
         return self._values.get(key, 0)
 
