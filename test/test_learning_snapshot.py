@@ -211,3 +211,130 @@ def test_core_hint_reaches_the_learner(model, monkeypatch):
     np.testing.assert_array_equal(core.learner.hints[0], np.arange(n3))
     core.hint(np.ones(n3))
     np.testing.assert_array_equal(core.learner.hints[-1], np.ones(n3))
+
+
+def test_epoch_in_the_header_and_the_order_of_snapshots():
+    from adaptive_dynamics.learning.snapshot import newer
+    L, _ = _trained("gmm")
+    data = encode_snapshot(L, 4, epoch="a1b2", created=100.0)
+    snap = decode_snapshot(data, max_bytes=None)
+    assert snap.epoch == "a1b2" and read_header(data, max_bytes=None)[0]["epoch"] == "a1b2"
+    # a header written before epochs existed still decodes, as epoch ""
+    old = _rebuild(data, lambda h: h.pop("epoch"))
+    assert "epoch" not in json.loads(old[12:12 + struct.unpack("<I", old[8:12])[0]])
+    assert decode_snapshot(old, max_bytes=None).epoch == ""
+    with pytest.raises(SnapshotError, match="'epoch'") as err:
+        decode_snapshot(_rebuild(data, lambda h: h.update(epoch=7)), max_bytes=None)
+    assert err.value.reason == "header"
+    h = read_header(data, max_bytes=None)[0]
+    # same epoch: by version only (created does not matter)
+    assert newer(h, 3, "a1b2", 500.0)[0] and not newer(h, 4, "a1b2", 0.0)[0]
+    assert not newer(h, 5, "a1b2", 0.0)[0]
+    # another epoch (the trainer restarted): by creation time, whatever the versions
+    assert newer(h, 10 ** 9, "ffff", 99.0)[0]
+    ok, why = newer(h, 1, "ffff", 100.0)
+    assert not ok and "epoch 'a1b2'" in why and "not after" in why
+    assert newer(h, 4, "", 99.5)[0]                       # an old header's model: another epoch
+
+
+def test_accept_runs_on_the_header_before_the_checksum_and_the_payload(monkeypatch):
+    L, _ = _trained("rbfn")
+    bad = bytearray(encode_snapshot(L, 2, epoch="e"))
+    bad[-30] ^= 0x01                                       # a checksum that would fail
+    seen = []
+
+    def accept(header):
+        seen.append(header["version"])
+        raise SnapshotError("version", "not newer")
+    loads = []
+    monkeypatch.setattr(Learner, "from_bytes", classmethod(lambda cls, d: loads.append(1)))
+    with pytest.raises(SnapshotError) as err:
+        decode_snapshot(bytes(bad), max_bytes=None, accept=accept)
+    assert err.value.reason == "version" and seen == [2] and not loads
+    monkeypatch.undo()
+    with pytest.raises(SnapshotError) as err:               # accepted header: the checksum runs next
+        decode_snapshot(bytes(bad), max_bytes=None, accept=lambda h: None)
+    assert err.value.reason == "checksum"
+    good = encode_snapshot(L, 2)
+    snap = decode_snapshot(good, max_bytes=None, accept=lambda h: None)
+    assert snap.data is good                               # bytes are kept, not copied
+    view = memoryview(good)
+    assert decode_snapshot(view, max_bytes=None).data.obj is good      # a read-only view: not copied either
+
+
+def _npz(members: dict, compression=None) -> bytes:
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression or zipfile.ZIP_STORED) as zf:
+        for name, raw in members.items():
+            zf.writestr(name, raw)
+    return buf.getvalue()
+
+
+def _npy(arr) -> bytes:
+    import io
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+def test_from_bytes_refuses_bombs_and_maps_every_failure_to_value_error():
+    import io
+    import zipfile
+    L, Xq = _trained("gmm")
+    data = L.to_bytes()
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+        assert all(i.compress_type == zipfile.ZIP_STORED for i in zf.infolist())   # what np.savez writes
+    np.testing.assert_allclose(Learner.from_bytes(_npz(members)).predict(Xq), L.predict(Xq))
+    np.testing.assert_allclose(Learner.from_bytes(memoryview(data)).predict(Xq), L.predict(Xq))
+
+    def refused(buf, match):
+        with pytest.raises(ValueError, match=match) as err:
+            Learner.from_bytes(buf)
+        assert type(err.value) is ValueError and str(err.value).startswith("not a learner file")
+
+    # a deflated member: 10 MB of zeros in a few kB
+    bomb = dict(members, **{"a_zeros.npy": _npy(np.zeros(10 ** 6 // 8 * 10))})
+    refused(_npz(bomb, zipfile.ZIP_DEFLATED), "compressed")
+    # a member whose declared size is beyond the archive (central directory edited)
+    raw = bytearray(_npz(members))
+    cd = raw.rfind(b"PK\x01\x02")
+    struct.pack_into("<I", raw, cd + 24, 10 ** 9)          # uncompressed size of the last member
+    refused(bytes(raw), "bytes in an archive of")
+    # an array header claiming far more data than its member holds
+    header = _npy(np.zeros(4))
+    huge = header.replace(b"(4,)", b"(10000000000,)".ljust(4))
+    refused(_npz(dict(members, **{"a_big.npy": huge})), "claims")
+    # malformed learners: the error types of the loader all become ValueError
+    refused(_npz({"__meta__.npy": _npy(np.array("[]"))}), "AttributeError")
+    meta = json.dumps({"kind": "gmm", "version": 1, "config": [1]})
+    refused(_npz({"__meta__.npy": _npy(np.array(meta))}), "TypeError")
+    refused(_npz({"x.npy": _npy(np.zeros(2))}), "KeyError")
+    refused(b"PK\x03\x04" + b"\x00" * 64, "not a learner file")
+
+
+def test_saves_are_durable(tmp_path, monkeypatch):
+    """Both writers (Learner.save, write_snapshot_file) fsync the file before the rename
+    and the directory after it."""
+    import os
+    from adaptive_dynamics.learning import files
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.path.isdir(f"/proc/self/fd/{fd}") if os.path.exists("/proc/self/fd") else None))
+        return real_fsync(fd)
+
+    def replace(a, b):
+        events.append(("replace", os.path.basename(b)))
+        return real_replace(a, b)
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    monkeypatch.setattr(files.os, "replace", replace)
+    L, _ = _trained("gmm")
+    L.save(tmp_path / "m.npz")
+    write_snapshot_file(tmp_path / "m.snap", encode_snapshot(L, 1))
+    assert events == [("fsync", False), ("replace", "m.npz"), ("fsync", True),
+                      ("fsync", False), ("replace", "m.snap"), ("fsync", True)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz", "m.snap"]

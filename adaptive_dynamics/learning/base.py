@@ -28,7 +28,8 @@ API (scikit-learn habits; every learner in :mod:`adaptive_dynamics.learning` fol
 ``save(path)`` / ``Learner.load(path)``
     One ``.npz`` (numeric arrays + a JSON config string; loaded with
     ``allow_pickle=False``, so a model file can never execute code).  Written to a
-    temporary file then renamed: a crash mid-save leaves the previous file intact.
+    temporary file, fsynced, then renamed (:func:`.files.atomic_write`): a crash
+    mid-save leaves the previous file intact.
     ``to_bytes()`` / ``Learner.from_bytes(data)``: the same ``.npz`` in memory (the
     model snapshots of the prediction / model-update split).
 
@@ -48,11 +49,12 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 import zipfile
 from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
 import numpy as np
+
+from .files import atomic_write
 
 __all__ = ["Learner", "LEARNERS", "register", "make_learner", "load_learner", "split_state"]
 
@@ -101,6 +103,36 @@ def _as_2d(a, width: int, what: str) -> Tuple[np.ndarray, bool]:
     if arr.ndim != 2 or arr.shape[1] != width:
         raise ValueError(f"{what}: expected shape (N, {width}) or ({width},), got {np.shape(a)}")
     return arr, single
+
+
+def _check_npz(buf, limit: int) -> None:
+    """Refuse an archive that could expand beyond ``limit`` bytes (see
+    :meth:`Learner.from_bytes`): every member stored (np.savez writes them so), their
+    total size at most ``limit``, and every ``.npy`` header's shape x item size within
+    its member."""
+    fmt = np.lib.format
+    with zipfile.ZipFile(buf) as zf:
+        infos = zf.infolist()
+        total = 0
+        for info in infos:
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"member {info.filename!r} is compressed (a learner file stores its members)")
+            total += info.file_size
+        if total > limit:
+            raise ValueError(f"members of {total} bytes in an archive of {limit}")
+        for info in infos:
+            if not info.filename.endswith(".npy"):
+                continue
+            with zf.open(info) as fh:
+                version = fmt.read_magic(fh)
+                read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+                shape, _, dtype = read(fh)
+                if dtype.hasobject:
+                    raise ValueError(f"member {info.filename!r} holds Python objects")
+                need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if need > info.file_size:
+                    raise ValueError(f"member {info.filename!r} claims {need} bytes of array data in"
+                                     f" {info.file_size}")
 
 
 class Learner:
@@ -188,32 +220,31 @@ class Learner:
         return buf.getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Learner":
-        """Inverse of :meth:`to_bytes` (no pickle; a malformed buffer raises ValueError)."""
-        data = bytes(data)
+    def from_bytes(cls, data) -> "Learner":
+        """Inverse of :meth:`to_bytes` (no pickle).  ``data``: any bytes-like object (a
+        ``bytes`` object is read in place, not copied).  Anything but a plain ``.npz`` of
+        stored members whose sizes fit in ``data`` -- compressed members, a total
+        uncompressed size over ``len(data)``, an array header claiming more bytes than
+        its member holds (zip or array bombs), a malformed archive or learner -- raises
+        ``ValueError("not a learner file: ...")`` before anything large is allocated."""
+        if not isinstance(data, bytes):
+            data = bytes(data)
         if not data.startswith(b"PK"):
             raise ValueError("not a learner file (no .npz archive)")
+        buf = io.BytesIO(data)   # shares the bytes object's buffer (no copy)
         try:
-            return cls.load(io.BytesIO(data))
-        except (OSError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
-            raise ValueError(f"not a learner file: {exc}") from None
+            _check_npz(buf, len(data))
+            buf.seek(0)
+            return cls.load(buf)
+        except Exception as exc:   # a malformed payload never surfaces as another error type
+            msg = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            raise ValueError(msg if msg.startswith("not a learner file") else f"not a learner file: {msg}") from None
 
     def save(self, path) -> str:
         path = os.fspath(path)
         if not path.endswith(".npz"):
             path += ".npz"
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                self._write_npz(fh)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return path
+        return atomic_write(path, self._write_npz, suffix=".npz")
 
     @classmethod
     def load(cls, path) -> "Learner":

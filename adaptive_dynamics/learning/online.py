@@ -386,14 +386,15 @@ class OnlineResidual:
             self.revision += 1
         return L
 
-    def snapshot(self, version: int, *, source: str = "") -> Optional[Tuple[int, bytes]]:
-        """``(revision, bytes)``: the learner as a snapshot numbered ``version``
-        (:func:`~adaptive_dynamics.learning.snapshot.encode_snapshot`), encoded while no
-        update runs, with the :attr:`revision` it shows; None before the learner exists."""
+    def snapshot(self, version: int, *, source: str = "", epoch: str = "") -> Optional[Tuple[int, bytes]]:
+        """``(revision, bytes)``: the learner as a snapshot numbered ``version`` in
+        ``epoch`` (:func:`~adaptive_dynamics.learning.snapshot.encode_snapshot`), encoded
+        while no update runs, with the :attr:`revision` it shows; None before the learner
+        exists."""
         with self._fit_lock:
             if self.learner is None:
                 return None
-            return self.revision, encode_snapshot(self.learner, version, source=source)
+            return self.revision, encode_snapshot(self.learner, version, source=source, epoch=epoch)
 
     def size(self) -> int:
         L = self.learner
