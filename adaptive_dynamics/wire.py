@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 __all__ = ["WireError", "TrajectoryBatch", "decode_trajectory", "encode_trajectory", "JointStateEncoder",
-           "decode_joint_state", "encode_command", "decode_command", "NameCache"]
+           "decode_joint_state", "encode_command", "decode_command", "decode_bytes", "NameCache"]
 
 _U32 = struct.Struct("<I")
 _I32U32 = struct.Struct("<iI")
@@ -415,6 +415,45 @@ def encode_command(values, label: str) -> bytes:
     if n:
         head += b"\x00" * ((-(len(head) - 4)) % 8)
     return head + data.tobytes()
+
+
+def _skip_layout(b: memoryview, what: str) -> tuple:
+    """Offset after a ``MultiArrayLayout``'s dimensions (before ``data_offset``) and the
+    first dimension's label (None without one)."""
+    size = len(b)
+    if size < 4:
+        raise WireError(f"truncated {what}")
+    ndim = _U32.unpack_from(b, 0)[0]
+    off, label = 4, None
+    for i in range(ndim):
+        off = _align(off, 4)
+        if off + 4 > size:
+            raise WireError("truncated layout")
+        ln = _U32.unpack_from(b, off)[0]
+        if ln == 0 or off + 4 + ln + 8 > size:
+            raise WireError("bad layout label")
+        if i == 0:
+            label = bytes(b[off + 4:off + 3 + ln]).decode(errors="replace")
+        off = _align(off + 4 + ln, 4) + 8          # label, size, stride
+    return _align(off, 4), label
+
+
+def decode_bytes(raw) -> tuple:
+    """``(first dimension's label or None, data)`` of a serialized
+    ``std_msgs/UInt8MultiArray``; ``data`` is a read-only ``memoryview`` of ``raw`` (no
+    copy, whatever its size).  Raises :class:`WireError` for anything but a well-formed
+    little-endian message, a ``data`` sequence longer than the message included."""
+    if len(raw) < 4 or raw[:2] != b"\x00\x01":
+        raise WireError("not little-endian CDR")
+    b = memoryview(raw).toreadonly()[4:]
+    off, label = _skip_layout(b, "UInt8MultiArray")
+    if off + 8 > len(b):
+        raise WireError("truncated UInt8MultiArray")
+    count = _U32.unpack_from(b, off + 4)[0]        # after data_offset
+    off += 8
+    if off + count > len(b):
+        raise WireError(f"truncated UInt8MultiArray data ({len(b) - off} of {count} bytes)")
+    return label, b[off:off + count]
 
 
 def decode_command(raw) -> tuple:
