@@ -240,16 +240,38 @@ def test_bad_snapshots_are_refused_and_the_model_stays(ros, model, tmp_path):
         "kind": encode_snapshot(other, 8),                  # a gmm: this node takes rbfn
         "dims": encode_snapshot(wide, 9),                   # 9 -> 2: not (q, qd, qdd) of this robot
         "size": encode_snapshot(big, 10),                   # over max_snapshot_bytes
-        "mismatch": edited(encode_snapshot(good, 11), lambda h: h.update(output_dim=3)),
+        "mismatch": edited(encode_snapshot(other, 11), lambda h: h.update(kind="rbfn")),   # holds a gmm
     }
-    for reason, data in bad.items():
-        before = pred.counters[f"refused_{reason}"]
-        offer(data)
-        assert pred.counters[f"refused_{reason}"] == before + 1, (reason, pred.counters.as_dict())
-        assert pred.model.version == 3
-    offer(v3)                                               # equal: refused as not newer
-    assert pred.counters["refused_version"] == 2 and pred.model.version == 3
-    assert pred.counters["snapshots_refused"] == 1 + len(bad) + 1    # with the file at start
+    order = []
+    inc = pred.counters.inc
+    pred.counters.inc = lambda key, n=1: (order.append(key), inc(key, n))[1]
+    import adaptive_dynamics.nodes.prediction as prediction_module
+    parsed = []
+    decode_bytes = prediction_module.decode_bytes
+    prediction_module.decode_bytes = lambda raw: (parsed.append(len(raw)), decode_bytes(raw))[1]
+    try:
+        for reason, data in bad.items():
+            before = pred.counters[f"refused_{reason}"]
+            offer(data)
+            assert pred.counters[f"refused_{reason}"] == before + 1, (reason, pred.counters.as_dict())
+            assert pred.model.version == 3
+            # the reason is counted before the total (a reader waiting on the total sees it)
+            k = order.index("snapshots_refused")
+            assert order[k - 1] == f"refused_{reason}", order
+            del order[:]
+        # the oversize message was refused in the callback: never queued, never parsed
+        assert len(parsed) == len(bad) - 1 and max(parsed) < len(bad["size"])
+        offer(v3)                                               # equal: refused as not newer
+        assert pred.counters["refused_version"] == 2 and pred.model.version == 3
+        # a not-newer snapshot is refused on its header: its (broken) checksum is never computed
+        stale = bytearray(encode_snapshot(good, 3))
+        stale[-40] ^= 0xFF
+        offer(bytes(stale))
+        assert pred.counters["refused_version"] == 3 and pred.counters["refused_checksum"] == 1
+    finally:
+        prediction_module.decode_bytes = decode_bytes
+        pred.counters.inc = inc
+    assert pred.counters["snapshots_refused"] == 1 + len(bad) + 2    # with the file at start
 
     # the model in use is still v3: the residuals are its prediction
     for k in range(3, 6):
@@ -325,18 +347,34 @@ def test_lead_extrapolation_and_holding_the_last_output(ros, model, monkeypatch)
     assert ros.spin_until(lambda: len(probe.res) == 5, timeout=10.0)
     np.testing.assert_allclose(by_stamp(probe.res, names)[7 * DT], [0.6] * n, atol=1e-12)
     assert pred.counters["prediction_failed"] == 1 and pred.counters["held_outputs"] == 1
-    # step 8 would be 4 steps beyond the reference: over the limit, nothing is published
+    # step 8 would be 4 steps beyond the reference: over the limit, nothing new (5 is covered)
     probe.send(5, Q[4], QD[4], np.zeros(n))
     ros.spin_for(0.2)
     assert len(probe.res) == 5 and pred.counters["extrapolated"] == 3
-    # extrapolation off: nothing beyond the reference
+    # states past everything published (the reference does not reach them): the last valid
+    # output (0.6, of step 6), one per state, stamped with the state's stamp, counted as held
+    for k in (6, 7, 8, 9):
+        probe.send(k, Q[4], QD[4], np.zeros(n))
+    assert ros.spin_until(lambda: len(probe.res) == 7, timeout=10.0)
+    ros.spin_for(0.1)
+    got = by_stamp(probe.res, names)
+    assert sorted(got)[-2:] == [8 * DT, 9 * DT] and len(probe.res) == 7
+    for k in (8, 9):
+        np.testing.assert_allclose(got[k * DT], [0.6] * n, atol=1e-12)
+    assert pred.counters["held_outputs"] == 3 and pred.counters["residuals_published"] == 7
+    # extrapolation off: nothing beyond the reference but the held output for the state itself
     pred.set_parameters(to_parameters({"extrapolate": False}))
     probe.ref.publish(reference_batch_msg(10 * DT, DT, names, Q[:3] * 0, QD[:3]))
     assert ros.spin_until(lambda: len(pred.refs) == 8, timeout=10.0)
     probe.send(10, Q[0], QD[0], np.zeros(n))
-    assert ros.spin_until(lambda: len(probe.res) == 8, timeout=10.0)
+    assert ros.spin_until(lambda: len(probe.res) == 10, timeout=10.0)
     ros.spin_for(0.1)
-    assert sorted(by_stamp(probe.res, names))[-3:] == [10 * DT, 11 * DT, 12 * DT]
+    assert sorted(by_stamp(probe.res, names))[-3:] == [10 * DT, 11 * DT, 12 * DT] and len(probe.res) == 10
+    held = pred.counters["held_outputs"]
+    probe.send(13, Q[0], QD[0], np.zeros(n))               # the reference ended at 12
+    assert ros.spin_until(lambda: len(probe.res) == 11, timeout=10.0)
+    np.testing.assert_allclose(by_stamp(probe.res, names)[13 * DT], [0.0] * n, atol=1e-12)   # x0 of step 12
+    assert pred.counters["held_outputs"] == held + 1
 
 
 def test_torque_target_learns_the_measured_torque(ros, model):
@@ -453,3 +491,146 @@ def test_versions_applied_in_diagnostics(ros, model):
         listed = [int(x) for x in values.get("versions_applied", "").split()]
         assert listed == versions[:count][-APPLIED_KEPT:], (count, listed)
     assert int({kv.key: kv.value for kv in seen[-1].values}["snapshots_applied"]) == len(versions)
+
+
+def _feed(ros, probe, node, q, v, tau, pt, lo, hi):
+    base = node.core.counters["samples_offered"]
+    for k in range(lo, hi):
+        probe.send(k, q[k], v[k], tau[k], pt[k])
+        assert ros.spin_until(lambda: node.core.counters["samples_offered"] == base + k + 1 - lo, timeout=10.0)
+    assert node.core.flush(timeout=10.0)
+
+
+def test_a_restart_without_a_file_is_a_new_epoch(ros, model):
+    """model_update restarted without model_file numbers from 1 again, in a new epoch: the
+    prediction node holding a higher version of the old epoch takes the new run's
+    snapshots (created later) at once; so it does after a publisher's huge version."""
+    N = 50
+    kw = dict(robot=ROBOT, learner="gmm", warmup=20, learn_decimation=1, block_size=10, publish_period=0.02,
+              learner_config='{"max_components": 8}')
+    upd = ros.add(ModelUpdateNode, **kw)
+    pred = ros.add(PredictionNode, robot=ROBOT, learner="gmm")
+    probe = Probe(ros, model.joint_names)
+    names = model.joint_names
+    Q, QD, QDD, q, v, tau, pt = motion(model, 3 * N)
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q, QD, QDD))
+    assert ros.spin_until(lambda: len(upd.refs) == len(Q) and probe.ptorque.get_subscription_count() > 0,
+                          timeout=10.0)
+    _feed(ros, probe, upd, q, v, tau, pt, 0, N)
+    assert ros.spin_until(lambda: upd.version >= 2 and upd.core.revision == upd._snap_rev
+                          and pred.model is not None and pred.model.version == upd.version, timeout=10.0)
+    first_epoch, v_old = upd.epoch, upd.version
+    assert pred.model.epoch == first_epoch and len(first_epoch) == 16
+    remove(ros, upd)
+
+    upd2 = ros.add(ModelUpdateNode, **kw)                   # no file: versions from 1, a new epoch
+    assert upd2.epoch != first_epoch and upd2.version == 0
+    assert ros.spin_until(lambda: probe.ptorque.get_subscription_count() > 0 and len(upd2.refs) == len(Q),
+                          timeout=10.0)
+    _feed(ros, probe, upd2, q, v, tau, pt, N, 2 * N)
+    assert ros.spin_until(lambda: upd2.core.revision == upd2._snap_rev and pred.model.epoch == upd2.epoch
+                          and pred.model.version == upd2.version, timeout=10.0), pred.counters.as_dict()
+    assert upd2.version <= v_old or pred.counters["snapshots_applied"] >= 2
+    assert pred.counters["snapshots_refused"] == 0
+    assert ros.spin_until(lambda: pred.counters["model_epoch"] == upd2.epoch, timeout=5.0)
+
+    # a publisher's huge version (another epoch) is applied, then model_update's next one all the same
+    huge = encode_snapshot(_trained(model, "gmm"), 10 ** 12, epoch="rogue")
+    probe.publish_snapshot(huge)
+    assert ros.spin_until(lambda: pred.model.version == 10 ** 12, timeout=10.0)
+    _feed(ros, probe, upd2, q, v, tau, pt, 2 * N, 2 * N + 10)
+    assert ros.spin_until(lambda: upd2.core.revision == upd2._snap_rev and pred.model.epoch == upd2.epoch
+                          and pred.model.version == upd2.version, timeout=10.0), pred.counters.as_dict()
+    assert pred.counters["snapshots_refused"] == 0
+    # and a snapshot of the held epoch keeps the version order: the republished huge one is not newer
+    probe.publish_snapshot(encode_snapshot(_trained(model, "gmm"), upd2.version, epoch=upd2.epoch))
+    assert ros.spin_until(lambda: pred.counters["refused_version"] == 1, timeout=10.0)
+    remove(ros, pred)
+    assert not pred._worker.is_alive()                      # joined before the final save
+
+
+def test_an_oversize_learner_state_is_encoded_once(ros, model):
+    upd = ros.add(ModelUpdateNode, robot=ROBOT, learner="rbfn", learner_config=json.dumps(CFG), warmup=20,
+                  learn_decimation=1, block_size=40, publish_period=0.01, max_snapshot_bytes=1024)
+    probe = Probe(ros, model.joint_names)
+    names = model.joint_names
+    Q, QD, QDD, q, v, tau, pt = motion(model, 40)
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q, QD, QDD))
+    assert ros.spin_until(lambda: len(upd.refs) == len(Q) and probe.ptorque.get_subscription_count() > 0,
+                          timeout=10.0)
+    encodes = []
+    core_snapshot = upd.core.snapshot
+    upd.core.snapshot = lambda *a, **k: (encodes.append(upd.core.revision), core_snapshot(*a, **k))[1]
+    upd.set_parameters(to_parameters({"learning": True}))
+    _feed(ros, probe, upd, q, v, tau, pt, 0, 20)            # the warm-up: one learner update
+    assert ros.spin_until(lambda: upd.counters["snapshots_oversize"] == 1, timeout=10.0)
+    ros.spin_for(0.2)                                        # ~20 publish ticks, the learner unchanged
+    assert len(encodes) == 1 and upd.counters["snapshots_oversize"] == 1 and upd.version == 0
+    assert upd.counters["snapshots_published"] == 0
+    _feed(ros, probe, upd, q, v, tau, pt, 20, 21)           # a change: encoded (and refused) once more
+    assert ros.spin_until(lambda: len(encodes) == 2, timeout=10.0)
+    ros.spin_for(0.1)
+    assert len(encodes) == 2 and upd.counters["snapshots_oversize"] == 2 and upd.version == 0
+
+
+def test_autosave_saves_what_is_learnt_without_waiting(ros, model, tmp_path):
+    path = tmp_path / "model.snap"
+    upd = ros.add(ModelUpdateNode, robot=ROBOT, learner="gmm", warmup=20, learn_decimation=1, block_size=10,
+                  publish_period=0.02, learner_config='{"max_components": 8}', model_file=str(path),
+                  autosave_period=0.05, diagnostics_period=0.05)
+    probe = Probe(ros, model.joint_names)
+    names = model.joint_names
+    Q, QD, QDD, q, v, tau, pt = motion(model, 30)
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q, QD, QDD))
+    assert ros.spin_until(lambda: len(upd.refs) == len(Q) and probe.ptorque.get_subscription_count() > 0,
+                          timeout=10.0)
+    flushes = []
+    core_flush = upd.core.flush
+    upd.core.flush = lambda timeout=10.0: (flushes.append(timeout), core_flush(timeout))[1]
+    _feed(ros, probe, upd, q, v, tau, pt, 0, 30)
+    flushes.clear()                                          # _feed's own
+    assert ros.spin_until(lambda: path.exists() and upd._saved_rev == upd.core.revision, timeout=10.0)
+    assert flushes == []                                     # the autosave never waited for the worker
+    assert decode_snapshot(path.read_bytes(), max_bytes=None).epoch == upd.epoch
+    upd.save_model()                                         # ~/save_model and shutdown do
+    assert flushes == [5.0]
+
+
+def test_residual_learner_hints_the_reference_at_the_prediction_lead(ros, model):
+    from adaptive_dynamics.nodes.residual_learner import ResidualLearnerNode
+    node = ros.add(ResidualLearnerNode, robot=ROBOT, learner="rbfn", learner_config=json.dumps(CFG),
+                   prediction_lead=LEAD, warmup=20)
+    probe = Probe(ros, model.joint_names)
+    hints = []
+    core_hint = node.core.hint
+    node.core.hint = lambda x: hints.append(np.array(x)) or core_hint(x)
+    names = model.joint_names
+    Q, QD, QDD, q, v, tau, pt = motion(model, 10)
+    X = np.hstack([Q, QD, QDD])
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q, QD, QDD))
+    assert ros.spin_until(lambda: len(node.refs) == len(Q) and probe.state.get_subscription_count() > 0,
+                          timeout=10.0)
+    for k in range(3):
+        probe.send(k, q[k], v[k], tau[k], pt[k])
+    assert ros.spin_until(lambda: len(hints) == 3, timeout=10.0)
+    ahead = round(LEAD * 1e9) // DT                          # the point the next prediction is asked for
+    for k in range(3):
+        np.testing.assert_array_equal(hints[k], X[k + ahead])
+
+
+def test_byte_array_wire_decoding_matches_rclpy():
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import MultiArrayDimension
+
+    from adaptive_dynamics.wire import WireError, decode_bytes
+    for label, data in (("gmm v3", bytes(range(256)) * 3), ("", b""), ("x" * 5, b"\x01")):
+        msg = UInt8MultiArray()
+        if label:
+            msg.layout.dim = [MultiArrayDimension(label=label, size=len(data), stride=len(data))]
+        msg.data = data
+        raw = serialize_message(msg)
+        got_label, view = decode_bytes(raw)
+        assert got_label == (label or None) and bytes(view) == data and view.readonly
+        assert view.obj is raw or bytes(view.obj) == raw    # a view into the message, not a copy
+        with pytest.raises(WireError):
+            decode_bytes(raw[:-1] if data else raw[:6])

@@ -1,8 +1,10 @@
 """What the learner nodes share: ``residual_learner`` (learning and prediction in one
 process) and the PGPOL split's ``model_update`` (learning) and ``prediction``.
 
-* Parameter groups (:func:`learner_specs`, :func:`output_specs`, :func:`stream_specs`)
-  and the learner's construction from them (:func:`make_core`).
+* Parameter groups (:func:`learner_specs`, :func:`output_specs`, :func:`stream_specs`,
+  :func:`snapshot_bytes_spec`) and the learner's construction from them
+  (:func:`make_core`); :func:`reference_input`, the learner input ``x = (q, qd, qdd)``
+  of a reference point.
 * :class:`SampleAssembler` -- learning samples from the streams: ``joint_states``
   (q, qd and the measured torque), ``adaptive/parametric_torque`` and ``reference``
   matched **by stamp**, joints by name; ``adaptive/parameter_update`` checked and handed
@@ -33,10 +35,21 @@ from ..ros.qos import PUBLISHER_STREAM_QOS
 from ..ros.references import ReferenceBuffer
 from ..ros.stamped import vector_from_msg
 
-__all__ = ["learner_specs", "output_specs", "stream_specs", "learner_config", "make_core", "SampleAssembler",
-           "ResidualOutput", "BUFFER"]
+__all__ = ["learner_specs", "output_specs", "stream_specs", "snapshot_bytes_spec", "learner_config", "make_core",
+           "reference_input", "SampleAssembler", "ResidualOutput", "BUFFER", "MAX_SNAPSHOT_BYTES"]
 
 BUFFER = 2000   # states / parametric torques kept for stamp matching
+MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+
+
+def reference_input(r, n: int, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """The learner input ``x = (q, qd, qdd)`` (3n) of reference point ``r`` (a missing
+    velocity or acceleration is zero), written into ``out`` if given."""
+    x = np.empty(3 * n) if out is None else out
+    x[:n] = r.q
+    x[n:2 * n] = r.qd if r.qd is not None else 0.0
+    x[2 * n:] = r.qdd if r.qdd is not None else 0.0
+    return x
 
 
 def learner_kind_description() -> str:
@@ -96,6 +109,11 @@ def stream_specs() -> list[ParamSpec]:
                   " executor thread", read_only=True),
         ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages", min=0.05),
     ]
+
+
+def snapshot_bytes_spec(what: str) -> ParamSpec:
+    """``max_snapshot_bytes`` of the split's nodes (``what``: what happens above it)."""
+    return ParamSpec("max_snapshot_bytes", MAX_SNAPSHOT_BYTES, what, min=1024, max=2 ** 31 - 1)
 
 
 def learner_config(text: str) -> dict:
@@ -201,13 +219,7 @@ class SampleAssembler:
         if not ahead:
             self.counters.inc("hint_no_reference")
             return
-        r = ahead[-1]
-        n = self.n
-        x = np.empty(3 * n)
-        x[:n] = r.q
-        x[n:2 * n] = r.qd if r.qd is not None else 0.0
-        x[2 * n:] = r.qdd if r.qdd is not None else 0.0
-        self.core.hint(x)
+        self.core.hint(reference_input(ahead[-1], self.n))
 
     def _measured_acc(self, stamp: int, v: np.ndarray) -> np.ndarray:
         last = self._last_state
@@ -279,7 +291,11 @@ class ResidualOutput:
     published then depends on ``hold``: False -- zeros (``residual_learner``); True --
     the last valid output row, zeros before any (``prediction``, as PGPOL pre-controls
     the previous torques when no new ones are available); counted in
-    ``held_outputs``.  A non-finite prediction counts as failed: never a NaN residual.
+    ``held_outputs``.  With ``hold`` also when a state's instant has no residual because
+    the reference no longer reaches it (the reference ended; extrapolation off or past
+    its limit): the last valid output is published stamped with that state's stamp (one
+    per state, counted in ``held_outputs``), so the controller keeps its feed-forward.
+    A non-finite prediction counts as failed: never a NaN residual.
 
     ``extrapolate_ns`` > 0: when the reference buffer does not reach ``t + lead``,
     instants on the reference's grid beyond its newest point (at most
@@ -310,18 +326,11 @@ class ResidualOutput:
         refs = self.refs.between(after, horizon)
         n = self.n
         stamps = [r.stamp_ns for r in refs]
-        rows = []
-        for r in refs:
-            x = np.empty(3 * n)
-            x[:n] = r.q
-            x[n:2 * n] = r.qd if r.qd is not None else 0.0
-            x[2 * n:] = r.qdd if r.qdd is not None else 0.0
-            rows.append(x)
+        rows = [reference_input(r, n) for r in refs]
         if extrapolate_ns > 0 and (not stamps or stamps[-1] < horizon):
             tail = self.refs.latest(2)
             if len(tail) == 2 and tail[1].stamp_ns > tail[0].stamp_ns:
-                a, b = (np.concatenate([r.q, r.qd if r.qd is not None else np.zeros(n),
-                                        r.qdd if r.qdd is not None else np.zeros(n)]) for r in tail)
+                a, b = (reference_input(r, n) for r in tail)
                 t_b, dt = tail[1].stamp_ns, tail[1].stamp_ns - tail[0].stamp_ns
                 s = t_b + dt
                 k_extra = 0
@@ -335,12 +344,25 @@ class ResidualOutput:
                     self.counters.inc("extrapolated", k_extra)
         return stamps, rows
 
+    def _uncovered(self, now: int, todo: list) -> bool:
+        """Holding: the reference (extrapolated, if on) reaches neither ``now`` nor
+        anything after it, and nothing was published for ``now`` yet."""
+        if todo or (self.last_published is not None and self.last_published >= now):
+            return False
+        last = self.refs.latest(1)
+        return bool(last) and last[0].stamp_ns < now
+
     def publish_until(self, now: int, horizon: int, predict, *, output: bool = True, monitor_every: int = 0,
                       extrapolate_ns: int = 0) -> int:
         """Publish the residuals for ``(last published, horizon]`` (not before ``now``);
-        returns how many."""
+        returns how many.  With ``hold``, a state the reference no longer reaches gets
+        the last valid output stamped ``now`` (counted in ``held_outputs``)."""
         todo, rows = self._points(now, horizon, extrapolate_ns)
         if not todo:
+            if self.hold and self._uncovered(now, todo):
+                self._publish([now], np.tile(self.last_output, (1, 1)), output, monitor_every)
+                self.counters.inc("held_outputs")
+                return 1
             return 0
         n = self.n
         X = np.array(rows)
@@ -363,7 +385,11 @@ class ResidualOutput:
                 self.counters.inc("held_outputs", len(todo))
         else:
             self.last_output = np.array(F[-1], dtype=float)
-        zeros = np.zeros(n)
+        self._publish(todo, F, output, monitor_every)
+        return len(todo)
+
+    def _publish(self, todo: list, F: np.ndarray, output: bool, monitor_every: int) -> None:
+        zeros = np.zeros(self.n)
         for s, f in zip(todo, F):
             self.pub_res.publish(joint_state_msg(s, self.names, effort=f if output else zeros))
             if monitor_every and self._k % monitor_every == 0:
@@ -371,4 +397,3 @@ class ResidualOutput:
             self._k += 1
         self.counters.inc("residuals_published", len(todo))
         self.last_published = todo[-1]
-        return len(todo)

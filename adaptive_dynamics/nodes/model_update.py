@@ -18,12 +18,19 @@ feed-forward: it publishes the learner itself, as versioned snapshots on
 ``learner/model`` (``std_msgs/UInt8MultiArray``, reliable, transient local, depth 1:
 a prediction node that starts late gets the newest model at once): ``data`` = one
 snapshot (:mod:`adaptive_dynamics.learning.snapshot`: magic, JSON header with kind,
-version, dims, sha256; the learner's ``.npz``), ``layout.dim[0].label`` = ``"<kind>
-v<version>"`` for humans, ``size`` = ``stride`` = the byte count.  A snapshot is
-published at most every ``publish_period`` wall seconds and only when the learner
+version, epoch, dims, sha256; the learner's ``.npz``), ``layout.dim[0].label`` =
+``"<kind> v<version>"`` for humans, ``size`` = ``stride`` = the byte count.  A snapshot
+is published at most every ``publish_period`` wall seconds and only when the learner
 changed since the last one (a learner update, a transform, a load or a reset);
-versions count 1, 2, ... and never go back.  A snapshot over ``max_snapshot_bytes``
-is not published (counted in ``snapshots_oversize``, logged).
+versions count 1, 2, ... and never go back.  Every start draws a new random ``epoch``
+(the run's id, in every snapshot's header): a prediction node orders versions within
+one epoch and takes a snapshot of a new epoch when it was created after the model it
+holds, so a restart -- with or without ``model_file``, after a crash that renumbers
+versions -- never leaves it refusing the new run's snapshots.  A snapshot over
+``max_snapshot_bytes`` is not published and takes no version (counted once in
+``snapshots_oversize``, logged; that learner state is not encoded again until the
+learner changes) -- unless it has to be saved to ``model_file``, where it takes the
+next version (the file then holds a version that was never published).
 
 Before every sample is offered, the newest reference point stamped within
 ``[t, t + hint_lead]`` of the newest state's stamp ``t`` goes to the learner's
@@ -33,16 +40,18 @@ other learners ignore it).
 Persistence: ``model_file`` holds a snapshot (the same bytes as on the topic): loaded
 at start if it exists (a plain learner ``.npz``, e.g. one ``residual_learner`` saved,
 is accepted as version 0; kind and sizes checked, a refused file raises and is never
-overwritten), republished at once, saved on shutdown, on ``~/save_model`` and every
-``autosave_period`` s.  Version numbering continues from the file's, so prediction
-nodes that hold an older version accept the restarted node's snapshots.  (After a
-crash -- no final save -- the versions published since the last save are numbered
-again; a prediction node that holds one of them keeps it until the numbers pass it.)
+overwritten), republished at once (as saved, in its own epoch), saved on shutdown, on
+``~/save_model`` and every ``autosave_period`` s.  Shutdown and ``~/save_model`` first
+wait (up to 5 s) for the queued samples to be learnt; the autosave saves what is
+learnt so far and never waits on the executor.  Saves are serialised and each takes
+the snapshot it writes under the same lock, so an older save never overwrites a newer
+file.  Version numbering continues from the file's (in the new epoch).
 
 Live parameters: ``learning``, ``transform``, ``learn_decimation``, ``publish_period``,
 ``hint_lead``, ``max_snapshot_bytes``, ``autosave_period``.  Services ``~/save_model``,
 ``~/reset_model`` (std_srvs/Trigger; after a reset the next model gets the next
 version).  ``/diagnostics``: everything ``OnlineResidual`` reports plus ``version``,
+``epoch``,
 ``snapshots_published``, ``snapshot_bytes`` (last), ``bytes_published``,
 ``snapshots_oversize``, ``encode_ms_last`` and the rates over the last period
 (``samples_learned_per_s``, ``updates_per_s`` = learner updates, ``snapshots_per_s``).
@@ -50,15 +59,15 @@ version).  ``/diagnostics``: everything ``OnlineResidual`` reports plus ``versio
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import threading
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import MultiArrayDimension, UInt8MultiArray
 from std_srvs.srv import Trigger
@@ -67,18 +76,11 @@ from trajectory_msgs.msg import JointTrajectory
 from ..learning.snapshot import read_snapshot_file, write_snapshot_file
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
-from ..ros.qos import LATCHED_QOS, REFERENCE_QOS, stream_qos
+from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
 from .common import Throttle, load_robot, robot_specs, trigger_save
-from .learner_common import SampleAssembler, learner_config, learner_specs, make_core, stream_specs
-
-_DEEP_RELIABLE = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE,
-                            durability=DurabilityPolicy.VOLATILE)
-MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
-
-
-def snapshot_bytes_spec(what: str) -> ParamSpec:
-    return ParamSpec("max_snapshot_bytes", MAX_SNAPSHOT_BYTES, what, min=1024, max=2 ** 31 - 1)
+from .learner_common import (SampleAssembler, learner_config, learner_specs, make_core, snapshot_bytes_spec,
+                             stream_specs)
 
 
 def specs() -> list[ParamSpec]:
@@ -89,7 +91,8 @@ def specs() -> list[ParamSpec]:
                   read_only=True),
         ParamSpec("publish_period", 0.1, "s (wall) between learner/model snapshots at most; one is published"
                   " only when the learner changed", min=0.001, max=60.0),
-        snapshot_bytes_spec("bytes: a larger snapshot is not published (counted in snapshots_oversize, logged)"),
+        snapshot_bytes_spec("bytes: a larger snapshot is not published and takes no version (counted in"
+                            " snapshots_oversize, logged)"),
         ParamSpec("hint_lead", 0.01, "s: before each sample the learner is told the reference point this far"
                   " ahead of the newest state (Learner.hint: PGPOL's k-nearest-neighbour query)", min=0.0, max=1.0),
         ParamSpec("model_file", "", "snapshot file: loaded at start if it exists (or a learner .npz, as"
@@ -112,9 +115,12 @@ class ModelUpdateNode(Node):
         self.core = make_core(p, self.model, config, transform=False if self.torque_target else None)
         self.source = f"{socket.gethostname()}:{self.get_fully_qualified_name()}"
         self.version = 0
+        self.epoch = secrets.token_hex(8)        # this run's id in every snapshot header
         self._snap_lock = threading.Lock()
+        self._save_lock = threading.Lock()       # one save at a time: a file is never replaced by an older one
         self._snap_rev: Optional[int] = None     # core.revision of the newest snapshot
         self._snap_data: Optional[bytes] = None  # its bytes
+        self._oversize_rev: Optional[int] = None  # core.revision whose snapshot was too large to publish
         self._saved_rev: Optional[int] = None
         loaded = None
         if p["model_file"] and os.path.exists(p["model_file"]):
@@ -126,7 +132,7 @@ class ModelUpdateNode(Node):
             self._saved_rev = self.core.revision
             loaded = snap
             self.get_logger().info(f"learner loaded from {p['model_file']}: {snap.learner!r}, version"
-                                   f" {snap.version}")
+                                   f" {snap.version} (epoch {snap.epoch or '(none)'}); new epoch {self.epoch}")
         self.p.on_change("learning", lambda _n, v: setattr(self.core, "learning", bool(v)))
         self.p.on_change("transform", lambda _n, v: setattr(self.core, "transform",
                                                             bool(v) and not self.torque_target))
@@ -137,8 +143,9 @@ class ModelUpdateNode(Node):
         self.counters = Counters("model_update", self.get_fully_qualified_name(),
                                  warn_on=("joint_states_rejected", "reference_rejected", "parametric_torque_rejected",
                                           "parameter_update_rejected", "sample_rejected", "snapshots_oversize"))
-        for k in ("snapshots_published", "bytes_published"):
+        for k in ("snapshots_published", "bytes_published", "snapshots_oversize"):
             self.counters.set(k, 0)
+        self.counters.set("epoch", self.epoch)
         self.log_throttle = Throttle(1.0)
         self.refs = ReferenceBuffer(self.names, capacity=4096, where="reference")
         self.samples = SampleAssembler(self.core, self.names, self.refs, self.counters, self._reject,
@@ -158,9 +165,9 @@ class ModelUpdateNode(Node):
                                raw=True)
         if not self.torque_target:
             io.create_subscription(JointState, "adaptive/parametric_torque", self.samples.on_parametric_torque,
-                                   _DEEP_RELIABLE)
+                                   DEEP_RELIABLE_QOS)
             io.create_subscription(JointState, "adaptive/parameter_update", self.samples.on_parameter_update,
-                                   _DEEP_RELIABLE)
+                                   DEEP_RELIABLE_QOS)
         self.create_service(Trigger, "~/save_model", self._srv_save)
         self.create_service(Trigger, "~/reset_model", self._srv_reset)
         self._steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
@@ -195,29 +202,36 @@ class ModelUpdateNode(Node):
         self._pub_timer = self.create_timer(self.p["publish_period"], self._tick, clock=self._steady)
 
     def _tick(self) -> None:
-        if self.core.ready and self.core.revision != self._snap_rev:
+        rev = self.core.revision
+        if self.core.ready and rev != self._snap_rev and rev != self._oversize_rev:
             self.snapshot(publish=True)
 
-    def snapshot(self, *, publish: bool, for_file: bool = False) -> Optional[bytes]:
-        """The snapshot of the learner as it is now: the newest one if the learner has not
-        changed since, else a new version (published if ``publish`` and within
-        ``max_snapshot_bytes``; a file copy, ``for_file``, is made even when too large
-        to publish).  None before the learner exists or when too large (not for a file)."""
+    def snapshot(self, *, publish: bool, for_file: bool = False) -> Optional[Tuple[int, bytes]]:
+        """``(core revision, bytes)`` of the snapshot of the learner as it is now: the
+        newest one if the learner has not changed since, else a new version (published if
+        ``publish`` and within ``max_snapshot_bytes``; a file copy, ``for_file``, is made
+        even when too large to publish).  None before the learner exists or when too
+        large (not for a file; a revision found too large is not encoded again)."""
         with self._snap_lock:
             if self.core.revision == self._snap_rev:
-                return self._snap_data
+                return self._snap_rev, self._snap_data
+            if self.core.revision == self._oversize_rev and not for_file:
+                return None
             t0 = time.perf_counter()
-            out = self.core.snapshot(self.version + 1, source=self.source)
+            out = self.core.snapshot(self.version + 1, source=self.source, epoch=self.epoch)
             if out is None:
                 return None
             rev, data = out
             self.counters.set("encode_ms_last", round(1e3 * (time.perf_counter() - t0), 3))
             oversize = len(data) > self.p["max_snapshot_bytes"]
             if oversize:
-                self.counters.inc("snapshots_oversize")
-                if self.log_throttle("oversize"):
-                    self.get_logger().error(f"snapshot v{self.version + 1} of {len(data)} bytes is over"
-                                            f" max_snapshot_bytes ({self.p['max_snapshot_bytes']}): not published")
+                if rev != self._oversize_rev:
+                    self._oversize_rev = rev
+                    self.counters.inc("snapshots_oversize")
+                    if self.log_throttle("oversize"):
+                        self.get_logger().error(f"snapshot of {len(data)} bytes is over max_snapshot_bytes"
+                                                f" ({self.p['max_snapshot_bytes']}): not published (no version"
+                                                f" used; not encoded again until the learner changes)")
                 if not for_file:
                     return None
             self.version += 1
@@ -227,7 +241,7 @@ class ModelUpdateNode(Node):
                     self._publish(data, self.version)
                 except Exception as exc:  # shutting down (context gone): the file copy still counts
                     self.get_logger().error(f"publishing snapshot v{self.version} failed: {exc}")
-            return data
+            return rev, data
 
     def _publish(self, data: bytes, version: int) -> None:
         msg = UInt8MultiArray()
@@ -265,24 +279,28 @@ class ModelUpdateNode(Node):
         if self.p["autosave_period"] > 0 and now - self._last_save > self.p["autosave_period"] \
                 and self.core.ready and self.core.revision != self._saved_rev:
             try:
-                self.save_model()
+                self.save_model(flush=False)   # what is learnt so far: never wait for the worker here
             except OSError as exc:
                 if self.log_throttle("save"):
                     self.get_logger().error(f"autosave failed: {exc}")
 
-    def save_model(self) -> Optional[str]:
+    def save_model(self, *, flush: bool = True) -> Optional[str]:
+        """Save the current snapshot to ``model_file`` (None if unset or nothing learnt);
+        ``flush``: first wait up to 5 s for the queued samples to be learnt."""
         path = self.p["model_file"]
         if not path:
             return None
-        self.core.flush(timeout=5.0)
-        data = self.snapshot(publish=True, for_file=True)
-        if data is None:
-            return None
-        rev = self._snap_rev
-        written = write_snapshot_file(path, data)
-        self._last_save = time.monotonic()
-        self._saved_rev = rev
-        return written
+        with self._save_lock:
+            if flush:
+                self.core.flush(timeout=5.0)
+            out = self.snapshot(publish=True, for_file=True)
+            if out is None:
+                return None
+            rev, data = out
+            written = write_snapshot_file(path, data)
+            self._last_save = time.monotonic()
+            self._saved_rev = rev
+            return written
 
     def _srv_save(self, req, res):
         return trigger_save(res, self.save_model, what=f"learner v{self.version}",

@@ -13,22 +13,33 @@ publishes zeros; ``learner/prediction`` carries the prediction every
 
 The model comes from ``learner/model`` (``std_msgs/UInt8MultiArray``, one snapshot of
 :mod:`adaptive_dynamics.learning.snapshot` per message, reliable + transient local, as
-``model_update`` publishes it).  Receiving never blocks prediction: the bytes go to a
-worker thread that deserialises, checks and loads the learner
+``model_update`` publishes it).  Receiving never blocks prediction: a message larger
+than ``max_snapshot_bytes`` (plus a few kB for the message's own fields) is refused in
+the callback, before it is queued or parsed; otherwise the bytes go to a worker thread
+that reads the snapshot out of the serialized message without copying it
+(:func:`adaptive_dynamics.wire.decode_bytes`), checks its header -- kind, sizes,
+epoch and version -- and only then the checksum, loads the learner
 (:func:`~adaptive_dynamics.learning.snapshot.decode_snapshot`, no pickle), tries one
-prediction, and only then swaps the model in with one reference assignment (the
-control path reads that reference once per state).  When snapshots arrive faster
+prediction, and swaps the model in with one reference assignment (the control path
+reads that reference once per state).  A snapshot that is not newer (the latched
+republish every subscriber gets) costs a header parse.  When snapshots arrive faster
 than they load, only the newest waits (``snapshots_superseded``).  A snapshot is
-*refused* -- logged with the reason, counted in ``snapshots_refused`` and
-``refused_<reason>``, the current model stays -- when it is truncated, corrupt
+*refused* -- logged with the reason, counted in ``refused_<reason>`` and then
+``snapshots_refused``, the current model stays -- when it is truncated, corrupt
 (checksum), not a snapshot, over ``max_snapshot_bytes``, of an unknown kind, not the
 configured ``learner`` (if set), of the wrong size for this robot (``dims``:
-x = (q, qd, qdd) of 3n -> n), not newer than the current model (``version``: older or
-equal), or when its learner's trial prediction fails (``prediction``).
+x = (q, qd, qdd) of 3n -> n), not newer than the current model (``version``), or
+when its learner's trial prediction fails (``prediction``).  "Newer": within one
+``epoch`` (one run of ``model_update``) a greater version; of another epoch (the
+trainer restarted, with or without its ``model_file``, or a foreign publisher) created
+later than the model in use -- logged as "model_update restarted: new epoch ...".
 
 No model yet, or a prediction that fails (raises, non-finite): the last valid output is
 held (zeros before any model) and counted in ``held_outputs``; a NaN residual is
-never published.  The PGPOL lead: ``prediction_lead`` ahead of the newest state;
+never published.  Likewise when the reference does not reach a state's instant at all
+(it ended; extrapolation off or past its limit): the last valid output is published
+stamped with that state's stamp, one per ``joint_states`` stamp, counted in
+``held_outputs``, so the controller keeps its feed-forward.  The PGPOL lead: ``prediction_lead`` ahead of the newest state;
 with ``extrapolate`` on, when the reference buffer does not reach ``t +
 prediction_lead`` (a reference that comes one point at a time), instants beyond its
 newest point -- on its grid, at most ``extrapolation_limit`` beyond -- are predicted
@@ -38,7 +49,8 @@ x_d(t+2) from x_d(t) and x_d(t+1)), counted in ``extrapolated``.
 Persistence: ``model_file`` -- the current snapshot's bytes are saved there on shutdown
 and on ``~/save_model`` (std_srvs/Trigger; atomic write) and loaded at start with the
 same checks (a refused file is logged and left as it is until a valid model replaces
-it).  ``/diagnostics``: ``model_version``, ``model_kind``, ``model_source``,
+it).  On shutdown the loader thread is stopped and joined (up to 2 s) before the final
+save.  ``/diagnostics``: ``model_version``, ``model_epoch``, ``model_kind``, ``model_source``,
 ``model_age_s`` (since the snapshot was made, by the wall clocks of both hosts),
 ``model_received_s_ago`` (since the model in use arrived: it grows while no newer
 snapshot gets through, e.g. while the link to ``model_update`` is down),
@@ -72,25 +84,28 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from ..learning import LEARNERS, Learner
-from ..learning.snapshot import Snapshot, SnapshotError, decode_snapshot, read_snapshot_file, write_snapshot_file
+from ..learning.snapshot import (Snapshot, SnapshotError, decode_snapshot, newer, read_snapshot_file,
+                                  write_snapshot_file)
 from ..ros.joint_states import JointStateMapper
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import LATCHED_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
 from .common import Throttle, load_robot, robot_specs, trigger_save
-from .learner_common import ResidualOutput, output_specs, stream_specs
-from .model_update import snapshot_bytes_spec
+from ..wire import WireError, decode_bytes
+from .learner_common import ResidualOutput, output_specs, reference_input, snapshot_bytes_spec, stream_specs
 
 #: how many of the last applied versions ``versions_applied`` lists
 APPLIED_KEPT = 16
+#: bytes a ``learner/model`` message may carry beyond its snapshot (CDR header, layout)
+MESSAGE_SLACK = 4096
 
 
 def specs() -> list[ParamSpec]:
     return robot_specs() + [
         ParamSpec("learner", "", "accept only snapshots of this learner kind; empty = any kind of"
                   " adaptive_dynamics.learning.LEARNERS", choices=[""] + sorted(LEARNERS), read_only=True),
-        snapshot_bytes_spec("bytes: a larger snapshot is refused unread"),
+        snapshot_bytes_spec("bytes: a larger snapshot is refused unread (a larger message before it is queued)"),
         ParamSpec("model_file", "", "snapshot file: loaded at start if it exists (checked like a received"
                   " snapshot), the current model saved there on shutdown and ~/save_model; empty = no"
                   " persistence", read_only=True),
@@ -108,6 +123,7 @@ class Model(NamedTuple):
 
     learner: Learner
     version: int
+    epoch: str         # the model_update run that made it
     kind: str
     source: str
     created: float     # Unix s (the encoder's wall clock)
@@ -198,6 +214,12 @@ class PredictionNode(Node):
     # ----------------------------------------------------------------- snapshots
     def _on_snapshot(self, raw: bytes) -> None:
         self.counters.inc("snapshots_received")
+        limit = self.p["max_snapshot_bytes"] + MESSAGE_SLACK
+        if len(raw) > limit:   # refused before it is queued, parsed or copied
+            self._refuse("learner/model", SnapshotError(
+                "size", f"message of {len(raw)} bytes is over max_snapshot_bytes"
+                        f" ({self.p['max_snapshot_bytes']}) + {MESSAGE_SLACK}"))
+            return
         with self._cv:
             if self._pending is not None:
                 self.counters.inc("snapshots_superseded")
@@ -223,29 +245,41 @@ class PredictionNode(Node):
         t0 = time.perf_counter()
         try:
             try:
-                msg = deserialize_message(raw, UInt8MultiArray)
-            except Exception as exc:
-                raise SnapshotError("message", f"not a std_msgs/UInt8MultiArray ({exc})") from None
-            snap = decode_snapshot(msg.data, max_bytes=self.p["max_snapshot_bytes"])
+                data = decode_bytes(raw)[1]   # a view of raw: no copy
+            except WireError:
+                try:   # a big-endian or otherwise unusual encoding: rclpy's deserializer
+                    data = deserialize_message(raw, UInt8MultiArray).data
+                except Exception as exc:
+                    raise SnapshotError("message", f"not a std_msgs/UInt8MultiArray ({exc})") from None
+            snap = decode_snapshot(data, max_bytes=self.p["max_snapshot_bytes"], accept=self._check_header)
             self._accept(snap, received, "learner/model")
         except SnapshotError as exc:
             self._refuse("learner/model", exc)
         finally:
             self.counters.set("load_ms_last", round(1e3 * (time.perf_counter() - t0), 3))
 
-    def _accept(self, snap: Snapshot, received: float, where: str) -> None:
-        """Check what the codec cannot know (kind wanted, robot size, version order,
-        a trial prediction), then swap the model in; raises SnapshotError."""
-        v = snap.version
+    def _check_header(self, header: dict) -> None:
+        """What the codec cannot know, from the header alone (before the checksum and the
+        payload): the kind wanted, the robot's sizes, newer than the model in use (see
+        the module); raises SnapshotError."""
+        v, kind = header["version"], header["kind"]
         want = self.p["learner"]
-        if want and snap.kind != want:
-            raise SnapshotError("kind", f"snapshot v{v} holds a {snap.kind!r} learner, this node takes {want!r}")
-        if (snap.input_dim, snap.output_dim) != (3 * self.n, self.n):
-            raise SnapshotError("dims", f"snapshot v{v} maps {snap.input_dim} -> {snap.output_dim} values, this"
-                                        f" robot needs x = (q, qd, qdd) of {3 * self.n} -> {self.n}")
+        if want and kind != want:
+            raise SnapshotError("kind", f"snapshot v{v} holds a {kind!r} learner, this node takes {want!r}")
+        if (header["input_dim"], header["output_dim"]) != (3 * self.n, self.n):
+            raise SnapshotError("dims", f"snapshot v{v} maps {header['input_dim']} -> {header['output_dim']} values,"
+                                        f" this robot needs x = (q, qd, qdd) of {3 * self.n} -> {self.n}")
         cur = self.model
-        if cur is not None and v <= cur.version:
-            raise SnapshotError("version", f"snapshot v{v} is not newer than the model in use (v{cur.version})")
+        if cur is not None:
+            ok, why = newer(header, cur.version, cur.epoch, cur.created)
+            if not ok:
+                raise SnapshotError("version", why)
+
+    def _accept(self, snap: Snapshot, received: float, where: str) -> None:
+        """Swap in a snapshot that passed :meth:`_check_header` once its learner's trial
+        prediction is finite; raises SnapshotError."""
+        v = snap.version
+        cur = self.model
         x = self._probe_input()
         try:
             f = snap.learner.predict(x)
@@ -253,39 +287,35 @@ class PredictionNode(Node):
                 raise ValueError("non-finite output")
         except ValueError as exc:
             raise SnapshotError("prediction", f"snapshot v{v}: the learner's trial prediction failed ({exc})") from None
-        self.model = Model(snap.learner, v, snap.kind, snap.source, snap.created, received, snap.data)
+        self.model = Model(snap.learner, v, snap.epoch, snap.kind, snap.source, snap.created, received, snap.data)
         self._applied.append(v)   # only the loader thread (or the constructor) gets here
         self.counters.update({"snapshots_applied": self.counters["snapshots_applied"] + 1,
                               "versions_applied": " ".join(map(str, self._applied))})
         first = cur is None
-        if first or self.log_throttle("applied"):
+        if not first and snap.epoch != cur.epoch:
+            self.get_logger().info(f"{where}: model_update restarted: new epoch {snap.epoch or '(none)'} (was"
+                                   f" {cur.epoch or '(none)'}); v{v} applied after v{cur.version}")
+        elif first or self.log_throttle("applied"):
             self.get_logger().info(f"{where}: model {snap.kind} v{v} applied ({snap.nbytes} bytes from"
                                    f" {snap.source or '?'})" + ("" if first else "; further ones every second"
                                                                               " in /diagnostics"))
 
     def _refuse(self, where: str, exc: SnapshotError) -> None:
+        self.counters.inc(f"refused_{exc.reason}")   # first: a reader that sees the total sees the reason
         self.counters.inc("snapshots_refused")
-        self.counters.inc(f"refused_{exc.reason}")
         cur = self.model
         keep = f"keeping model v{cur.version}" if cur is not None else "still no model (holding zeros)"
         if self.log_throttle(f"refused_{exc.reason}"):
             self.get_logger().warning(f"{where}: snapshot refused ({exc.reason}): {exc}; {keep}")
 
     def _probe_input(self) -> np.ndarray:
-        n = self.n
-        x = np.zeros(3 * n)
         last = self.refs.latest(1)
-        if last:
-            r = last[0]
-            x[:n] = r.q
-            x[n:2 * n] = r.qd if r.qd is not None else 0.0
-            x[2 * n:] = r.qdd if r.qdd is not None else 0.0
-        return x
+        return reference_input(last[0], self.n) if last else np.zeros(3 * self.n)
 
     # --------------------------------------------------------------- persistence
     def _load_file(self, path: str) -> None:
         try:
-            snap = read_snapshot_file(path, max_bytes=self.p["max_snapshot_bytes"])
+            snap = read_snapshot_file(path, max_bytes=self.p["max_snapshot_bytes"], accept=self._check_header)
             self._accept(snap, time.monotonic(), path)
             self._saved = snap.data
         except SnapshotError as exc:
@@ -314,6 +344,7 @@ class PredictionNode(Node):
         m = self.model
         if m is not None:
             c.set("model_version", m.version)
+            c.set("model_epoch", m.epoch)
             c.set("model_kind", m.kind)
             c.set("model_source", m.source)
             c.set("model_age_s", round(time.time() - m.created, 3))
@@ -327,6 +358,9 @@ class PredictionNode(Node):
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+        worker = getattr(self, "_worker", None)
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout=2.0)   # a snapshot being applied lands before the final save
         if getattr(self, "_constructed", False):
             self._constructed = False
             try:

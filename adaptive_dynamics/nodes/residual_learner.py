@@ -16,7 +16,10 @@ Learns ``f(x) = tau_measured - tau_parametric`` with ``x = (q, qd, qdd)``:
 
 A sample is assembled when the parametric torque of a stamp arrives (the state and the
 reference of that stamp are buffered); every ``learn_decimation``-th one is queued
-for the learner's worker thread, which never blocks prediction.
+for the learner's worker thread, which never blocks prediction.  Before each sample the
+learner is told the reference point ``prediction_lead`` ahead of the state
+(``Learner.hint``): the input its next prediction is asked for, around which PGPOL
+selects its k nearest database points.
 
 ``adaptive/parameter_update`` (full parameter names in ``name``, Delta pi_hat in
 ``position``): each one is applied as the consistency transform (``transform: true``)
@@ -49,22 +52,17 @@ import time
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
-from ..ros.qos import REFERENCE_QOS, stream_qos
+from ..ros.qos import DEEP_RELIABLE_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
 from .common import Throttle, load_robot, robot_specs, trigger_save
 from .learner_common import (ResidualOutput, SampleAssembler, learner_config, learner_specs, make_core,
                              output_specs, stream_specs)
-
-# every parametric torque and every parameter update must be seen (lockstep and real time)
-_DEEP_RELIABLE = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE,
-                            durability=DurabilityPolicy.VOLATILE)
 
 
 def specs() -> list[ParamSpec]:
@@ -98,7 +96,9 @@ class ResidualLearnerNode(Node):
         self.refs = ReferenceBuffer(self.names, capacity=4096, where="reference")
         self.samples = SampleAssembler(self.core, self.names, self.refs, self.counters, self._reject,
                                        param_names=self.model.parameter_names, acceleration=p["acceleration"],
-                                       acceleration_filter_hz=p["acceleration_filter_hz"])
+                                       acceleration_filter_hz=p["acceleration_filter_hz"],
+                                       hint_lead_ns=int(p["prediction_lead"] * 1e9))
+        self.p.on_change("prediction_lead", lambda _n, v: setattr(self.samples, "hint_lead_ns", int(v * 1e9)))
         self._dirty = False
         self._last_save = time.monotonic()
 
@@ -112,8 +112,8 @@ class ResidualLearnerNode(Node):
         io.create_subscription(JointState, "joint_states", self._on_state, stream_qos(p["reliable_streams"]),
                                raw=True)  # serialized -> arrays (wire.py)
         io.create_subscription(JointState, "adaptive/parametric_torque", self.samples.on_parametric_torque,
-                               _DEEP_RELIABLE)
-        io.create_subscription(JointState, "adaptive/parameter_update", self._on_update, _DEEP_RELIABLE)
+                               DEEP_RELIABLE_QOS)
+        io.create_subscription(JointState, "adaptive/parameter_update", self._on_update, DEEP_RELIABLE_QOS)
         self.create_service(Trigger, "~/save_model", self._srv_save)
         self.create_service(Trigger, "~/reset_model", self._srv_reset)
         steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)

@@ -28,6 +28,13 @@ not be lost; a node that starts (or restarts) late receives the latest value
 immediately ("latched" topic in ROS 1 terms).  Subscriptions should use the
 same profile: a TRANSIENT_LOCAL subscription is what asks for the history.
 
+``DEEP_RELIABLE_QOS`` -- ``adaptive/parametric_torque`` and
+``adaptive/parameter_update`` as the learners (``residual_learner``, ``model_update``)
+subscribe them: RELIABLE, KEEP_LAST depth 1000, VOLATILE.  Every parametric torque
+makes a learning sample and every parameter update must be applied in stream order,
+in lockstep and in real time alike, so none may be dropped or overwritten while the
+learner's executor is busy.
+
 ``COMMAND_QOS`` -- effort commands (``effort_controller/commands``): RELIABLE,
 KEEP_LAST depth 1, VOLATILE.  ros2_control's ``forward_command_controller``
 (the effort controller on franka_ros2, KUKA FRI stacks, gz_ros2_control)
@@ -63,7 +70,7 @@ from rclpy.qos import (
 )
 
 __all__ = ["STREAM_QOS", "LATCHED_QOS", "COMMAND_QOS", "LOCKSTEP_COMMAND_QOS", "REALTIME_COMMAND_QOS", "CLOCK_QOS", "RELIABLE_STREAM_QOS",
-           "REFERENCE_QOS", "PUBLISHER_STREAM_QOS", "stream_qos", "describe_qos"]
+           "REFERENCE_QOS", "PUBLISHER_STREAM_QOS", "DEEP_RELIABLE_QOS", "stream_qos", "describe_qos"]
 
 STREAM_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
@@ -77,6 +84,13 @@ LATCHED_QOS = QoSProfile(
     depth=1,
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+
+DEEP_RELIABLE_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1000,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
 )
 
 COMMAND_QOS = QoSProfile(
