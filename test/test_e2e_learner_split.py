@@ -5,8 +5,10 @@ time.
 
 Asserts from the bag (``/diagnostics`` and the streams): the graph ends by itself; the
 prediction node applied several model versions (> 1) from model_update's snapshots
-and refused none; the controller used the residuals it published (``residual_used``);
-the residuals are finite and not all zero once a model is in use."""
+and refused none, every applied version greater than the one before (rebuilt from
+``versions_applied`` and ``snapshots_applied`` of every status); the controller used
+the residuals it published (``residual_used``); the residuals are finite and not all
+zero once a model is in use."""
 from __future__ import annotations
 
 import json
@@ -38,6 +40,24 @@ def last_values(bag):
     return last, peak
 
 
+def applied_versions(bag):
+    """The sequence of versions the prediction node applied, rebuilt from each status's
+    ``versions_applied`` (the last few, oldest first) and ``snapshots_applied`` (the
+    count they end at); a version seen twice at one position fails."""
+    seq = {}
+    for _, _, msg in read_messages(bag, ["/diagnostics"]):
+        for st in msg.status:
+            if st.name != "prediction":
+                continue
+            values = {kv.key: kv.value for kv in st.values}
+            listed = [int(x) for x in values.get("versions_applied", "").split()]
+            count = int(values.get("snapshots_applied", 0))
+            for i, ver in enumerate(listed):
+                pos = count - len(listed) + i
+                assert seq.setdefault(pos, ver) == ver, (pos, seq[pos], ver)
+    return [seq[k] for k in sorted(seq)]
+
+
 def test_closed_loop_with_the_split(tmp_path):
     bag = tmp_path / "bag"
     stats = tmp_path / "stats.json"
@@ -66,6 +86,8 @@ def test_closed_loop_with_the_split(tmp_path):
     assert pred["model_version"] > 1 and pred["snapshots_applied"] > 1, last["prediction"]
     assert pred.get("snapshots_refused", 0) == 0 and pred.get("prediction_failed", 0) == 0, last["prediction"]
     assert upd["snapshots_published"] >= pred["snapshots_applied"] and upd["version"] >= pred["model_version"]
+    applied = applied_versions(path)
+    assert len(applied) > 1 and all(b > a for a, b in zip(applied, applied[1:])), applied
     assert ctl["residual_used"] > 0, last["adaptive_controller"]
 
     res = np.array([m.effort for _, _, m in read_messages(path, ["/feedforward/residual"])])
