@@ -27,6 +27,16 @@ shared hyperparameters (as the paper's GPy model).
 * **snapshot**: bytes of the split's ``learner/model`` message for this learner
   (:func:`adaptive_dynamics.learning.snapshot.encode_snapshot`) and the time to encode
   and to decode + load it.
+* **publish -> apply** between the two nodes: a real ``model_update`` (PGPOL with this
+  CONFIG, ``target: torque``, Panda 21 -> 7) and a real ``prediction`` node in this
+  process, each on its own executor thread, over DDS on loopback; model_update is fed a
+  short stream (joint states with torques and the reference, 250 Hz) and publishes a
+  snapshot every 0.1 s while it learns (~20 versions); latency = the wall time at which
+  prediction swapped a snapshot in minus the snapshot's ``created`` (both on this
+  host's clock: encoding, transfer, the loader's checks, decode + load and the trial
+  prediction), ``snapshot_publish_to_apply_ms`` (median) and ``_p90``.  The nodes share
+  the interpreter with the learner's worker and the feeder, so this is an upper bound
+  of what two processes see.
 
 Timings also in machine units (``bench/machine_unit.py``).  Targets: update cycle <= 10
 ms at 21 -> 7 and >= 10x faster than GPy's; prediction <= 2x the RBF network's (p50 and
@@ -113,6 +123,88 @@ def bench_size(X, T, cycles: int, gpy_cycles: int, label: str, out: dict) -> Non
     return L
 
 
+def bench_split_latency(X, T, seconds: float, out: dict) -> None:
+    """publish -> apply latency between a real model_update and prediction (see above)."""
+    import threading
+
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import JointState
+    from trajectory_msgs.msg import JointTrajectory
+
+    from adaptive_dynamics.nodes.model_update import ModelUpdateNode
+    from adaptive_dynamics.nodes.prediction import PredictionNode
+    from adaptive_dynamics.ros.joint_states import joint_state_msg
+    from adaptive_dynamics.ros.qos import PUBLISHER_STREAM_QOS, REFERENCE_QOS
+    from adaptive_dynamics.ros.references import reference_batch_msg
+
+    ctx = Context()
+    rclpy.init(context=ctx)
+    nodes, executors, threads = [], [], []
+    try:
+        def add(cls, **params):
+            node = cls(context=ctx, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+            ex = SingleThreadedExecutor(context=ctx)
+            ex.add_node(node)
+            th = threading.Thread(target=ex.spin, daemon=True)
+            th.start()
+            nodes.append(node)
+            executors.append(ex)
+            threads.append(th)
+            return node
+        upd = add(ModelUpdateNode, robot="panda", learner="pgpol", target="torque",
+                  learner_config=json.dumps(dict(CONFIG, change_threshold=None)), warmup=40, learn_decimation=1,
+                  block_size=10, publish_period=0.1, hint_lead=0.004, diagnostics_period=1.0)
+        pred = add(PredictionNode, robot="panda", learner="pgpol", diagnostics_period=1.0)
+        applied = []
+        accept = pred._accept
+
+        def timed_accept(snap, received, where):
+            accept(snap, received, where)
+            applied.append((snap.version, time.time() - snap.created))
+        pred._accept = timed_accept
+        feeder = Node("bench_split_feeder", context=ctx)
+        names = list(upd.names)
+        n = len(names)
+        pub_state = feeder.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
+        pub_ref = feeder.create_publisher(JointTrajectory, "reference", REFERENCE_QOS)
+        dt_ns = 4_000_000
+        k_total = int(seconds / 0.004)
+        Q, QD, QDD = X[:k_total + 10, :n], X[:k_total + 10, n:2 * n], X[:k_total + 10, 2 * n:]
+        deadline = time.monotonic() + 10.0
+        while (pub_state.get_subscription_count() < 1 or upd.pub_model.get_subscription_count() < 1) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pub_ref.publish(reference_batch_msg(0, dt_ns, names, Q, QD, QDD))
+        while len(upd.refs) < len(Q) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        t_next = time.monotonic()
+        for k in range(k_total):
+            pub_state.publish(joint_state_msg(k * dt_ns, names, Q[k], QD[k], T[k]))
+            t_next += 0.004
+            time.sleep(max(0.0, t_next - time.monotonic()))
+        deadline = time.monotonic() + 5.0
+        while (upd.core.revision != upd._snap_rev or not applied or applied[-1][0] != upd.version) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        lat = np.array([1e3 * a for _, a in applied])
+        out["split_versions_published"] = int(upd.counters["snapshots_published"])
+        out["split_versions_applied"] = len(applied)
+        out["split_snapshot_bytes"] = int(upd.counters["snapshot_bytes"] or 0)
+        out["snapshot_publish_to_apply_ms"] = round(float(np.median(lat)), 2) if len(lat) else None
+        out["snapshot_publish_to_apply_ms_p90"] = round(float(np.percentile(lat, 90)), 2) if len(lat) else None
+        feeder.destroy_node()
+    finally:
+        for ex in executors:
+            ex.shutdown(timeout_sec=1.0)
+        for node in nodes:
+            node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer cycles and rounds (a smoke run, noisier)")
@@ -171,6 +263,7 @@ def main(argv=None) -> int:
     out["snapshot_bytes"] = len(data)
     out["snapshot_encode_ms"] = round(1e3 * float(np.median(enc)), 3)
     out["snapshot_decode_load_ms"] = round(1e3 * float(np.median(dec)), 3)
+    bench_split_latency(X, T, 2.5, out)
 
     unit.add_units(out)
     for label in ("9x3", "21x7"):
