@@ -18,9 +18,11 @@ snapshot byte crosses the veth, a domain of its own).  In one run:
 3. link up again: newer versions arrive and are applied; over the whole run every
    applied version is strictly greater than the one before (``versions_applied``), and
    nothing but older/equal versions is refused;
-4. link rate-limited (``tc qdisc ... tbf``, 2 Mbit/s): a snapshot (~25 kB) takes ~85
-   control periods to cross; prediction keeps its rate while one is in flight and the
-   snapshots still arrive and are applied.
+4. link rate-limited (``tc qdisc ... tbf``, 0.5 Mbit/s): a snapshot (~25 kB) takes ~340
+   control periods to cross, longer than ``publish_period``; prediction keeps its rate
+   while one is in flight, and the snapshots still arrive and are applied (model_update
+   waits for the readers' acknowledgement before the next; without that each new one
+   replaced the one in flight and none arrived).
 
 "A residual for every period": every reference stamp gets one (``prediction_lead``
 50 ms), within a few per cent of the states sent, no wall gap over 250 ms; instants
@@ -61,7 +63,7 @@ CONTROL_HZ = 1000.0
 LEARN_HZ = 200.0
 PUBLISH_PERIOD = 0.25          # s between snapshots at most
 OUTAGE = 3.0                   # s the link is down
-TBF_RATE = 2_000_000           # bit/s of the rate-limited link
+TBF_RATE = 500_000             # bit/s of the rate-limited link: a snapshot takes longer than PUBLISH_PERIOD
 TBF_BURST = 4096               # bytes the bucket lets through at once
 PHASE = 2.0                    # s at least with the link up, up again and rate-limited
 SNAPSHOT_FLOOR = 10_000        # bytes: a snapshot at least this large takes > 40 ms at TBF_RATE

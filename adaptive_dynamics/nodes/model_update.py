@@ -21,8 +21,11 @@ snapshot (:mod:`adaptive_dynamics.learning.snapshot`: magic, JSON header with ki
 version, epoch, dims, sha256; the learner's ``.npz``), ``layout.dim[0].label`` =
 ``"<kind> v<version>"`` for humans, ``size`` = ``stride`` = the byte count.  A snapshot
 is published at most every ``publish_period`` wall seconds and only when the learner
-changed since the last one (a learner update, a transform, a load or a reset);
-versions count 1, 2, ... and never go back.  Every start draws a new random ``epoch``
+changed since the last one (a learner update, a transform, a load or a reset), and
+only once every reader acknowledged the previous one (reliable QoS; at most
+``ack_timeout`` s): on a link slower than one snapshot per ``publish_period`` a newer
+snapshot would otherwise replace the one in flight, again and again, and none would
+arrive (``publish_deferred_unacked`` counts the waits); versions count 1, 2, ... and never go back.  Every start draws a new random ``epoch``
 (the run's id, in every snapshot's header): a prediction node orders versions within
 one epoch and takes a snapshot of a new epoch when it was created after the model it
 holds, so a restart -- with or without ``model_file``, after a crash that renumbers
@@ -47,7 +50,7 @@ learnt so far and never waits on the executor.  Saves are serialised and each ta
 the snapshot it writes under the same lock, so an older save never overwrites a newer
 file.  Version numbering continues from the file's (in the new epoch).
 
-Live parameters: ``learning``, ``transform``, ``learn_decimation``, ``publish_period``,
+Live parameters: ``learning``, ``transform``, ``learn_decimation``, ``publish_period``, ``ack_timeout``,
 ``hint_lead``, ``max_snapshot_bytes``, ``autosave_period``.  Services ``~/save_model``,
 ``~/reset_model`` (std_srvs/Trigger; after a reset the next model gets the next
 version).  ``/diagnostics``: everything ``OnlineResidual`` reports plus ``version``,
@@ -67,6 +70,7 @@ from typing import Optional, Tuple
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.duration import Duration
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import MultiArrayDimension, UInt8MultiArray
@@ -91,6 +95,10 @@ def specs() -> list[ParamSpec]:
                   read_only=True),
         ParamSpec("publish_period", 0.1, "s (wall) between learner/model snapshots at most; one is published"
                   " only when the learner changed", min=0.001, max=60.0),
+        ParamSpec("ack_timeout", 10.0, "s: a new snapshot waits until every reader acknowledged the previous"
+                  " one (a snapshot slower to cross the link than publish_period would otherwise be replaced"
+                  " in flight, again and again), but never longer than this (a stalled reader must not starve"
+                  " the others); 0 = do not wait", min=0.0, max=600.0),
         snapshot_bytes_spec("bytes: a larger snapshot is not published and takes no version (counted in"
                             " snapshots_oversize, logged)"),
         ParamSpec("hint_lead", 0.01, "s: before each sample the learner is told the reference point this far"
@@ -157,6 +165,7 @@ class ModelUpdateNode(Node):
         self._rate_prev = None
 
         self.pub_model = self.create_publisher(UInt8MultiArray, "learner/model", LATCHED_QOS)
+        self._published_at: Optional[float] = None   # monotonic s of the last snapshot published
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.io = HotPath(self, enabled=p["hot_path_thread"])
         io = self.io.node
@@ -204,7 +213,18 @@ class ModelUpdateNode(Node):
     def _tick(self) -> None:
         rev = self.core.revision
         if self.core.ready and rev != self._snap_rev and rev != self._oversize_rev:
+            if self._in_flight():
+                self.counters.inc("publish_deferred_unacked")
+                return
             self.snapshot(publish=True)
+
+    def _in_flight(self) -> bool:
+        """Whether the last snapshot is still crossing to a reader (reliable QoS: not yet
+        acknowledged by all of them), for less than ``ack_timeout``."""
+        limit = self.p["ack_timeout"]
+        if not limit or self._published_at is None or time.monotonic() - self._published_at >= limit:
+            return False
+        return not self.pub_model.wait_for_all_acked(Duration(nanoseconds=0))
 
     def snapshot(self, *, publish: bool, for_file: bool = False) -> Optional[Tuple[int, bytes]]:
         """``(core revision, bytes)`` of the snapshot of the learner as it is now: the
@@ -249,6 +269,7 @@ class ModelUpdateNode(Node):
                                               stride=len(data))]
         msg.data = data
         self.pub_model.publish(msg)
+        self._published_at = time.monotonic()
         self.counters.inc("snapshots_published")
         self.counters.inc("bytes_published", len(data))
         self.counters.set("snapshot_bytes", len(data))
