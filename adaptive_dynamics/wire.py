@@ -464,21 +464,7 @@ def decode_command(raw) -> tuple:
         raise WireError("not little-endian CDR")
     b = memoryview(raw)[4:]
     size = len(b)
-    if size < 4:
-        raise WireError("truncated Float64MultiArray")
-    ndim = _U32.unpack_from(b, 0)[0]
-    off, label = 4, None
-    for i in range(ndim):
-        off = _align(off, 4)
-        if off + 4 > size:
-            raise WireError("truncated layout")
-        ln = _U32.unpack_from(b, off)[0]
-        if ln == 0 or off + 4 + ln + 8 > size:
-            raise WireError("bad layout label")
-        if i == 0:
-            label = bytes(b[off + 4:off + 3 + ln]).decode(errors="replace")
-        off = _align(off + 4 + ln, 4) + 8          # label, size, stride
-    off = _align(off, 4)
+    off, label = _skip_layout(b, "Float64MultiArray")
     if off + 8 > size:
         raise WireError("truncated Float64MultiArray")
     data_offset, count = _MAD.unpack_from(b, off)

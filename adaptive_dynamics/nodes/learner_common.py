@@ -397,3 +397,19 @@ class ResidualOutput:
             self._k += 1
         self.counters.inc("residuals_published", len(todo))
         self.last_published = todo[-1]
+
+
+def final_save(node, what: Callable[[], str]) -> None:
+    """A learner node's save at shutdown: once, only if it finished constructing (a node
+    that failed to load never overwrites its file), logged; a failure is logged, never
+    raised (the rest of the shutdown must run).  ``what()`` names what was saved."""
+    if not getattr(node, "_constructed", False):
+        return
+    node._constructed = False
+    try:
+        path = node.save_model()
+        if path:
+            node.get_logger().info(f"{what()} saved to {path}")
+    except Exception as exc:
+        node.get_logger().error(f"saving the {what()} failed: {exc}")
+

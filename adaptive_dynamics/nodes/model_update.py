@@ -83,8 +83,8 @@ from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
 from .common import Throttle, load_robot, robot_specs, trigger_save
-from .learner_common import (SampleAssembler, learner_config, learner_specs, make_core, snapshot_bytes_spec,
-                             stream_specs)
+from .learner_common import (SampleAssembler, final_save, learner_config, learner_specs, make_core,
+                             snapshot_bytes_spec, stream_specs)
 
 
 def specs() -> list[ParamSpec]:
@@ -334,14 +334,7 @@ class ModelUpdateNode(Node):
         return res
 
     def destroy_node(self):
-        if getattr(self, "_constructed", False):  # a node that failed to load never overwrites the file
-            self._constructed = False
-            try:
-                path = self.save_model()
-                if path:
-                    self.get_logger().info(f"learner v{self.version} saved to {path}")
-            except Exception as exc:
-                self.get_logger().error(f"saving the learner failed: {exc}")
+        final_save(self, lambda: f"learner v{self.version}")
         if getattr(self, "core", None) is not None:
             self.core.stop()
         if getattr(self, "io", None) is not None:

@@ -93,7 +93,8 @@ from ..ros.qos import LATCHED_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
 from .common import Throttle, load_robot, robot_specs, trigger_save
 from ..wire import WireError, decode_bytes
-from .learner_common import ResidualOutput, output_specs, reference_input, snapshot_bytes_spec, stream_specs
+from .learner_common import (ResidualOutput, final_save, output_specs, reference_input, snapshot_bytes_spec,
+                             stream_specs)
 
 #: how many of the last applied versions ``versions_applied`` lists
 APPLIED_KEPT = 16
@@ -361,14 +362,7 @@ class PredictionNode(Node):
         worker = getattr(self, "_worker", None)
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout=2.0)   # a snapshot being applied lands before the final save
-        if getattr(self, "_constructed", False):
-            self._constructed = False
-            try:
-                path = self.save_model()
-                if path:
-                    self.get_logger().info(f"model v{self.model.version} saved to {path}")
-            except Exception as exc:
-                self.get_logger().error(f"saving the model failed: {exc}")
+        final_save(self, lambda: f"model v{self.model.version}" if self.model else "model")
         if getattr(self, "io", None) is not None:
             self.io.stop()
         return super().destroy_node()
