@@ -1,5 +1,6 @@
 """Reference trajectories (adaptive_dynamics.trajectories): derivatives, boundary
-conditions, limits, speed scaling, pick-and-place, Cartesian tracking."""
+conditions, limits, speed scaling, pick-and-place, Cartesian tracking (figure-8,
+Lissajous, the PGPOL square + circle), and the trajectory node's trajectory builder."""
 from __future__ import annotations
 
 import math
@@ -21,6 +22,7 @@ from adaptive_dynamics.trajectories import (
     lissajous,
     minimum_jerk,
     pgpol_speed_schedule,
+    square_circle,
 )
 
 Q_READY = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])  # Panda "ready" pose
@@ -355,3 +357,71 @@ def test_lissajous_path_and_position_only_task(panda):
     assert ep < 1e-3
     with pytest.raises(ValueError, match="harmonics"):
         LissajousPath([0.1, 0.1, 0], [1.5, 2, 0])
+
+
+def test_square_circle_path_geometry_rests_and_derivatives():
+    path = square_circle(0.2, edge_time=1.0, circle_time=3.0, dwell_time=0.5, plane="xz")
+    assert path.period == pytest.approx(7.5)
+    corners = [0.0, 0.5, 1.5, 2.5, 3.5, 4.0]          # start, four corners, back at the start
+    X, Xd, Xdd = path.sample_many(np.array(corners))
+    np.testing.assert_allclose(X[:, [0, 2]], [[0, 0], [0.1, 0], [0.1, 0.2], [-0.1, 0.2], [-0.1, 0], [0, 0]],
+                               atol=1e-12)
+    np.testing.assert_allclose(Xd, 0.0, atol=1e-12)   # at rest at every corner
+    np.testing.assert_allclose(Xdd, 0.0, atol=1e-12)
+    assert np.all(X[:, 1] == 0.0)                       # in the xz plane
+    # the circle: inscribed (radius 0.1 around (0, 0.1)), through the start, then the dwell
+    ts = np.linspace(4.0, 7.0, 301)
+    Xc, _, _ = path.sample_many(ts)
+    np.testing.assert_allclose(np.hypot(Xc[:, 0], Xc[:, 2] - 0.1), 0.1, atol=1e-12)
+    assert Xc[:, 2].max() == pytest.approx(0.2, abs=1e-6)
+    Xe, Xde, _ = path.sample_many(np.array([7.0, 7.2, 7.49]))
+    np.testing.assert_allclose(Xe, 0.0, atol=1e-12)
+    np.testing.assert_allclose(Xde, 0.0, atol=1e-12)
+    # velocity and acceleration are the derivatives of the position (continuous everywhere)
+    ts = np.linspace(0.0, 7.5, 3001)[1:-1] + 1e-4
+    h = 1e-6
+    Xp, Xdp, _ = path.sample_many(ts + h)
+    Xm, Xdm, _ = path.sample_many(ts - h)
+    _, Xd, Xdd = path.sample_many(ts)
+    np.testing.assert_allclose((Xp - Xm) / (2 * h), Xd, atol=1e-6)
+    np.testing.assert_allclose((Xdp - Xdm) / (2 * h), Xdd, atol=1e-4)
+    with pytest.raises(ValueError, match="side"):
+        square_circle(0.0)
+
+
+def test_cartesian_square_circle_on_the_panda(panda):
+    traj = CartesianTrajectory(panda, Q_READY, square_circle(0.2, 1.0, 3.0, plane="xy"))
+    assert traj.period == pytest.approx(7.0) and traj.closure_error < 1e-8
+    ep, eo = traj.tracking_error(700)
+    assert ep < 1e-6 and eo < 1e-6
+    q0, qd0, _ = traj.sample(0.0)
+    # the end effector starts at rest (the joints only drift in the null space, towards the
+    # limit cycle of the redundancy resolution)
+    np.testing.assert_allclose(panda.jacobian(q0) @ qd0, 0.0, atol=1e-6)
+    assert np.abs(qd0).max() < 0.05
+    traj.check_limits(panda.lower, panda.upper, panda.velocity_limit, 10.0)
+
+
+def test_trajectory_node_builds_square_circle_via_points_and_speed_schedule(panda):
+    from adaptive_dynamics.nodes.trajectory import build_trajectory, scaled, specs
+
+    p = {s.name: s.default for s in specs()}
+    p.update(type="square_circle", cartesian_size=0.2, cartesian_period=7.0, cartesian_plane="xy")
+    traj = build_trajectory(p, panda, Q_READY)
+    assert isinstance(traj, CartesianTrajectory) and traj.period == pytest.approx(7.0)
+    w = [Q_READY + d for d in (0.0, 0.2, -0.2)]
+    p.update(type="pick_place", q_pick=list(w[0]), q_place=list(w[1]), via=list(w[2]), move_time=1.0,
+             dwell_time=0.5)
+    pp = build_trajectory(p, panda, Q_READY)
+    assert len(pp.waypoints) == 3 and pp.period == pytest.approx(4.5)
+    np.testing.assert_allclose(pp.sample(3.0)[0], w[2], atol=1e-12)
+    p["via"] = [0.1, 0.2]
+    with pytest.raises(ValueError, match="k x 7"):
+        build_trajectory(p, panda, Q_READY)
+    # constant speed by default; a schedule plays cycles_per_speed periods per speed
+    p.update(via=[0.0], speed=0.5)
+    assert scaled(pp, p, 1.0).speed == 0.5
+    p.update(speed_schedule=[0.33, 0.66, 1.0], cycles_per_speed=2)
+    sched = scaled(pp, p, 1.0)
+    np.testing.assert_allclose(sched.change_times(), [1.0, 1.0 + 2 * 4.5 / 0.33, 1.0 + 2 * 4.5 / 0.33 + 2 * 4.5 / 0.66])
+    assert sched.speed == 1.0

@@ -38,10 +38,11 @@ from ..trajectories import (
     ScaledTrajectory,
     figure_eight,
     lissajous,
+    square_circle,
 )
 from .common import load_robot, robot_specs
 
-TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous"]
+TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous", "square_circle"]
 
 
 def specs() -> list[ParamSpec]:
@@ -70,11 +71,22 @@ def specs() -> list[ParamSpec]:
                   min=0.0, read_only=True),
         ParamSpec("q_pick", [0.0], "pick_place: pick configuration [rad]", type="float[]", read_only=True),
         ParamSpec("q_place", [0.0], "pick_place: place configuration [rad]", type="float[]", read_only=True),
+        ParamSpec("via", [0.0], "pick_place: further waypoints after the place, k x n values [rad] in"
+                  " joint_names order, visited in turn before returning to the pick; [0.0] = none",
+                  type="float[]", read_only=True),
         ParamSpec("move_time", 2.0, "pick_place: nominal move time [s] at speed 1", min=0.1, read_only=True),
         ParamSpec("dwell_time", 0.5, "pick_place: dwell at each end [s]", min=0.0, read_only=True),
-        ParamSpec("cartesian_size", 0.1, "figure8 / lissajous: path size [m]", min=0.0, max=1.0, read_only=True),
-        ParamSpec("cartesian_period", 4.0, "figure8 / lissajous: period [s]", min=0.1, read_only=True),
-        ParamSpec("cartesian_plane", "xy", "figure8 / lissajous: plane of the base frame",
+        ParamSpec("speed_schedule", [0.0], "periodic types: play cycles_per_speed periods at each of these"
+                  " speeds in turn from start_time, then keep the last (PGPOL: [0.33, 0.66, 1.0]); the changes"
+                  " fall on period boundaries; [0.0] = off (constant speed); a live speed change drops the"
+                  " rest of the schedule", type="float[]", read_only=True),
+        ParamSpec("cycles_per_speed", 5, "periods at each speed of speed_schedule", min=1, max=100000,
+                  read_only=True),
+        ParamSpec("cartesian_size", 0.1, "figure8 / lissajous: path size; square_circle: side of the square"
+                  " [m]", min=0.0, max=1.0, read_only=True),
+        ParamSpec("cartesian_period", 4.0, "figure8 / lissajous / square_circle: period [s] (square_circle:"
+                  " 1/7 per full edge, 3/7 for the circle)", min=0.1, read_only=True),
+        ParamSpec("cartesian_plane", "xy", "figure8 / lissajous / square_circle: plane of the base frame",
                   choices=["xy", "xz", "yz"], read_only=True),
     ]
 
@@ -99,11 +111,31 @@ def build_trajectory(p, model, q_center: np.ndarray):
     if kind == "pick_place":
         pick = np.asarray(p["q_pick"]) if len(p["q_pick"]) == n else q_center - 0.3 * np.minimum(hi - lo, 1.0)
         place = np.asarray(p["q_place"]) if len(p["q_place"]) == n else q_center + 0.3 * np.minimum(hi - lo, 1.0)
-        return PickAndPlace(pick, place, move_time=p["move_time"], dwell_time=p["dwell_time"])
+        via = np.asarray(p["via"], dtype=float)
+        if via.size in (0, 1) and not via.any():
+            via = np.zeros((0, n))
+        elif via.size % n:
+            raise ValueError(f"via has {via.size} values: need k x {n} (k waypoints of {n} joints)")
+        return PickAndPlace(pick, place, move_time=p["move_time"], dwell_time=p["dwell_time"],
+                            via=list(via.reshape(-1, n)))
     size, period, plane = p["cartesian_size"], p["cartesian_period"], p["cartesian_plane"]
+    if kind == "square_circle":
+        return CartesianTrajectory(model, q_center, square_circle(size, period / 7.0, 3.0 * period / 7.0, 0.0,
+                                                                  plane))
     path = figure_eight(size, period, plane) if kind == "figure8" else \
         lissajous([size / 2, size / 2], [3, 2], period=period, plane=plane)
     return CartesianTrajectory(model, q_center, path)
+
+
+def scaled(base, p, t0: float) -> ScaledTrajectory:
+    """``base`` played from ``t0`` at ``speed``, or through ``speed_schedule`` (each speed
+    for ``cycles_per_speed`` periods, then the last one)."""
+    sched = [float(s) for s in p["speed_schedule"]]
+    if len(sched) == 1 and sched[0] == 0.0:
+        return ScaledTrajectory(base, speed=p["speed"], t0=t0)
+    if base.period is None:
+        raise ValueError(f"speed_schedule needs a periodic trajectory; {p['type']!r} is not")
+    return ScaledTrajectory.schedule(base, sched, p["cycles_per_speed"], t0=t0)
 
 
 class TrajectoryNode(Node):
@@ -144,7 +176,12 @@ class TrajectoryNode(Node):
         t0 = self.p["start_time"]
         if not self.use_sim_time:  # real robot: start 1 s from now on the node's clock
             t0 = self.get_clock().now().nanoseconds * 1e-9 + 1.0
-        traj = ScaledTrajectory(base, speed=self.p["speed"], t0=t0)
+        traj = scaled(base, self.p, t0)
+        if len(traj.change_times()) > 1:   # a speed schedule: every speed in it must respect the limits
+            for s in self.p["speed_schedule"]:
+                traj.check_limits(self.model.lower, self.model.upper, self.model.velocity_limit,
+                                  np.full(self.model.n, self.p["acceleration_limit"])
+                                  if self.p["acceleration_limit"] > 0 else None, speed=s)
         with self.lock:
             self.base, self.traj, self.t0 = base, traj, t0
         self.get_logger().info(f"{self.p['type']} trajectory, start {t0:.3f} s, speed {self.p['speed']},"

@@ -7,10 +7,11 @@
 * :class:`MultiSine` -- sum of sines per joint.
 * :class:`PickAndPlace` -- minimum-jerk point-to-point cycle with dwell times
   (:func:`pgpol_speed_schedule`: 33 / 66 / 100 % speed, PGPOL section IV-B).
-* :class:`CartesianTrajectory` -- Lissajous / figure-8 end-effector paths via differential IK.
+* :class:`CartesianTrajectory` -- Lissajous / figure-8 / square + circle end-effector paths via
+  differential IK.
 """
 from .base import ScaledTrajectory, Trajectory, check_limit_arrays
-from .cartesian import CartesianTrajectory, LissajousPath, figure_eight, lissajous
+from .cartesian import CartesianTrajectory, LissajousPath, SquareCirclePath, figure_eight, lissajous, square_circle
 from .fourier import ModifiedFourier
 from .pick_place import PGPOL_SPEEDS, PickAndPlace, minimum_jerk, pgpol_speed_schedule
 from .sines import MultiSine
@@ -29,4 +30,6 @@ __all__ = [
     "LissajousPath",
     "lissajous",
     "figure_eight",
+    "SquareCirclePath",
+    "square_circle",
 ]

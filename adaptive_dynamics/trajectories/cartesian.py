@@ -1,8 +1,9 @@
-"""Cartesian end-effector paths (Lissajous, figure-8) turned into joint references.
+"""Cartesian end-effector paths (Lissajous, figure-8, square + circle) turned into joint references.
 
 The end-effector position follows ``p(t) = p_start + R_path (A * (sin(k w t + phi) - sin(phi)))``
 (``w = 2 pi / period``, integer harmonics ``k`` so the path is periodic, and ``p(0) =
-p_start``) while the orientation is held at the start orientation.  The joint path is
+p_start``) -- or the square followed by its inscribed circle of :class:`SquareCirclePath`
+(the PGPOL paper's Fig. 3a) -- while the orientation is held at the start orientation.  The joint path is
 computed once, at construction, by closed-loop differential IK on a time grid
 (default 1 kHz) over one period:
 
@@ -34,7 +35,7 @@ from scipy.interpolate import CubicSpline
 
 from .base import ArrayLike, Samples, Trajectory
 
-__all__ = ["LissajousPath", "lissajous", "figure_eight", "CartesianTrajectory"]
+__all__ = ["LissajousPath", "SquareCirclePath", "lissajous", "figure_eight", "square_circle", "CartesianTrajectory"]
 
 _PLANES = {"xy": (0, 1, 2), "xz": (0, 2, 1), "yz": (1, 2, 0)}
 
@@ -88,6 +89,93 @@ class LissajousPath:
         return x @ R.T, xd @ R.T, xdd @ R.T
 
 
+class SquareCirclePath:
+    """A square followed by its inscribed circle, in one plane (PGPOL paper, Fig. 3a).
+
+    Plane coordinates (u, v) [m], the start point at the origin: the middle of the
+    square's bottom edge.  The square (side ``side``) is driven counter-clockwise from
+    there -- half edge, three edges, half edge back to the start -- then the inscribed
+    circle (radius ``side / 2``, centre ``(0, side / 2)``), which touches the bottom edge
+    at the start point, once counter-clockwise.  Every straight segment and the circle
+    are minimum-jerk profiles (:func:`~adaptive_dynamics.trajectories.pick_place.minimum_jerk`
+    of the arc length / angle), so the path stops at each corner and at the start,
+    and position, velocity and acceleration are continuous (zero velocity at t = 0).
+
+    Parameters
+    ----------
+    side:
+        Side of the square [m] (> 0).
+    edge_time:
+        Duration of a full edge [s] (half edges take half of it).
+    circle_time:
+        Duration of the circle [s].
+    dwell_time:
+        Rest at the start point after the circle [s] (>= 0).
+    rotation:
+        3x3 rotation from (u, v, normal) to the robot base frame (default identity).
+    """
+
+    def __init__(self, side: float = 0.2, edge_time: float = 1.0, circle_time: float = 3.0,
+                 dwell_time: float = 0.0, rotation: Optional[ArrayLike] = None):
+        for name, value, positive in (("side", side, True), ("edge_time", edge_time, True),
+                                      ("circle_time", circle_time, True), ("dwell_time", dwell_time, False)):
+            v = float(value)
+            if not math.isfinite(v) or (v <= 0 if positive else v < 0):
+                raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+        R = np.eye(3) if rotation is None else np.asarray(rotation, dtype=float)
+        if R.shape != (3, 3) or not np.allclose(R @ R.T, np.eye(3), atol=1e-9) or np.linalg.det(R) < 0:
+            raise ValueError("rotation must be a 3x3 rotation matrix")
+        self.side, self.edge_time, self.circle_time = float(side), float(edge_time), float(circle_time)
+        self.dwell_time, self.rotation = float(dwell_time), R
+        h = 0.5 * self.side
+        corners = [(0.0, 0.0), (h, 0.0), (h, self.side), (-h, self.side), (-h, 0.0), (0.0, 0.0)]
+        self._lines = []   # (t0, T, start, end)
+        t = 0.0
+        for a, b in zip(corners[:-1], corners[1:]):
+            a, b = np.array(a), np.array(b)
+            T = self.edge_time * np.linalg.norm(b - a) / self.side
+            self._lines.append((t, T, a, b))
+            t += T
+        self._circle_t0 = t
+        self.period = t + self.circle_time + self.dwell_time
+
+    def sample_many(self, ts: ArrayLike):
+        """Offset, velocity, acceleration in the base frame: three (len, 3) arrays."""
+        from .pick_place import minimum_jerk
+
+        t = np.mod(np.asarray(ts, dtype=float).reshape(-1), self.period)
+        X, Xd, Xdd = (np.zeros((t.size, 3)) for _ in range(3))
+        for t0, T, a, b in self._lines:
+            m = (t >= t0) & (t < t0 + T)
+            if m.any():
+                s, ds, dds = minimum_jerk((t[m] - t0) / T)
+                d = b - a
+                X[m, :2] = a + np.outer(s, d)
+                Xd[m, :2] = np.outer(ds / T, d)
+                Xdd[m, :2] = np.outer(dds / (T * T), d)
+        m = (t >= self._circle_t0) & (t < self._circle_t0 + self.circle_time)
+        if m.any():
+            T = self.circle_time
+            s, ds, dds = minimum_jerk((t[m] - self._circle_t0) / T)
+            r = 0.5 * self.side
+            phi = -0.5 * math.pi + 2.0 * math.pi * s
+            w, wd = 2.0 * math.pi * ds / T, 2.0 * math.pi * dds / (T * T)
+            c, sn = np.cos(phi), np.sin(phi)
+            X[m, 0], X[m, 1] = r * c, r + r * sn
+            Xd[m, 0], Xd[m, 1] = -r * w * sn, r * w * c
+            Xdd[m, 0] = -r * wd * sn - r * w * w * c
+            Xdd[m, 1] = r * wd * c - r * w * w * sn
+        R = self.rotation
+        return X @ R.T, Xd @ R.T, Xdd @ R.T
+
+
+def square_circle(side: float = 0.2, edge_time: float = 1.0, circle_time: float = 3.0, dwell_time: float = 0.0,
+                  plane: Union[str, ArrayLike] = "xz") -> SquareCirclePath:
+    """:class:`SquareCirclePath` in ``plane`` ("xy", "xz", "yz" of the base frame, or a 3x3
+    rotation); in "xz" the square's sides are horizontal and vertical."""
+    return SquareCirclePath(side, edge_time, circle_time, dwell_time, _plane_rotation(plane))
+
+
 def _plane_rotation(plane: Union[str, ArrayLike]) -> np.ndarray:
     if isinstance(plane, str):
         if plane not in _PLANES:
@@ -128,7 +216,9 @@ class CartesianTrajectory(Trajectory):
     q_start:
         Start configuration [rad]; the path starts at its end-effector pose.
     path:
-        A :class:`LissajousPath` (e.g. :func:`figure_eight`), offsets in the base frame.
+        A :class:`LissajousPath` (e.g. :func:`figure_eight`) or :class:`SquareCirclePath`:
+        anything with ``period`` and ``sample_many(ts) -> (x, xd, xdd)``, offsets in the
+        base frame with ``x(0) = 0``.
     frame:
         Tracked frame (default the model's end-effector frame).
     dt:
@@ -149,7 +239,7 @@ class CartesianTrajectory(Trajectory):
         :attr:`closure_error`).
     """
 
-    def __init__(self, model, q_start: ArrayLike, path: LissajousPath, frame: Optional[str] = None, dt: float = 1e-3,
+    def __init__(self, model, q_start: ArrayLike, path: Union[LissajousPath, SquareCirclePath], frame: Optional[str] = None, dt: float = 1e-3,
                  orientation: bool = True, damping: float = 1e-4, nullspace_gain: float = 2.0,
                  newton_iters: int = 5, closure_tol: float = 1e-9, max_periods: int = 20):
         from adaptive_dynamics.dynamics.model import RobotModel
