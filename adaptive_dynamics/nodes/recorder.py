@@ -51,7 +51,7 @@ def _msg_class(topic: str):
         "/clock": Clock, "/diagnostics": DiagnosticArray,
         "feedforward/residual": JointState, "adaptive/parameters": JointState,
         "adaptive/parameter_update": JointState, "adaptive/parametric_torque": JointState,
-        "residual_learner/prediction": JointState,
+        "residual_learner/prediction": JointState, "learner/prediction": JointState,
     }
     return known.get(topic)
 
