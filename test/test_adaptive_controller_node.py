@@ -254,3 +254,56 @@ def test_franka_mode_leaves_gravity_to_the_robot(ros):
     s = v - vr
     expected = m.mass_matrix(q) @ ar + m.coriolis_matrix(q, v) @ vr - np.array([10.0, 5.0]) * s
     np.testing.assert_allclose(loop.probe.commands[-1].data, expected, rtol=1e-8, atol=1e-10)
+
+
+def test_residual_wait_holds_the_state_until_its_residual_arrives(ros):
+    """residual_wait (lockstep): once residuals come, a state is answered only with the
+    residual stamped for it (up to residual_wait wall s); not when a newer one already
+    came (it was lost: residuals come in stamp order); after the wait, the staleness rule."""
+    import time as _time
+
+    node = make_node(ros, law="pd", residual_wait=0.8, residual_staleness=0.0)
+    loop = Loop(ros, node, seconds=1.0)
+    res_pub = loop.probe.node.create_publisher(JointState, "feedforward/residual", RELIABLE_STREAM_QOS)
+    assert ros.spin_until(lambda: res_pub.get_subscription_count() >= 1)
+    t, q, v, tau = loop.plant.state()
+    names = loop.names
+
+    def state(stamp):
+        before = len(loop.probe.commands)
+        loop.probe.state.publish(joint_state_msg(stamp, names, q, v, tau))
+        return before
+
+    def pd_command(stamp):
+        ref = node.refs.lookup(stamp, 0, max_staleness_ns=-1)
+        return -np.array([10.0, 5.0]) * (v - (ref.qd + 10.0 * (ref.q - q)))
+
+    # no residual ever received: no waiting
+    before = state(0)
+    assert ros.spin_until(lambda: len(loop.probe.commands) > before, timeout=3.0)
+    # the first residual arms the wait; the next state waits for its own
+    res_pub.publish(joint_state_msg(0, names, effort=np.zeros(2)))
+    assert ros.spin_until(lambda: 0 in node.residuals)
+    before = state(MS)
+    ros.spin_for(0.3)
+    assert len(loop.probe.commands) == before, "answered without its residual"
+    r = np.array([0.5, -0.25])
+    res_pub.publish(joint_state_msg(MS, names, effort=r))
+    assert ros.spin_until(lambda: len(loop.probe.commands) > before, timeout=3.0)
+    assert command_stamp(loop.probe.commands[-1]) == MS
+    np.testing.assert_allclose(loop.probe.commands[-1].data, pd_command(MS) + r, rtol=1e-10)
+    # a newer residual already here: the state's own was lost, no wait (and no residual)
+    res_pub.publish(joint_state_msg(3 * MS, names, effort=r))
+    assert ros.spin_until(lambda: 3 * MS in node.residuals)
+    before = state(2 * MS)
+    assert ros.spin_until(lambda: len(loop.probe.commands) > before, timeout=0.5)
+    np.testing.assert_allclose(loop.probe.commands[-1].data, pd_command(2 * MS), rtol=1e-10)
+    # never arrives: answered after residual_wait without it
+    res_pub.publish(joint_state_msg(3 * MS, names, effort=r))
+    t0 = _time.monotonic()
+    before = state(4 * MS)
+    assert ros.spin_until(lambda: len(loop.probe.commands) > before, timeout=5.0)
+    assert _time.monotonic() - t0 > 0.7
+    np.testing.assert_allclose(loop.probe.commands[-1].data, pd_command(4 * MS), rtol=1e-10)
+    c = node.counters.as_dict()
+    assert c["residual_waited"] == 2 and c["residual_wait_expired"] == 1

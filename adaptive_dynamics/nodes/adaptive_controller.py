@@ -14,7 +14,12 @@ switches, ``learning`` toggles, and node restarts (``estimate_file``).
 
 Feed-forward: any ``feedforward/residual`` (stamped vector, JointState ``effort`` by
 joint name, stamped with the instant it applies to) is added when ``feedforward`` is
-on: the exact stamp is used, else the newest within ``residual_staleness``.
+on: the exact stamp is used, else the newest within ``residual_staleness``.  With
+``residual_wait`` > 0 (lockstep), once residuals have been received, a state also
+waits -- like for its reference -- up to that many wall seconds for the residual
+stamped for it (not when a newer one has arrived: residuals come in stamp order), so a learner node that falls behind the loop slows the simulation
+down instead of leaving cycles without feed-forward (``residual_waited``; given up:
+``residual_wait_expired``, then the staleness rule applies).
 
 Publishes, besides ``effort_controller/commands`` (stamped) and ``/diagnostics``:
 
@@ -62,7 +67,7 @@ from ..control.adaptive import AdaptiveController, spd_gain
 from ..ros.joint_states import joint_state_msg, state_stamp
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
-from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, RELIABLE_STREAM_QOS, stream_qos
+from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stream_qos
 from ..ros.stamped import MATRIX_STAMP_OFFSET, matrix_from_msg, vector_from_msg
 from .common import trigger_save
 from .controller import JointControllerShell, shell_specs
@@ -100,6 +105,9 @@ def specs() -> list[ParamSpec]:
                   " 0 = never", min=0.0),
         ParamSpec("learning", True, "adapt the estimate (direct/composite)"),
         ParamSpec("feedforward", True, "add feedforward/residual when one is available"),
+        ParamSpec("residual_wait", 0.0, "lockstep: once residuals have been received, wait up to this many"
+                  " wall s for the residual stamped for the state before answering it (0 = never wait)",
+                  min=0.0, max=60.0),
         ParamSpec("residual_staleness", 0.01, "use the newest residual at most this old [s] when none is"
                   " stamped for the state's instant", min=0.0, max=10.0),
         ParamSpec("base_parameters", True, "adapt base parameters (else the full pi)", read_only=True),
@@ -169,6 +177,7 @@ class AdaptiveControllerNode(JointControllerShell):
         self.p.on_change("law", self._on_law)
         self.residuals: dict[int, np.ndarray] = {}
         self._res_keys: list[int] = []  # sorted stamps of self.residuals
+        self._waiting_for_residual = None  # stamp of the state waiting for its residual
         self._dpi_acc = np.zeros(self.core.model.n_params)
         self._acc_n = 0
         self._cycle = 0
@@ -197,8 +206,10 @@ class AdaptiveControllerNode(JointControllerShell):
         self.pub_ptorque = self.create_publisher(JointState, "adaptive/parametric_torque", PUBLISHER_STREAM_QOS)
         self.pub_update = self.create_publisher(JointState, "adaptive/parameter_update", PUBLISHER_STREAM_QOS)
         self.pub_params = self.create_publisher(JointState, "adaptive/parameters", LATCHED_QOS)
+        # deep: the residual node publishes one message per reference point up to its lead
+        # ahead, in bursts after any stall, and none of them may be lost (residual_wait)
         self.io.node.create_subscription(JointState, "feedforward/residual", self._on_residual,
-                                         RELIABLE_STREAM_QOS)
+                                         DEEP_RELIABLE_QOS)
         self.create_service(Trigger, "~/save_estimate", self._srv_save)
         self.create_service(Trigger, "~/reset_estimate", self._srv_reset)
         if self._topics:
@@ -280,6 +291,8 @@ class AdaptiveControllerNode(JointControllerShell):
                 for k in self._res_keys[:2048]:
                     del self.residuals[k]
                 del self._res_keys[:2048]
+            if self._pending is not None and self._pending[0] == stamp:
+                self._try_pending()
 
     def _residual(self, stamp: int):
         """The residual stamped for ``stamp``, else the newest older one within
@@ -414,11 +427,27 @@ class AdaptiveControllerNode(JointControllerShell):
             self.get_logger().warning(f"no {why} for the state t={pend[0] * 1e-9:.4f} s: safe command sent")
         self._publish(self._safe_command(), pend[0])
 
+    def _residual_wait(self, stamp: int, allow_stale: bool) -> bool:
+        """Whether the pending state still waits for its residual (``residual_wait``)."""
+        wait = self.p["residual_wait"]
+        if wait <= 0 or allow_stale or not self.p["feedforward"] or not self._res_keys or stamp in self.residuals:
+            return False
+        if self._res_keys[-1] > stamp:   # residuals come in stamp order: this one was lost
+            return False
+        if time.monotonic() - self._pending_since > wait:
+            self.counters.inc("residual_wait_expired")
+            return False
+        return True
+
     def _try_pending(self, allow_stale: bool = False) -> bool:
-        if self._topics:
-            stamp, _q, _v, effort = self._pending
-            if self._regressor_wait(stamp, effort) is not None:
-                return False  # the regressor callback (or the watchdog) comes back to it
+        stamp, _q, _v, effort = self._pending
+        if self._topics and self._regressor_wait(stamp, effort) is not None:
+            return False  # the regressor callback (or the watchdog) comes back to it
+        if self._residual_wait(stamp, allow_stale):
+            if self._waiting_for_residual != stamp:
+                self._waiting_for_residual = stamp
+                self.counters.inc("residual_waited")
+            return False  # the residual callback (or the watchdog) comes back to it
         return super()._try_pending(allow_stale)
 
     def _on_state(self, msg) -> None:
@@ -434,6 +463,11 @@ class AdaptiveControllerNode(JointControllerShell):
         super()._on_state(msg)
 
     def _watchdog(self) -> None:
+        with self._cb_lock:
+            pend = self._pending
+            if pend is not None and self._waiting_for_residual == pend[0] \
+                    and time.monotonic() - self._pending_since > self.p["residual_wait"]:
+                self._try_pending()   # the wait expired: answer with what there is
         if self._topics:
             with self._cb_lock:
                 pend = self._pending
