@@ -17,8 +17,9 @@ joint name, stamped with the instant it applies to) is added when ``feedforward`
 on: the exact stamp is used, else the newest within ``residual_staleness``.  With
 ``residual_wait`` > 0 (lockstep), once residuals have been received, a state also
 waits -- like for its reference -- up to that many wall seconds for the residual
-stamped for it (not when a newer one has arrived: residuals come in stamp order), so a learner node that falls behind the loop slows the simulation
-down instead of leaving cycles without feed-forward (``residual_waited``; given up:
+stamped for it (not when a newer one has arrived: residuals come in stamp order), so
+a learner node that falls behind the loop slows the simulation down instead of
+leaving cycles without feed-forward (``residual_waited``; given up:
 ``residual_wait_expired``, then the staleness rule applies).
 
 Publishes, besides ``effort_controller/commands`` (stamped) and ``/diagnostics``:

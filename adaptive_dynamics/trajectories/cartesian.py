@@ -239,7 +239,8 @@ class CartesianTrajectory(Trajectory):
         :attr:`closure_error`).
     """
 
-    def __init__(self, model, q_start: ArrayLike, path: Union[LissajousPath, SquareCirclePath], frame: Optional[str] = None, dt: float = 1e-3,
+    def __init__(self, model, q_start: ArrayLike, path: Union[LissajousPath, SquareCirclePath],
+                 frame: Optional[str] = None, dt: float = 1e-3,
                  orientation: bool = True, damping: float = 1e-4, nullspace_gain: float = 2.0,
                  newton_iters: int = 5, closure_tol: float = 1e-9, max_periods: int = 20):
         from adaptive_dynamics.dynamics.model import RobotModel
