@@ -327,7 +327,11 @@ def _cmd_record(args) -> int:
             if snap != last:
                 last, stable_since = snap, now
             seen = set(discovered) - _INFRA_TOPICS
-            if now >= t_max or (now >= t0 + args.discovery and seen and now - stable_since >= 1.0):
+            # auto sim time: a /clock that has subscribers (nodes on sim time) but no publisher
+            # yet is a bridge or replay not discovered yet; wait for it up to t_max
+            clock_pending = (args.use_sim_time == "auto" and "/clock" in discovered and snap[1] == 0)
+            if now >= t_max or (now >= t0 + args.discovery and seen and not clock_pending
+                                and now - stable_since >= 1.0):
                 break
             time.sleep(0.05)
         clock_pubs = probe.count_publishers("/clock")
