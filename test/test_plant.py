@@ -99,6 +99,42 @@ def test_friction_torque_matches_viscous_plus_coulomb(panda_model, integrator):
         np.testing.assert_allclose(plant.friction_model(v), expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("integrator", ["implicitfast", "rk4"])
+def test_stribeck_and_position_ripple_act_as_configured(panda_model, integrator):
+    """Effects outside the rigid-body + viscous/Coulomb class: the torque the rigid body did
+    not receive (pinocchio's inverse dynamics of MuJoCo's acceleration) is
+    f_v v + (f_c + f_s exp(-(v/v_s)^2)) tanh(v/eps) + a sin(N q), written out here."""
+    fv, fc = np.full(7, 0.1), np.full(7, 0.3)
+    fs, vs, eps, a, N = np.linspace(0.5, 1.5, 7), 0.2, 0.02, np.linspace(0.2, 0.8, 7), 7.0
+    plant = MujocoPlant("panda", integrator=integrator, reality=RealityConfig(
+        friction_viscous=fv, friction_coulomb=fc, coulomb_smoothing=eps, friction_stribeck=fs,
+        stribeck_velocity=vs, ripple_amplitude=a, ripple_periods=N))
+    rng = np.random.default_rng(5)
+    for k in range(20):
+        q, v = _random_state(plant, rng, vscale=0.4 if k % 2 else 0.05)
+        tau = rng.uniform(-0.3, 0.3, plant.n) * plant.effort_limit
+        plant.reset(q, v)
+        plant.step(tau)
+        observed = tau - pin.rnea(panda_model.model, panda_model.data, q, v, plant.acceleration)
+        expected = fv * v + (fc + fs * np.exp(-(v / vs) ** 2)) * np.tanh(v / eps) + a * np.sin(N * q)
+        np.testing.assert_allclose(observed, expected, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(plant.friction_model(v, q), expected, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="needs q"):
+        plant.friction_model(v)
+    with pytest.raises(ValueError, match="stribeck_velocity must be > 0"):
+        MujocoPlant("panda", reality=RealityConfig(stribeck_velocity=0.0))
+    # the ripple makes the plant's joint torque leave the rigid-body model class: the best
+    # linear fit on the base regressor + friction columns leaves it in the residual
+    from adaptive_dynamics.dynamics import RobotModel
+    m = RobotModel("panda", friction=True)
+    Q = rng.uniform(m.lower, m.upper, (400, 7))
+    V = rng.normal(0, 0.5, (400, 7))
+    T = np.stack([plant.friction_model(v, q) for q, v in zip(Q, V)])
+    Y = np.vstack([m.regressor(q, v, np.zeros(7)) for q, v in zip(Q, V)])
+    res = T.reshape(-1) - Y @ np.linalg.lstsq(Y, T.reshape(-1), rcond=None)[0]
+    assert np.sqrt(np.mean(res ** 2)) > 0.2
+
+
 def test_steep_coulomb_is_stable_and_sticks():
     # eps = 1e-4 rad/s: slope f_c/eps = 10^4 N m s/rad on joints whose inertia is ~0.01 kg m^2;
     # an explicit step would explode, the linearly-implicit one must settle.

@@ -108,6 +108,13 @@ def specs() -> list[ParamSpec]:
                   type="float[]", read_only=True),
         ParamSpec("coulomb_smoothing", 0.01, "Coulomb friction f_c tanh(v/eps): eps [rad/s]", min=1e-6,
                   read_only=True),
+        ParamSpec("friction_stribeck", [0.0], "Stribeck friction f_s [Nm] above the Coulomb level at rest,"
+                  " f_s exp(-(v/v_s)^2) tanh(v/eps), 1 or n values (outside the rigid-body model class)",
+                  min=0.0, type="float[]", read_only=True),
+        ParamSpec("stribeck_velocity", 0.1, "Stribeck velocity v_s [rad/s]", min=1e-6, read_only=True),
+        ParamSpec("ripple_amplitude", [0.0], "position ripple a [Nm], a sin(N q) (gear / cogging), 1 or n"
+                  " values (outside the rigid-body model class)", min=0.0, type="float[]", read_only=True),
+        ParamSpec("ripple_periods", 10.0, "ripple periods N per rad of joint travel", min=1e-6, read_only=True),
         ParamSpec("payload_mass", 0.0, "unknown payload mass [kg] on payload_frame", min=0.0, read_only=True),
         ParamSpec("payload_com", [0.0, 0.0, 0.0], "payload CoM in payload_frame [m]", type="float[]",
                   length=3, read_only=True),
@@ -145,6 +152,8 @@ def reality_from_store(p) -> RealityConfig:
         "friction_viscous": _one_or_n(p["friction_viscous"]),
         "friction_coulomb": _one_or_n(p["friction_coulomb"]),
         "coulomb_smoothing": p["coulomb_smoothing"],
+        "friction_stribeck": _one_or_n(p["friction_stribeck"]), "stribeck_velocity": p["stribeck_velocity"],
+        "ripple_amplitude": _one_or_n(p["ripple_amplitude"]), "ripple_periods": p["ripple_periods"],
         "payload_mass": p["payload_mass"], "payload_com": list(p["payload_com"]),
         "payload_inertia": [] if inertia in ([], [0.0]) else inertia,
         "payload_frame": p["payload_frame"], "payload_enabled": p["payload_enabled"],

@@ -10,6 +10,10 @@ defaults, "reality off") its rigid-body dynamics equal pinocchio's.  Everything 
 controller's model does not know is injected on purpose from :class:`RealityConfig`:
 
 * joint friction: viscous ``f_v * v`` + smooth Coulomb ``f_c * tanh(v / eps)``;
+* joint effects outside the rigid-body + viscous/Coulomb model class (off by default):
+  Stribeck friction ``f_s exp(-(v/v_s)^2) tanh(v / eps)`` (break-away above the
+  Coulomb level) and a position ripple ``a sin(N q)`` (gear / cogging torque), so an
+  identified rigid-body model is not exact, as on a real arm;
 * an unknown payload (mass, CoM, inertia) rigidly attached to a link frame
   (default: the robot's end-effector frame), switchable at run time
   (:meth:`MujocoPlant.set_payload_enabled`: the pick-and-place "sudden dynamics change");
@@ -102,6 +106,12 @@ PARAMETER_DESCRIPTIONS: Dict[str, str] = {
     "friction_viscous": "Viscous joint friction f_v [N m s/rad], one per joint (or a scalar): tau_f = f_v v.",
     "friction_coulomb": "Coulomb joint friction f_c [N m], one per joint (or a scalar): tau_f = f_c tanh(v/eps).",
     "coulomb_smoothing": "Velocity scale eps [rad/s] of the smooth Coulomb term tanh(v/eps); > 0.",
+    "friction_stribeck": "Stribeck friction f_s [N m] above the Coulomb level at rest, one per joint (or a scalar):"
+                         " tau_f = f_s exp(-(v/v_s)^2) tanh(v/eps); not in the rigid-body model class.",
+    "stribeck_velocity": "Stribeck velocity v_s [rad/s] of friction_stribeck; > 0.",
+    "ripple_amplitude": "Position ripple a [N m] (gear / cogging torque), one per joint (or a scalar):"
+                        " tau_f = a sin(N q); not in the rigid-body model class.",
+    "ripple_periods": "Periods N of the position ripple per radian of joint travel; > 0.",
     "payload_mass": "Payload mass [kg] (0 = no payload).",
     "payload_com": "Payload centre of mass [m], 3 values in the payload_frame's axes.",
     "payload_inertia": "Payload inertia about its CoM [kg m^2] in payload_frame axes: [] = solid sphere of "
@@ -116,7 +126,8 @@ PARAMETER_DESCRIPTIONS: Dict[str, str] = {
     "tau_bias": "Constant torque-sensor bias [N m] added to the measured torque (scalar or per joint).",
     "seed": "Seed of the sensor-noise generator (same seed + same commands = identical run); < 0 = random.",
 }
-_REALITY_PREFIXES = ("friction_", "coulomb_", "payload_", "noise_", "link_scale", "tau_bias")
+_REALITY_PREFIXES = ("friction_", "coulomb_", "stribeck_", "ripple_", "payload_", "noise_", "link_scale",
+                     "tau_bias")
 
 
 @dataclass
@@ -134,6 +145,13 @@ class RealityConfig:
         Coulomb friction levels f_c [N m] (>= 0).
     coulomb_smoothing:
         eps [rad/s] of the smooth Coulomb model ``f_c tanh(v / eps)`` (> 0).
+    friction_stribeck, stribeck_velocity:
+        Stribeck friction f_s [N m] (>= 0) and its velocity v_s [rad/s] (> 0):
+        ``f_s exp(-(v / v_s)^2) tanh(v / eps)``, the break-away torque above the Coulomb
+        level that fades with speed.
+    ripple_amplitude, ripple_periods:
+        Position ripple a [N m] (>= 0) and its periods per radian N (> 0): a joint
+        torque ``a sin(N q)`` opposing the drive (gear meshing, cogging).
     payload_mass:
         Payload mass [kg] (>= 0; 0 = no payload).
     payload_com:
@@ -165,6 +183,10 @@ class RealityConfig:
     friction_viscous: ArrayLike = 0.0
     friction_coulomb: ArrayLike = 0.0
     coulomb_smoothing: float = 0.01
+    friction_stribeck: ArrayLike = 0.0
+    stribeck_velocity: float = 0.1
+    ripple_amplitude: ArrayLike = 0.0
+    ripple_periods: float = 10.0
     payload_mass: float = 0.0
     payload_com: Sequence[float] = (0.0, 0.0, 0.0)
     payload_inertia: Optional[ArrayLike] = None
@@ -224,7 +246,7 @@ class RealityConfig:
             kwargs["seed"] = None if kwargs["seed"] is None else int(kwargs["seed"])
         if "payload_enabled" in kwargs:
             kwargs["payload_enabled"] = _as_bool(kwargs["payload_enabled"], "payload_enabled")
-        for key in ("coulomb_smoothing", "payload_mass"):
+        for key in ("coulomb_smoothing", "stribeck_velocity", "ripple_periods", "payload_mass"):
             if key in kwargs:
                 kwargs[key] = _as_float(kwargs[key], key)
         return cls(**kwargs)
@@ -479,6 +501,14 @@ class MujocoPlant:
         self.coulomb_smoothing = _as_float(r.coulomb_smoothing, "coulomb_smoothing")
         if self.coulomb_smoothing <= 0:
             raise ValueError(f"coulomb_smoothing must be > 0 [rad/s], got {r.coulomb_smoothing!r}")
+        self.friction_stribeck = _per_joint(r.friction_stribeck, n, "friction_stribeck")
+        self.stribeck_velocity = _as_float(r.stribeck_velocity, "stribeck_velocity")
+        self.ripple_amplitude = _per_joint(r.ripple_amplitude, n, "ripple_amplitude")
+        self.ripple_periods = _as_float(r.ripple_periods, "ripple_periods")
+        for key in ("stribeck_velocity", "ripple_periods"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"{key} must be > 0, got {getattr(r, key)!r}")
+        self._unmodelled = bool(np.any(self.friction_stribeck) or np.any(self.ripple_amplitude))
         self.noise_std_q = _per_joint(r.noise_std_q, n, "noise_std_q")
         self.noise_std_v = _per_joint(r.noise_std_v, n, "noise_std_v")
         self.noise_std_tau = _per_joint(r.noise_std_tau, n, "noise_std_tau")
@@ -535,8 +565,9 @@ class MujocoPlant:
 
     @property
     def friction_torque(self) -> np.ndarray:
-        """Friction torque ``f_v v + f_c tanh(v/eps)`` that acted in the last step (opposes motion
-        when subtracted: ``M a + C v + g = tau_applied - friction_torque``)."""
+        """Joint friction torque that acted in the last step, :meth:`friction_model` at the
+        step's start state (opposes motion when subtracted:
+        ``M a + C v + g = tau_applied - friction_torque``)."""
         return self._tau_friction.copy()
 
     @property
@@ -544,10 +575,20 @@ class MujocoPlant:
         """Position latched by the "hold" safe mode (``None`` when not holding)."""
         return None if self._hold_q is None else self._hold_q.copy()
 
-    def friction_model(self, v) -> np.ndarray:
-        """``f_v v + f_c tanh(v / eps)`` for joint velocities ``v`` (the configured reality)."""
+    def friction_model(self, v, q=None) -> np.ndarray:
+        """``f_v v + (f_c + f_s exp(-(v/v_s)^2)) tanh(v / eps) + a sin(N q)`` for joint
+        velocities ``v`` and positions ``q`` (the configured reality; ``q`` is needed only
+        with a position ripple)."""
         v = np.asarray(v, dtype=float)
-        return self.friction_viscous * v + self.friction_coulomb * np.tanh(v / self.coulomb_smoothing)
+        level = self.friction_coulomb
+        if np.any(self.friction_stribeck):
+            level = level + self.friction_stribeck * np.exp(-np.square(v / self.stribeck_velocity))
+        out = self.friction_viscous * v + level * np.tanh(v / self.coulomb_smoothing)
+        if np.any(self.ripple_amplitude):
+            if q is None:
+                raise ValueError("friction_model: the position ripple needs q")
+            out = out + self.ripple_amplitude * np.sin(self.ripple_periods * np.asarray(q, dtype=float))
+        return out
 
     # ------------------------------------------------------------------ validation
     def _vector(self, value, what: str) -> np.ndarray:
@@ -751,7 +792,11 @@ class MujocoPlant:
         v = d.qvel[self._di].copy()
         fv, fc, eps = self.friction_viscous, self.friction_coulomb, self.coulomb_smoothing
         th = np.tanh(v / eps)
-        coulomb = fc * th
+        if self._unmodelled:   # Stribeck raises the Coulomb level near rest; the ripple rides along
+            fc = fc + self.friction_stribeck * np.exp(-np.square(v / self.stribeck_velocity))
+            coulomb = fc * th + self.ripple_amplitude * np.sin(self.ripple_periods * d.qpos[self._qi])
+        else:
+            coulomb = fc * th
         qfrc = self._qfrc  # preallocated (nv): only the actuated dofs are ever written
         if self.integrator == "rk4":
             # explicit: viscous in dof_damping (set once), Coulomb held over the step
