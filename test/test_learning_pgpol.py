@@ -148,7 +148,7 @@ def test_change_statistics_match_eq_7_to_9_and_a_step_clears_the_database(horizo
         i, T, N = np.arange(450), 450, horizon
         wgt = np.where(i < N, (1 - 1 / N) ** (T - N), (1 - 1 / N) ** (T - 1 - i)) / N
         assert wgt.sum() == pytest.approx(1.0)
-        np.testing.assert_allclose(L._cd_err, wgt @ E, rtol=1e-9)
+        np.testing.assert_allclose(L._cd.err, wgt @ E, rtol=1e-9)
     for k in range(450, 470):
         L.partial_fit(X[k], Y2[k])
     assert L.n_changes == 1 and 450 <= L.last_change < 455
@@ -260,3 +260,43 @@ def test_saved_model_is_the_model_in_use_after_a_consistency_shift(kind, cfg):
             A.hint(X[k + 1])
             A.partial_fit(X[k:k + 4], Yt[k:k + 4])
     np.testing.assert_allclose(R.predict(Xq), L.predict(Xq), rtol=1e-9, atol=1e-10)
+
+
+def test_change_lag_tells_a_sustained_step_from_single_spikes():
+    """gamma over L samples (beyond the paper): a sustained error step of r moves it by
+    ~r L / N and one spike of z by z / N, so with L = 50 a threshold exists that fires on
+    the step and never on the spikes; with the paper's L = 1 any threshold low enough for
+    the step also fires on the spikes.  Checked on the raw statistics (E2, Y) and through
+    PGPOL, whose change test is the same object, with its history kept by save/load."""
+    from adaptive_dynamics.learning.pgpol import ChangeTest
+
+    rng = np.random.default_rng(4)
+    n, o, step = 3000, 3, 2000
+    Y = rng.normal(size=(n, o))
+    E2 = 0.05 * rng.chisquare(1, size=(n, o))
+    E2[rng.choice(np.arange(400, step), 20, replace=False)] += 12.0      # spikes: z ~ 12
+    E2[step:] += 1.0                                                      # the step: r ~ 1
+
+    def hits(lag, eta):
+        t = ChangeTest(o, eta, horizon=300, warmup=300, lag=lag)
+        return [i for i in range(n) if t.update(E2[i], Y[i])]
+
+    h = hits(50, 0.1)       # the step: ~0.15 over 50 samples; a spike: 12 / 300 = 0.04
+    assert h and all(step <= i < step + 100 for i in h)
+    for eta in (1e-3, 3e-3, 1e-2, 3e-2):      # lag 1: the step is seen only if the spikes are seen too
+        h1 = hits(1, eta)
+        assert not any(i >= step for i in h1) or any(i < step for i in h1)
+    # the learner's history survives save/load: a reload mid-stream fires where the original does
+    a = ChangeTest(o, 0.1, 300, 300, 50)
+    for i in range(step + 10):
+        a.update(E2[i], Y[i])
+    b = ChangeTest(o, 0.1, 300, 300, 50)
+    b.set_arrays({k: v.copy() for k, v in a.get_arrays().items()})
+    fa = [i for i in range(step + 10, n) if a.update(E2[i], Y[i])]
+    fb = [i for i in range(step + 10, n) if b.update(E2[i], Y[i])]
+    assert fa == fb and fa
+    L = make_learner("pgpol", input_dim=2, output_dim=1, windows=[10, 40], knn=5, n_inducing=5, max_iter=1,
+                     change_threshold=0.02, change_lag=50)
+    assert L.get_config()["change_lag"] == 50 and L._cd.lag == 50
+    with pytest.raises(ValueError, match="change_lag >= 1"):
+        make_learner("pgpol", input_dim=2, output_dim=1, change_lag=0)
