@@ -16,6 +16,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
              "ARDL §4.1: PD / computed torque / direct / composite adaptive control (Panda, KUKA)"),
     "consistency": ("adaptive_dynamics.experiments.consistency",
                     "Smith & Mistry 2020: consistency transform, virtual-model table and 4-phase online run"),
+    "pgpol": ("adaptive_dynamics.experiments.pgpol",
+              "Habich et al. 2019: PGPOL/SGPOL feed-forward over DDS, Tables I-II, Fig. 5, payload change detection"),
 }
 
 
