@@ -425,3 +425,59 @@ def test_wrong_shapes_and_bad_parameters_raise():
     two = TaskSpaceMRAC(dim=2, rbf_per_dim=5)
     assert two.psi_zeta.shape == (2, 4) and two.psi_phi.shape == (2, 25)
     assert two.step([0.1, 0.2], [0, 0], [0, 0], [0, 0], [0, 0], DT).shape == (2,)
+
+
+# ---------------------------------------------------------------------------- live tuning
+
+def test_set_adaptation_rates_and_bounds_live():
+    ctl = TaskSpaceMRAC(rate_zeta=1e5, rate_r=10.0, rate_phi=1e4)
+    default = TaskSpaceMRAC()
+    rng = np.random.default_rng(3)
+    for k in range(200):   # a poor plant drives the gains away from the ideal ones
+        ctl.step(rng.normal(scale=0.05, size=3), rng.normal(scale=0.2, size=3), 0.1 * np.sin(k * DT + np.arange(3)),
+                 np.zeros(3), np.zeros(3), DT)
+    dev = np.abs(ctl.psi_zeta - ctl.center["psi_zeta"]).max()
+    assert dev > 0.1
+    # narrowing a bound clips the gains into the new box (counted); the box stays centred on the init
+    clipped0 = ctl.clip_counts["psi_zeta"]
+    ctl.set_adaptation(bound_zeta=0.05, rate_r=[1.0, 2.0, 3.0])
+    assert np.abs(ctl.psi_zeta - ctl.center["psi_zeta"]).max() <= 0.05 + 1e-15
+    assert ctl.clip_counts["psi_zeta"] > clipped0
+    np.testing.assert_array_equal(ctl.rates["rate_r"], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(ctl.rates["rate_zeta"], np.full(3, 1e5))   # omitted: unchanged
+    # None: the constructor's default again
+    ctl.set_adaptation(rate_zeta=None, bound_zeta=None)
+    np.testing.assert_array_equal(ctl.rates["rate_zeta"], default.rates["rate_zeta"])
+    np.testing.assert_array_equal(ctl.bounds["psi_zeta"], default.bounds["psi_zeta"])
+    # validated before anything changes
+    before = {k: v.copy() for k, v in ctl.rates.items()}
+    for kw, msg in ((dict(rate_phi=0.0, rate_r=1.0), "rate_phi"), (dict(bound_r=-1.0), "bound_r"),
+                    (dict(rate_x=1.0), "unknown")):
+        with pytest.raises(ValueError, match=msg):
+            ctl.set_adaptation(**kw)
+    assert all(np.array_equal(ctl.rates[k], v) for k, v in before.items())
+
+
+def test_transfer_gains_carries_what_was_adapted_to_new_reference_gains():
+    a = TaskSpaceMRAC(kp=100.0, kd=20.0, rate_zeta=1e4, rate_phi=1e3)
+    rng = np.random.default_rng(4)
+    for k in range(100):
+        a.step(rng.normal(scale=0.05, size=3), rng.normal(scale=0.2, size=3), 0.1 * np.sin(k * DT + np.arange(3)),
+               np.zeros(3), np.zeros(3), DT)
+    state = a.get_state()
+    # same settings: the gains are taken over exactly (with the reference state)
+    same = TaskSpaceMRAC(kp=100.0, kd=20.0)
+    same.transfer_gains(state)
+    for key in ("psi_zeta", "psi_r", "psi_phi"):
+        np.testing.assert_allclose(getattr(same, key), getattr(a, key), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(same.zeta_r, a.zeta_r)
+    # new kp / kd: the adapted deviation from a's initial gains lands on b's initial gains
+    b = TaskSpaceMRAC(kp=200.0, kd=30.0)
+    b.transfer_gains(state)
+    np.testing.assert_allclose(b.psi_zeta - b.center["psi_zeta"], a.psi_zeta - a.center["psi_zeta"], atol=1e-12)
+    np.testing.assert_allclose(b.psi_phi, a.psi_phi, atol=1e-12)
+    # another RBF grid cannot take them; nothing changes
+    c = TaskSpaceMRAC(rbf_per_dim=2)
+    with pytest.raises(ValueError, match="RBF nodes"):
+        c.transfer_gains(state)
+    assert np.array_equal(c.psi_r, np.eye(3))

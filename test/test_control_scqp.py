@@ -122,3 +122,69 @@ def test_episodes_learn_the_unmodelled_payload_and_friction(panda, mode):
     assert ctrl.qp.fallbacks == 0 and ctrl.episode == 3
     assert ctrl.residual.n_points == 2 * 200 + 200      # 800 cycles / 4 per episode, 3 episodes
     assert errs[2] < 0.3 * errs[0], errs
+
+
+def test_refit_off_the_control_thread_equals_refit(panda):
+    """begin_refit / RefitJob.run / finish_refit (what a node runs on a worker thread)
+    gives the GP refit() gives; the GP in use is untouched until the swap; a failed job's
+    samples go back to the pending ones; pending samples survive a save/restore."""
+    rng = np.random.default_rng(2)
+    samples = [(Q0 + rng.normal(0, 0.1, 7), rng.normal(0, 0.3, 7), rng.normal(0, 1.0, 7), rng.normal(0, 5.0, 7))
+               for _ in range(120)]
+    a, b = ResidualModel(panda, subsample=2), ResidualModel(panda, subsample=2)
+    for s in samples[:60]:
+        a.add(*s)
+        b.add(*s)
+    a.refit()
+    b.refit()
+    for s in samples[60:]:
+        a.add(*s)
+        b.add(*s)
+    in_use = b.gp
+    job = b.begin_refit()
+    assert b.pending == 0 and b.gp is in_use and in_use.n_points == 30
+    gp = job.run()
+    assert b.gp is in_use and in_use.n_points == 30          # nothing shared was touched
+    b.finish_refit(gp)
+    assert a.refit() == b.n_points == 60
+    x = samples[7][:3]
+    np.testing.assert_array_equal(a.predict(*x)[0], b.predict(*x)[0])
+    np.testing.assert_array_equal(a.predict(*x)[1], b.predict(*x)[1])
+    # a failed job: its samples are pending again, in front of newer ones
+    for s in samples[:4]:
+        b.add(*s)
+    X1, Y1 = b.pending_arrays()
+    job = b.begin_refit()
+    b.add(*samples[10])
+    b.abort_refit(job)
+    X2, Y2 = b.pending_arrays()
+    assert X2.shape == (3, 21) and np.array_equal(X2[:2], X1) and np.array_equal(Y2[:2], Y1)
+    c = ResidualModel(panda)
+    c.restore_pending(X2, Y2)
+    assert c.pending == 3 and np.array_equal(c.pending_arrays()[1], Y2)
+    with pytest.raises(ValueError, match="pending"):
+        c.restore_pending(X2 * np.nan, Y2)
+
+
+def test_collect_off_and_angular_reference(panda):
+    """collect = False: control without keeping samples (between episodes); w_d / wdot_d
+    reach the QP's orientation task."""
+    ctrl = SCQPController(panda, dt=0.005, mode="scqp", qp={"q_posture": Q0})
+    ctrl.start_episode(Q0, np.zeros(7))
+    x0 = panda.frame_pose(Q0)[:3, 3]
+    z = np.zeros(3)
+    ctrl.collect = False
+    for _ in range(5):
+        ctrl.step(Q0, np.zeros(7), x0, z, z)
+    assert ctrl.residual.pending == 0
+    ctrl.collect = True
+    for _ in range(5):
+        ctrl.step(Q0, np.zeros(7), x0, z, z)
+    assert ctrl.residual.pending == 1                   # every 5th of the 5 samples after the first cycle
+    R0 = panda.frame_pose(Q0)[:3, :3]
+    still = ctrl.qp.solve(Q0, np.zeros(7), z, R_des=R0)
+    spin = ctrl.qp.solve(Q0, np.zeros(7), z, R_des=R0, w_des=[0.0, 0.0, 1.0], wdot_des=[0.0, 0.0, 2.0])
+    J = panda.jacobian(Q0)
+    assert (J[5] @ spin.qdd) > (J[5] @ still.qdd) + 1.0  # the angular task asks for a z rotation
+    tau = ctrl.step(Q0, np.zeros(7), x0, z, z, R_d=R0, w_d=[0.0, 0.0, 1.0], wdot_d=[0.0, 0.0, 2.0])
+    assert np.isfinite(tau).all() and ctrl.last.ok

@@ -158,7 +158,10 @@ gains and the reference state are computed into temporaries and committed only i
 are finite, so a NaN input or an overflow never corrupts the gains (``ValueError``).
 
 Persistence: :meth:`get_state` / :meth:`set_state` (dict of plain arrays) and
-:meth:`save` / :meth:`load_state` (``.npz``, no pickle).
+:meth:`save` / :meth:`load_state` (``.npz``, no pickle).  Live tuning:
+:meth:`set_adaptation` (rates and bounds) and :meth:`transfer_gains` (a controller built
+with new ``kp``/``kd`` takes over what another one adapted, relative to each one's
+initial gains).
 """
 from __future__ import annotations
 
@@ -338,10 +341,12 @@ class TaskSpaceMRAC:
                     "rate_r": k_a / (pvv * (self.kp ** 2 + self.kd ** 2)),
                     "rate_phi": k_a / (pvv * float(phi0 @ phi0))}
         given = {"rate_zeta": rate_zeta, "rate_r": rate_r, "rate_phi": rate_phi}
+        self.default_rates = defaults
         self.rates = {k_: (defaults[k_] if v is None else _per_axis(v, l, k_)) for k_, v in given.items()}
         bz = np.hstack([np.broadcast_to(self.kp, (l, l)), np.broadcast_to(self.kd, (l, l))])
         bdef = {"psi_zeta": bz, "psi_r": 1.0, "psi_phi": float(self.kp.max()) * float(self.rbf_span.max() or 1.0)
                 / float(phi0.max())}
+        self.default_bounds = {k_: _bound(v, self.center[k_].shape, "bound_" + k_[4:]) for k_, v in bdef.items()}
         bgiven = {"psi_zeta": bound_zeta, "psi_r": bound_r, "psi_phi": bound_phi}
         self.bounds = {k_: _bound(bdef[k_] if bgiven[k_] is None else bgiven[k_], self.center[k_].shape,
                                   "bound_" + k_[4:]) for k_ in GAIN_KEYS}
@@ -515,6 +520,86 @@ class TaskSpaceMRAC:
         self.last_error, self.last_r, self.last_nu = e, r, nu
         return xdd_r
 
+    # ------------------------------------------------------------------ live settings
+    def set_adaptation(self, **settings) -> None:
+        """Change adaptation rates and bounds of a running controller (live tuning).
+
+        Keywords ``rate_zeta``, ``rate_r``, ``rate_phi`` (> 0, scalar or l values) and
+        ``bound_zeta``, ``bound_r``, ``bound_phi`` (>= 0, broadcastable to the gain, inf =
+        none); ``None`` restores the constructor's default for that setting, an omitted
+        keyword leaves it unchanged.  The bound box stays centred on the initial gains;
+        gains outside a narrowed box are clipped into it (counted in :attr:`clip_counts`).
+        Everything is validated before anything changes (``ValueError``)."""
+        known = {"rate_zeta", "rate_r", "rate_phi", "bound_zeta", "bound_r", "bound_phi"}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ValueError(f"unknown adaptation settings {unknown}; known: {sorted(known)}")
+        rates = dict(self.rates)
+        bounds = dict(self.bounds)
+        for name, value in settings.items():
+            if name.startswith("rate_"):
+                rates[name] = self.default_rates[name] if value is None else _per_axis(value, self.dim, name)
+            else:
+                key = "psi_" + name[len("bound_"):]
+                bounds[key] = self.default_bounds[key].copy() if value is None else \
+                    _bound(value, self.center[key].shape, name)
+        lo = {k: self.center[k] - bounds[k] for k in GAIN_KEYS}
+        hi = {k: self.center[k] + bounds[k] for k in GAIN_KEYS}
+        self.rates, self.bounds, self._lo, self._hi = rates, bounds, lo, hi
+        for key in GAIN_KEYS:
+            G = getattr(self, key)
+            outside = int(np.count_nonzero((G < lo[key]) | (G > hi[key])))
+            if outside:
+                self.clip_counts[key] += outside
+                setattr(self, key, np.clip(G, lo[key], hi[key]))
+
+    def transfer_gains(self, state: dict) -> None:
+        """Take over the adapted gains of another controller's :meth:`get_state` (e.g. one
+        with other ``kp``/``kd`` or bounds, or saved by one): what it adapted -- its gains
+        minus its initial gains (``init`` and the ``kp``/``kd`` in ``state``) -- is added to
+        this controller's initial gains and clipped into this box.  Same task dimension and
+        RBF grid size required; ``zeta_r`` is taken when present with the same origin.
+        Validated before anything changes (``ValueError``)."""
+        if not isinstance(state, dict):
+            raise ValueError(f"state must be a dict of arrays, got {type(state).__name__}")
+        l, n, p = self.dim, self.n, self.n_rbf
+        try:
+            dim, n_rbf = int(np.asarray(state["dim"])), int(np.asarray(state["n_rbf"]))
+            kp = _per_axis(state["kp"], l, "kp")
+            kd = _per_axis(state["kd"], l, "kd")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"state lacks a valid layout (dim, n_rbf, kp, kd): {exc}") from None
+        if dim != l or n_rbf != p:
+            raise ValueError(f"state is for dim {dim} with {n_rbf} RBF nodes, this controller has dim {l}"
+                             f" with {p}")
+        init = str(np.asarray(state.get("init", "ideal")))
+        if init not in INITS:
+            raise ValueError(f"state has an unknown init {init!r}")
+        if init == "ideal":
+            theirs = {"psi_zeta": np.hstack([-np.diag(kp), -np.diag(kd)]), "psi_r": np.eye(l)}
+        else:
+            theirs = {"psi_zeta": np.zeros((l, n)), "psi_r": np.zeros((l, l))}
+        theirs["psi_phi"] = np.zeros((l, p))
+        new = {}
+        for key in GAIN_KEYS:
+            if key not in state:
+                raise ValueError(f"state is missing {key!r}")
+            G = np.array(state[key], dtype=float)
+            if G.shape != theirs[key].shape or not np.all(np.isfinite(G)):
+                raise ValueError(f"{key} has shape {G.shape} (or non-finite values), expected "
+                                 f"{theirs[key].shape}")
+            new[key] = np.clip(self.center[key] + (G - theirs[key]), self._lo[key], self._hi[key])
+        zr = None
+        if "zeta_r" in state and bool(np.asarray(state.get("reference_initialized", True))):
+            origin = np.asarray(state.get("origin", np.zeros(l)), dtype=float).reshape(-1)
+            z = np.array(state["zeta_r"], dtype=float).reshape(-1)
+            if z.shape == (n,) and np.all(np.isfinite(z)) and np.array_equal(origin, self.origin):
+                zr = z
+        self.psi_zeta, self.psi_r, self.psi_phi = new["psi_zeta"], new["psi_r"], new["psi_phi"]
+        if zr is not None:
+            self.zeta_r = zr
+            self.reference_initialized = True
+
     # ------------------------------------------------------------------ diagnostics
     @property
     def gain_norms(self) -> dict:
@@ -554,6 +639,7 @@ class TaskSpaceMRAC:
         """Gains, reference state and layout as a dict of plain numpy arrays."""
         return {
             "format_version": np.array(FORMAT_VERSION),
+            "init": np.array(self.init),
             "dim": np.array(self.dim),
             "n_rbf": np.array(self.n_rbf),
             "kp": self.kp.copy(), "kd": self.kd.copy(), "origin": self.origin.copy(),

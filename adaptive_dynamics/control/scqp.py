@@ -105,13 +105,42 @@ class ResidualModel:
 
     def refit(self) -> int:
         """Move the kept samples into the GP and refit it (between episodes)."""
-        if self._X:
-            X, Y = np.array(self._X), np.array(self._Y)
-            self._X, self._Y = [], []
-            self.gp.X = np.vstack([self.gp.X, X])[-self.gp.max_points:]
-            self.gp.Y = np.vstack([self.gp.Y, Y])[-self.gp.max_points:]
-        self.gp.refit()
+        job = self.begin_refit()
+        self.finish_refit(job.run())
         return self.gp.n_points
+
+    # A refit off the control thread: begin_refit (quick; with the control loop's lock
+    # held) -> job.run() (the O(n^3) part, on any thread; touches nothing shared) ->
+    # finish_refit (swaps the new GP in as one reference) or abort_refit (the samples
+    # go back to the pending ones).
+    def begin_refit(self) -> "RefitJob":
+        """Hand the kept samples (cleared here) and the GP's data to a :class:`RefitJob`."""
+        new_X = np.array(self._X).reshape(-1, 3 * self.n)
+        new_Y = np.array(self._Y).reshape(-1, self.n)
+        self._X, self._Y = [], []
+        return RefitJob(self.gp, new_X, new_Y)
+
+    def finish_refit(self, gp: ExactGP) -> None:
+        """Use the GP a :meth:`RefitJob.run` returned."""
+        self.gp = gp
+
+    def abort_refit(self, job: "RefitJob") -> None:
+        """Put a failed job's samples back in front of the pending ones."""
+        self._X[:0] = list(job.new_X)
+        self._Y[:0] = list(job.new_Y)
+
+    def pending_arrays(self):
+        """The kept samples not in the GP yet as ``(X, Y)`` arrays (copies)."""
+        return (np.array(self._X).reshape(-1, 3 * self.n), np.array(self._Y).reshape(-1, self.n))
+
+    def restore_pending(self, X, Y) -> None:
+        """Append saved pending samples (``(k, 3n)``, ``(k, n)``, finite) to the pending ones."""
+        X = np.asarray(X, dtype=float).reshape(-1, 3 * self.n)
+        Y = np.asarray(Y, dtype=float).reshape(-1, self.n)
+        if X.shape[0] != Y.shape[0] or not (np.isfinite(X).all() and np.isfinite(Y).all()):
+            raise ValueError(f"pending samples: {X.shape[0]} inputs, {Y.shape[0]} targets (or non-finite)")
+        self._X.extend(X)
+        self._Y.extend(Y)
 
     # ---------------------------------------------------------------- query
     def predict(self, q, v, qdd):
@@ -134,6 +163,24 @@ class ResidualModel:
             raise ValueError(f"saved residual GP is {gp.input_dim} -> {gp.output_dim}, expected"
                              f" {3 * self.n} -> {self.n}")
         self.gp = gp
+
+
+class RefitJob:
+    """A GP refit prepared by :meth:`ResidualModel.begin_refit`: :meth:`run` trains a
+    new :class:`ExactGP` (same hyperparameters) on the old GP's data plus ``new_X``,
+    ``new_Y`` (the newest ``max_points`` kept) without touching the GP in use."""
+
+    def __init__(self, gp: ExactGP, new_X: np.ndarray, new_Y: np.ndarray):
+        self.config = gp.get_config()
+        self.X, self.Y = gp.X, gp.Y          # never modified in place (a refit replaces them)
+        self.new_X, self.new_Y = new_X, new_Y
+
+    def run(self) -> ExactGP:
+        gp = ExactGP(**self.config)
+        gp.X = np.vstack([self.X, self.new_X])[-gp.max_points:]
+        gp.Y = np.vstack([self.Y, self.new_Y])[-gp.max_points:]
+        gp.refit()
+        return gp
 
 
 class SCQPController:
@@ -176,6 +223,7 @@ class SCQPController:
         self._int = np.zeros(3)
         self.episode = 0
         self.steps = 0
+        self.collect = True          # keep samples for the GP (off: control only, e.g. between episodes)
         self.last: Optional[QPResult] = None
 
     @property
@@ -196,14 +244,16 @@ class SCQPController:
         self._qdd = np.zeros(self.n)
         self._int = np.zeros(3)
 
-    def step(self, q, v, x_d, xd_d, xdd_d, R_d=None) -> np.ndarray:
-        """One control cycle: the torque for the state ``(q, v)`` and the task reference."""
+    def step(self, q, v, x_d, xd_d, xdd_d, R_d=None, w_d=None, wdot_d=None) -> np.ndarray:
+        """One control cycle: the torque for the state ``(q, v)`` and the task reference
+        (position, velocity, acceleration; orientation ``R_d``, angular velocity ``w_d``
+        and acceleration ``wdot_d`` in world axes, default: hold the current orientation)."""
         q = np.asarray(q, dtype=float)
         v = np.asarray(v, dtype=float)
         if self._prev is not None:
             qp_, vp_, taup = self._prev
             self._qdd = (v - vp_) / self.dt
-            if self.uses_gp:
+            if self.uses_gp and self.collect:
                 self.residual.add(qp_, vp_, self._qdd, taup)
         T, J, jdqd, _, _ = self.qp.kinematics(q, v)
         x, xd = T[:3, 3], J[:3] @ v
@@ -215,7 +265,8 @@ class SCQPController:
             self._int += e * self.dt
             xdd_r = xdd_d + self.kp_task * e + self.kd_task * (xd_d - xd) + self.ki_task * self._int
         res = self.residual.predict(q, v, self._qdd) if self.uses_gp else None
-        out = self.qp.solve(q, v, xdd_r, R_des=R_d, residual=res, qdd_measured=self._qdd)
+        out = self.qp.solve(q, v, xdd_r, R_des=R_d, w_des=w_d, wdot_des=wdot_d, residual=res,
+                            qdd_measured=self._qdd)
         self.last = out
         self._prev = (q.copy(), v.copy(), out.tau.copy())
         self.steps += 1
