@@ -7,6 +7,9 @@ declaration/validation, node entry helper.
   bytes -> stamp, q, v, effort), ``joint_state_msg``.
 * :mod:`.references` -- the ``reference`` stream: ``ReferenceBuffer`` (``add_any``,
   ``lookup`` by stamp), ``reference_msg``, ``reference_batch_msg``.
+* :mod:`.task_references` -- the ``task_reference`` stream (end-effector pose, twist,
+  acceleration as ``MultiDOFJointTrajectory``): ``TaskReferenceBuffer``,
+  ``task_reference_msg``.
 * :mod:`.commands` -- effort commands stamped with the state they answer:
   ``encode_stamped_command``, ``split_command`` / ``command_values``.
 * :mod:`.stamped` -- stamped vectors (``JointState``) and matrices
