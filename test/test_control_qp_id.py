@@ -63,7 +63,7 @@ def test_jdot_qdot_is_the_derivative_of_the_frame_velocity(panda):
 
 def test_the_linearised_residual_enters_the_equations_of_motion(panda):
     """tau = h_bar(qdd) + e_t + E (qdd - qdd_t) (eq. 11-12) for the planned qdd."""
-    qp = QPInverseDynamics(panda, dt=0.005)
+    qp = QPInverseDynamics(panda, dt=0.005, residual_inertia_bounds=None)   # E as given
     rng = np.random.default_rng(2)
     q, v, qdd_t = Q0 + rng.normal(0, 0.1, 7), rng.normal(0, 0.3, 7), rng.normal(0, 1.0, 7)
     e_t = rng.normal(0, 2.0, 7)
@@ -144,3 +144,25 @@ def test_closed_loop_tracks_a_vertical_sinusoid_on_mujoco(panda):
         if t > 1.0:
             err.append(np.linalg.norm(x_d - T[:3, 3]))
     assert max(err) < 1e-3 and qp.fallbacks == 0
+
+
+def test_the_residual_gradient_is_conditioned_against_the_inertia(panda):
+    """lo M <= M + E' <= hi M (generalised eigenvalues by scipy), E' symmetric; an E
+    already inside the bounds is kept (its symmetric part); None keeps E as learned."""
+    from scipy.linalg import eigh
+    qp = QPInverseDynamics(panda, dt=0.005, residual_inertia_bounds=(0.8, 1.25))
+    M = panda.mass_matrix(Q0)
+    rng = np.random.default_rng(3)
+    E = 2.0 * rng.normal(size=(7, 7))                    # far outside: M + E indefinite
+    assert eigh(M + 0.5 * (E + E.T), M, eigvals_only=True).min() < 0
+    Ec = qp.condition_gradient(M, E)
+    np.testing.assert_allclose(Ec, Ec.T, atol=1e-12)
+    lam = eigh(M + Ec, M, eigvals_only=True)
+    assert lam.min() >= 0.8 - 1e-9 and lam.max() <= 1.25 + 1e-9
+    L = np.linalg.cholesky(M)                                          # generalised eigenvalues in bounds
+    V = np.linalg.qr(rng.normal(size=(7, 7)))[0]
+    inside = (L @ V * rng.uniform(-0.15, 0.2, 7)) @ (L @ V).T
+    np.testing.assert_allclose(qp.condition_gradient(M, inside), inside, atol=1e-10)
+    assert QPInverseDynamics(panda, dt=0.005, residual_inertia_bounds=None).condition_gradient(M, E) is E
+    with pytest.raises(ValueError, match="residual_inertia_bounds"):
+        QPInverseDynamics(panda, dt=0.005, residual_inertia_bounds=(1.2, 2.0))
