@@ -275,7 +275,8 @@ def main(argv=None) -> int:
     summary: dict[str, Any] = {
         "experiment": "scqp", "quick": bool(args.quick), "robots": robots, "tasks": tasks,
         "replicates": args.replicates, "episodes": args.episodes, "episode_s": args.seconds,
-        "rate_hz": RATE_HZ, "payload_kg": PAYLOAD_KG, "noise": NOISE, "gains": GAINS, "residual": RESIDUAL, "mrac": MRAC,
+        "rate_hz": RATE_HZ, "payload_kg": PAYLOAD_KG, "noise": NOISE, "gains": GAINS, "residual": RESIDUAL,
+        "mrac": MRAC,
         "table": table,
         "episodes_to_baseline": None if None in etb else max(etb),
         "scqp_final_vs_gp_pid": max(v["scqp_final_vs_gp_pid"] for v in table.values()),
