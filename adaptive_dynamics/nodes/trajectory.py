@@ -1,5 +1,8 @@
 """``trajectory`` node: publishes ``reference`` (JointTrajectory batches: point i applies
-at ``header.stamp + time_from_start[i]``, see :func:`reference_batch_msg`) on a
+at ``header.stamp + time_from_start[i]``, see :func:`reference_batch_msg`) -- or, with
+``space: task`` and a Cartesian type, ``task_reference`` (MultiDOFJointTrajectory batches
+of the end-effector pose, twist and acceleration in the base frame, the start
+orientation held; :mod:`adaptive_dynamics.ros.task_references`) -- on a
 ``rate_hz`` grid, up to ``lookahead`` seconds ahead of the current ROS time, so
 consumers always find the reference of their control instant by stamp.  A new batch
 goes out once less than ``lookahead - publish_period`` remains published ahead, so a
@@ -7,7 +10,9 @@ batch holds ~``publish_period`` of points (one message per ``publish_period`` in
 of one per tick: each message costs every process it reaches ~0.1 ms here).  In
 simulation it is driven by ``/clock`` (deterministic in lockstep: what is published
 depends only on sim time); otherwise by a steady timer on the node's clock.  The trajectory is validated against the URDF's position and
-velocity limits (and ``acceleration_limit``) at start, with a clear error.
+velocity limits (and ``acceleration_limit``) at start, with a clear error (a Cartesian
+path in task space too: through the joint path differential IK makes of it, which also
+shows the path is reachable).
 ``speed`` is live: the phase is integrated, so changing it never makes q jump; a
 speed whose scaled trajectory would violate a limit is refused with the reason.
 
@@ -22,13 +27,14 @@ import numpy as np
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from trajectory_msgs.msg import JointTrajectory
+from trajectory_msgs.msg import JointTrajectory, MultiDOFJointTrajectory
 
 from ..ros.joint_states import JointStateMapper
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import CLOCK_QOS, REFERENCE_QOS, STREAM_QOS
 from ..ros.stamps import to_ns
+from ..ros.task_references import TASK_REFERENCE_TOPIC, base_frame_name, matrix_to_quaternion, task_reference_msg
 from ..wire import encode_trajectory
 from ..trajectories import (
     CartesianTrajectory,
@@ -39,15 +45,21 @@ from ..trajectories import (
     figure_eight,
     lissajous,
     square_circle,
+    z_sine,
 )
 from .common import load_robot, robot_specs
 
-TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous", "square_circle"]
+TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous", "square_circle", "z_sine"]
+#: end-effector paths: the types ``space: task`` can publish
+CARTESIAN_TYPES = ("figure8", "lissajous", "square_circle", "z_sine")
 
 
 def specs() -> list[ParamSpec]:
     return robot_specs() + [
         ParamSpec("type", "fourier", "trajectory type", choices=TYPES, read_only=True),
+        ParamSpec("space", "joint", "joint: publish joint references on `reference`; task: publish the"
+                  " end-effector pose, twist and acceleration on `task_reference` (Cartesian types only:"
+                  + ", ".join(CARTESIAN_TYPES) + ")", choices=["joint", "task"], read_only=True),
         ParamSpec("rate_hz", 1000.0, "reference rate [Hz] (= control rate)", min=1.0, max=10000.0, read_only=True),
         ParamSpec("lookahead", 0.05, "publish references this far ahead of their stamp [s]", min=0.0,
                   max=5.0, read_only=True),
@@ -82,10 +94,10 @@ def specs() -> list[ParamSpec]:
                   " rest of the schedule", type="float[]", read_only=True),
         ParamSpec("cycles_per_speed", 5, "periods at each speed of speed_schedule", min=1, max=100000,
                   read_only=True),
-        ParamSpec("cartesian_size", 0.1, "figure8 / lissajous: path size; square_circle: side of the square"
-                  " [m]", min=0.0, max=1.0, read_only=True),
-        ParamSpec("cartesian_period", 4.0, "figure8 / lissajous / square_circle: period [s] (square_circle:"
-                  " 1/7 per full edge, 3/7 for the circle)", min=0.1, read_only=True),
+        ParamSpec("cartesian_size", 0.1, "figure8 / lissajous: path size; square_circle: side of the square;"
+                  " z_sine: amplitude along z [m]", min=0.0, max=1.0, read_only=True),
+        ParamSpec("cartesian_period", 4.0, "figure8 / lissajous / square_circle / z_sine: period [s]"
+                  " (square_circle: 1/7 per full edge, 3/7 for the circle)", min=0.1, read_only=True),
         ParamSpec("cartesian_plane", "xy", "figure8 / lissajous / square_circle: plane of the base frame",
                   choices=["xy", "xz", "yz"], read_only=True),
     ]
@@ -122,6 +134,8 @@ def build_trajectory(p, model, q_center: np.ndarray):
     if kind == "square_circle":
         return CartesianTrajectory(model, q_center, square_circle(size, period / 7.0, 3.0 * period / 7.0, 0.0,
                                                                   plane))
+    if kind == "z_sine":
+        return CartesianTrajectory(model, q_center, z_sine(size, period))
     path = figure_eight(size, period, plane) if kind == "figure8" else \
         lissajous([size / 2, size / 2], [3, 2], period=period, plane=plane)
     return CartesianTrajectory(model, q_center, path)
@@ -138,6 +152,17 @@ def scaled(base, p, t0: float) -> ScaledTrajectory:
     return ScaledTrajectory.schedule(base, sched, p["cycles_per_speed"], t0=t0)
 
 
+def task_batch(task: ScaledTrajectory, stamps: np.ndarray, dt_ns: int, world_frame: str,
+               ee_frame: str) -> MultiDOFJointTrajectory:
+    """``task_reference`` batch of a (scaled) :class:`~adaptive_dynamics.trajectories.CartesianPath`
+    at ``stamps`` (a ``dt_ns`` grid): position, velocity and acceleration of the path, the
+    start orientation held (zero angular velocity and acceleration)."""
+    P, V, A = task.sample_many(np.asarray(stamps) * 1e-9)
+    z = np.zeros_like(V)
+    return task_reference_msg(int(stamps[0]), dt_ns, world_frame, ee_frame, P, matrix_to_quaternion(task.base.R_start),
+                              np.hstack([V, z]), np.hstack([A, z]))
+
+
 class TrajectoryNode(Node):
     def __init__(self, **kwargs):
         super().__init__("trajectory", **kwargs)
@@ -151,8 +176,17 @@ class TrajectoryNode(Node):
         self.refill_ns = self.lookahead_ns - min(int(round(p["publish_period"] * 1e9)), self.lookahead_ns // 2)
         self.lock = threading.Lock()
         self.traj = None
+        self.task = None     # space task: the scaled CartesianPath (self.traj: its joint path, for the limits)
         self.last_ns = None  # stamp of the last published reference
-        self.pub = self.create_publisher(JointTrajectory, "reference", REFERENCE_QOS)
+        self.space = p["space"]
+        if self.space == "task":
+            if p["type"] not in CARTESIAN_TYPES:
+                raise ValueError(f"space: task publishes end-effector paths: type must be one of"
+                                 f" {list(CARTESIAN_TYPES)}, got {p['type']!r}")
+            self.world_frame = base_frame_name(self.model)
+            self.pub = self.create_publisher(MultiDOFJointTrajectory, TASK_REFERENCE_TOPIC, REFERENCE_QOS)
+        else:
+            self.pub = self.create_publisher(JointTrajectory, "reference", REFERENCE_QOS)
         self.p.add_validator(self._validate_speed)
         self.p.on_change("speed", self._on_speed)
         self.use_sim_time = self.get_parameter("use_sim_time").value
@@ -182,10 +216,13 @@ class TrajectoryNode(Node):
                 traj.check_limits(self.model.lower, self.model.upper, self.model.velocity_limit,
                                   np.full(self.model.n, self.p["acceleration_limit"])
                                   if self.p["acceleration_limit"] > 0 else None, speed=s)
+        task = scaled(base.task_space(), self.p, t0) if self.space == "task" else None
         with self.lock:
-            self.base, self.traj, self.t0 = base, traj, t0
-        self.get_logger().info(f"{self.p['type']} trajectory, start {t0:.3f} s, speed {self.p['speed']},"
-                               f" limits checked")
+            self.base, self.traj, self.task, self.t0 = base, traj, task, t0
+        where = (f"task space ({TASK_REFERENCE_TOPIC}: {self.model.ee_frame} in {self.world_frame})"
+                 if task is not None else "joint space")
+        self.get_logger().info(f"{self.p['type']} trajectory in {where}, start {t0:.3f} s, speed"
+                               f" {self.p['speed']}, limits checked")
         self._extend(int(t0 * 1e9))
 
     def _on_first_state(self, msg: JointState) -> None:
@@ -215,6 +252,8 @@ class TrajectoryNode(Node):
             if self.traj is not None and self.last_ns is not None:
                 # takes effect after the references already published (keeps them valid)
                 self.traj.set_speed(value, t=self.last_ns * 1e-9)
+                if self.task is not None:
+                    self.task.set_speed(value, t=self.last_ns * 1e-9)
 
     # -------------------------------------------------------------- publishing
     def _extend(self, now_ns: int) -> None:
@@ -229,12 +268,19 @@ class TrajectoryNode(Node):
             if k > horizon:
                 return
             stamps = np.arange(k, horizon + 1, self.dt_ns, dtype=np.int64)
+            if self.task is not None:
+                self.pub.publish(self._task_batch(stamps))
+                self.last_ns = int(stamps[-1])
+                return
             Q, QD, QDD = self.traj.sample_many(stamps * 1e-9)
             # one message for the whole new window (points at stamp0 + i dt)
             # serialized directly from the arrays (adaptive_dynamics.wire; the same bytes rclpy would
             # produce from reference_batch_msg, ~30x cheaper for a 100-point batch)
             self.pub.publish(encode_trajectory(int(stamps[0]), self.dt_ns, self.names, Q, QD, QDD))
             self.last_ns = int(stamps[-1])
+
+    def _task_batch(self, stamps: np.ndarray) -> MultiDOFJointTrajectory:
+        return task_batch(self.task, stamps, self.dt_ns, self.world_frame, self.model.ee_frame)
 
     def _on_clock(self, msg: Clock) -> None:
         self._extend(to_ns(msg.clock))

@@ -7,11 +7,12 @@
 * :class:`MultiSine` -- sum of sines per joint.
 * :class:`PickAndPlace` -- minimum-jerk point-to-point cycle with dwell times
   (:func:`pgpol_speed_schedule`: 33 / 66 / 100 % speed, PGPOL section IV-B).
-* :class:`CartesianTrajectory` -- Lissajous / figure-8 / square + circle end-effector paths via
-  differential IK.
+* :class:`CartesianTrajectory` -- Lissajous / figure-8 / square + circle / z-sine end-effector paths via
+  differential IK; :class:`CartesianPath` -- the same path as a task-space reference.
 """
 from .base import ScaledTrajectory, Trajectory, check_limit_arrays
-from .cartesian import CartesianTrajectory, LissajousPath, SquareCirclePath, figure_eight, lissajous, square_circle
+from .cartesian import (CartesianPath, CartesianTrajectory, LissajousPath, SquareCirclePath, figure_eight, lissajous,
+                        square_circle, z_sine)
 from .fourier import ModifiedFourier
 from .pick_place import PGPOL_SPEEDS, PickAndPlace, minimum_jerk, pgpol_speed_schedule
 from .sines import MultiSine
@@ -27,6 +28,8 @@ __all__ = [
     "PGPOL_SPEEDS",
     "pgpol_speed_schedule",
     "CartesianTrajectory",
+    "CartesianPath",
+    "z_sine",
     "LissajousPath",
     "lissajous",
     "figure_eight",

@@ -1,4 +1,5 @@
-"""Cartesian end-effector paths (Lissajous, figure-8, square + circle) turned into joint references.
+"""Cartesian end-effector paths (Lissajous, figure-8, square + circle, z sine) turned into joint references
+(:class:`CartesianTrajectory`) or kept as task-space references (:class:`CartesianPath`).
 
 The end-effector position follows ``p(t) = p_start + R_path (A * (sin(k w t + phi) - sin(phi)))``
 (``w = 2 pi / period``, integer harmonics ``k`` so the path is periodic, and ``p(0) =
@@ -35,7 +36,8 @@ from scipy.interpolate import CubicSpline
 
 from .base import ArrayLike, Samples, Trajectory
 
-__all__ = ["LissajousPath", "SquareCirclePath", "lissajous", "figure_eight", "square_circle", "CartesianTrajectory"]
+__all__ = ["LissajousPath", "SquareCirclePath", "lissajous", "figure_eight", "square_circle", "z_sine",
+           "CartesianTrajectory", "CartesianPath"]
 
 _PLANES = {"xy": (0, 1, 2), "xz": (0, 2, 1), "yz": (1, 2, 0)}
 
@@ -206,6 +208,35 @@ def figure_eight(size: float = 0.1, period: float = 4.0, plane: Union[str, Array
     return LissajousPath([size / 2, size / 4, 0.0], [1, 2, 0], 0.0, period, _plane_rotation(plane))
 
 
+def z_sine(amplitude: float = 0.05, period: float = 2.0) -> LissajousPath:
+    """Up and down along the base frame's z axis: ``z = amplitude sin(w t)`` (the SCQP
+    paper's z-axis tracking task)."""
+    if not amplitude > 0:
+        raise ValueError(f"amplitude must be > 0 [m], got {amplitude!r}")
+    return LissajousPath([0.0, 0.0, amplitude], [0, 0, 1], 0.0, period)
+
+
+class CartesianPath(Trajectory):
+    """The task-space reference itself: the tracked frame's position
+    ``p_start + x(t)`` [m], velocity and acceleration (``n = 3``, base-frame axes) of a
+    path, with the orientation held at ``R_start``.  Wrap it in
+    :class:`~adaptive_dynamics.trajectories.base.ScaledTrajectory` for speed scaling
+    like any trajectory."""
+
+    def __init__(self, path, p_start: ArrayLike, R_start: Optional[ArrayLike] = None):
+        self.path = path
+        self.p_start = np.asarray(p_start, dtype=float).reshape(3).copy()
+        self.R_start = np.eye(3) if R_start is None else np.asarray(R_start, dtype=float).reshape(3, 3).copy()
+        self.n = 3
+        self.period = path.period
+        self.duration = None
+        self.joint_names = ["x", "y", "z"]
+
+    def sample_many(self, ts: ArrayLike) -> Samples:
+        X, Xd, Xdd = self.path.sample_many(self._times(ts))
+        return self.p_start + X, Xd, Xdd
+
+
 class CartesianTrajectory(Trajectory):
     """Joint references that move the end effector along a Cartesian path.
 
@@ -330,6 +361,11 @@ class CartesianTrajectory(Trajectory):
     def sample_many(self, ts: ArrayLike) -> Samples:
         t = np.mod(self._times(ts), self.period)
         return self._spline(t), self._d1(t), self._d2(t)
+
+    def task_space(self) -> CartesianPath:
+        """The Cartesian reference this joint path realises (:class:`CartesianPath`:
+        same path, start pose and period)."""
+        return CartesianPath(self.path, self.p_start, self.R_start)
 
     def cartesian_reference(self, ts: ArrayLike):
         """Desired frame position [m] (len, 3) and velocity [m/s] at ``ts``; the desired
