@@ -166,3 +166,19 @@ def test_the_residual_gradient_is_conditioned_against_the_inertia(panda):
     assert QPInverseDynamics(panda, dt=0.005, residual_inertia_bounds=None).condition_gradient(M, E) is E
     with pytest.raises(ValueError, match="residual_inertia_bounds"):
         QPInverseDynamics(panda, dt=0.005, residual_inertia_bounds=(1.2, 2.0))
+
+
+def test_a_second_solver_through_qpsolvers_gives_the_same_torque(panda):
+    """solver="qpsolvers:osqp": the same QP through qpsolvers; with the posture task the
+    minimiser is unique and both solvers find it."""
+    a = QPInverseDynamics(panda, dt=0.005, w_posture=1e-2)
+    b = QPInverseDynamics(panda, dt=0.005, w_posture=1e-2, solver="qpsolvers:osqp")
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        q, v, xdd = Q0 + rng.normal(0, 0.1, 7), rng.normal(0, 0.3, 7), rng.normal(0, 1.0, 3)
+        ra, rb = a.solve(q, v, xdd), b.solve(q, v, xdd)
+        assert ra.ok and rb.ok
+        np.testing.assert_allclose(rb.tau, ra.tau, rtol=0, atol=1e-3)
+        np.testing.assert_allclose(rb.qdd, ra.qdd, rtol=0, atol=1e-3)
+    with pytest.raises(ValueError, match="qpsolvers:<name>"):
+        QPInverseDynamics(panda, dt=0.005, solver="nope")

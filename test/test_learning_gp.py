@@ -227,3 +227,19 @@ def test_exact_gp_shares_one_kernel_when_outputs_share_hyperparameters():
     assert shared.memory_bytes() < split.memory_bytes() / 2
     again = ExactGP.from_bytes(shared.to_bytes())
     np.testing.assert_allclose(again.predict(Q), m1, rtol=0, atol=1e-12)
+
+
+def test_predict_with_gradient_equals_predict_and_mean_gradient():
+    """One kernel evaluation for both (SCQP's per-cycle query), shared kernel and per
+    output hyperparameters alike."""
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(80, 5))
+    Y = np.stack([np.sin(X[:, 0]) * X[:, 1], X[:, 2] ** 2, np.cos(X[:, 3] + X[:, 4])], axis=1)
+    for ls in (1.2, [[0.8, 1.0, 1.2, 1.4, 1.6], [1.0] * 5, [2.0] * 5]):
+        gp = ExactGP(5, 3, length_scale=ls, max_points=100).partial_fit(X, Y)
+        for x in rng.normal(size=(4, 5)):
+            m, g = gp.predict_with_gradient(x)
+            np.testing.assert_allclose(m, gp.predict(x[None])[0], rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(g, gp.mean_gradient(x), rtol=1e-10, atol=1e-12)
+    m, g = ExactGP(5, 3).predict_with_gradient(np.zeros(5))
+    assert not m.any() and g.shape == (3, 5) and not g.any()

@@ -45,7 +45,9 @@ world, so W and its columns of eq. 2 are absent).  Per control cycle::
   acceleration bounds are the braking acceleration (the interval never inverts).
 
 Solved with proxsuite's dense ProxQP, sized once at construction and warm-started from
-the previous cycle's primal/dual solution.  A solve that does not report
+the previous cycle's primal/dual solution (``solver="proxsuite"``); ``solver=
+"qpsolvers:<name>"`` hands the same QP to another solver through qpsolvers (e.g.
+``qpsolvers:osqp``; the benchmark's reference).  A solve that does not report
 ``PROXQP_SOLVED`` or returns non-finite values gives the **fallback** torque
 ``c(q, qd) + e_t - kd_fallback qd`` (gravity, Coriolis and the residual, plus damping),
 clipped to the torque limits, and is counted: never a NaN.
@@ -115,6 +117,8 @@ class QPInverseDynamics:
         (module docstring); ``None``: ``E`` as learned.
     eps_abs, max_iter:
         ProxQP's absolute tolerance and iteration cap.
+    solver:
+        ``"proxsuite"`` or ``"qpsolvers:<name>"`` (a solver qpsolvers knows).
     """
 
     def __init__(self, model, *, dt: float, w_position: float = 1.0, w_orientation: float = 0.1,
@@ -122,7 +126,8 @@ class QPInverseDynamics:
                  kp_orientation: float = 100.0, kd_orientation: float = 20.0, q_posture=None,
                  kp_posture: float = 25.0, kd_posture: float = 10.0, limit_horizon: float = 0.05,
                  limit_margin: float = 0.02, torque_limit_scale: float = 1.0, kd_fallback: float = 5.0,
-                 residual_inertia_bounds=(0.8, 1.25), eps_abs: float = 1e-7, max_iter: int = 200):
+                 residual_inertia_bounds=(0.8, 1.25), eps_abs: float = 1e-7, max_iter: int = 200,
+                 solver: str = "proxsuite"):
         if not (np.isfinite(dt) and dt > 0):
             raise ValueError(f"dt must be > 0, got {dt!r}")
         self.model = model
@@ -158,6 +163,15 @@ class QPInverseDynamics:
         self._pd = self._pm.createData()
         self._fid = model.frame_id(model.ee_frame)
         self._zero = np.zeros(n)
+        if solver != "proxsuite":
+            import qpsolvers
+            name = solver.partition(":")[2]
+            if not solver.startswith("qpsolvers:") or name not in qpsolvers.available_solvers:
+                raise ValueError(f"solver must be 'proxsuite' or 'qpsolvers:<name>' with <name> in"
+                                 f" {qpsolvers.available_solvers}, got {solver!r}")
+        self.solver = solver
+        self.eps_abs = float(eps_abs)
+        self._last = None
         self._qp = proxsuite.proxqp.dense.QP(2 * n, n, 0, True)
         self._qp.settings.eps_abs = float(eps_abs)
         self._qp.settings.eps_rel = 0.0
@@ -292,6 +306,8 @@ class QPInverseDynamics:
         lo, hi = self.acceleration_bounds(q, v)
         l_box = np.concatenate([lo, -self.tau_max])
         u_box = np.concatenate([hi, self.tau_max])
+        if self.solver != "proxsuite":
+            return self._solve_other(q, v, c, e_t, Hx, gx, A, b, l_box, u_box)
         qp = self._qp
         t0 = time.perf_counter()
         try:
@@ -319,6 +335,29 @@ class QPInverseDynamics:
         return QPResult(tau=np.clip(x[n:], -self.tau_max, self.tau_max), qdd=x[:n], status="solved",
                         iterations=it, solve_time_s=dt_solve)
 
+    def _solve_other(self, q, v, c, e_t, H, g, A, b, lb, ub) -> QPResult:
+        import qpsolvers
+        import scipy.sparse as sp
+        self._last = (H, g, A, b, lb, ub)
+        name = self.solver.partition(":")[2]
+        # the same accuracy as ProxQP's; sparse matrices for the sparse solvers (no conversion warning)
+        opts = {"eps_abs": self.eps_abs, "eps_rel": self.eps_abs, "polish": True} if name == "osqp" else {}
+        t0 = time.perf_counter()
+        try:
+            if name == "osqp":
+                H, A = sp.csc_matrix(H), sp.csc_matrix(A)
+            x = qpsolvers.solve_qp(H, g, None, None, A, b, lb, ub, solver=name, **opts)
+        except Exception as exc:  # noqa: BLE001
+            return self._fallback(q, v, c, e_t, f"solver error {exc}", 0, time.perf_counter() - t0)
+        dt_solve = time.perf_counter() - t0
+        self.solves += 1
+        if x is None or not np.isfinite(x).all():
+            return self._fallback(q, v, c, e_t, "no solution", 0, dt_solve)
+        n = self.n
+        self.last_status = "solved"
+        return QPResult(tau=np.clip(x[n:], -self.tau_max, self.tau_max), qdd=x[:n], status="solved",
+                        iterations=0, solve_time_s=dt_solve)
+
     def _fallback(self, q, v, c, e_t, why: str, it: int, dt_solve: float) -> QPResult:
         self.fallbacks += 1
         self.last_status = f"fallback: {why}"
@@ -331,6 +370,8 @@ class QPInverseDynamics:
 
     def qp_matrices(self):
         """The last QP as (H, g, A, b, l_box, u_box) numpy arrays (for a second solver)."""
+        if self._last is not None:
+            return tuple(np.array(a) for a in self._last)
         m = self._qp.model
         n2 = 2 * self.n
         H = np.array(m.H)

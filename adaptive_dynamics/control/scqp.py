@@ -149,8 +149,7 @@ class ResidualModel:
         x = np.concatenate([np.asarray(q, float), np.asarray(v, float), np.asarray(qdd, float)])
         if self.gp.n_points == 0 or self.gp._snap is None:
             return np.zeros(n), np.zeros((n, n))
-        e = self.gp.predict(x[None])[0]
-        G = self.gp.mean_gradient(x)                 # n x 3n
+        e, G = self.gp.predict_with_gradient(x)      # n, n x 3n
         return e, G[:, 2 * n:]
 
     # ---------------------------------------------------------------- persistence
@@ -271,6 +270,12 @@ class SCQPController:
         self._prev = (q.copy(), v.copy(), out.tau.copy())
         self.steps += 1
         return out.tau
+
+    def discard_last(self) -> None:
+        """The torque of the last :meth:`step` was not applied as computed (a safe command
+        answered a control instant, or control instants were missed): the next step keeps
+        no sample of that period and does not difference velocities across it."""
+        self._prev = None
 
     def end_episode(self) -> int:
         """Refit the residual GP on everything collected (Algorithm 1, line 12)."""

@@ -289,6 +289,23 @@ class ExactGP(Learner):
         out = np.transpose(g, (1, 0, 2)) * (ys.std[None, :, None] / xs.std[None, None, :])
         return out[0] if single else out
 
+    def predict_with_gradient(self, x):
+        """Mean (outputs) and its gradient (outputs x inputs) at one input ``x`` from one
+        kernel evaluation (what SCQP's QP needs every cycle)."""
+        x = np.asarray(x, dtype=float).reshape(1, -1)
+        if x.shape[1] != self.input_dim or not np.isfinite(x).all():
+            raise ValueError(f"x: expected {self.input_dim} finite values")
+        snap = self._snap
+        if snap is None:
+            return np.zeros(self.output_dim), np.zeros((self.output_dim, self.input_dim))
+        Xs, _, alpha, xs, ys, ls, sf2, _ = snap
+        Q = xs(x)
+        Ks = se_kernel(Q, Xs, ls, sf2)[:, 0, :]                     # G x n
+        W = Ks * alpha                                              # o x n
+        mean = ys.mean + ys.std * W.sum(axis=1)
+        g = (W @ Xs - W.sum(axis=1)[:, None] * Q) / ls ** 2         # o x d (standardised)
+        return mean, g * (ys.std[:, None] / xs.std[None, :])
+
     def log_marginal_likelihood(self) -> np.ndarray:
         """Per-output log marginal likelihood of the standardised training data."""
         snap = self._snap
