@@ -1175,8 +1175,10 @@ def plot_payload(robot: str, res: dict, tr: dict, out_dir: str, files: list, lab
     axes[2].plot([], [], color="k", lw=1.2, label=f"payload {res['payload_kg']:g} kg attached")
     axes[2].plot([], [], color="r", lw=0.6, label="database cleared (change detected)")
     axes[2].legend(fontsize=8, loc="upper left")
-    axes[0].set_title(f"{robot}: payload picked up at {t_p:.1f} s, PGPOL (n = 60, 480, knn 20), change detection"
-                      f" {label}: {res['change']}", fontsize=9)
+    c = res["change"]
+    axes[0].set_title(f"{robot}: payload picked up at {t_p:.1f} s, PGPOL (n = 60, 480, knn 20); change test"
+                      f" ({label}): eta {c['change_threshold']:g}, horizon {c['change_horizon']}, lag"
+                      f" {c['change_lag']}, warm-up {c['change_warmup']}", fontsize=9)
     fig.tight_layout()
     save_plot(fig, out_dir, f"pgpol_payload_{robot}_{label}.png", files)
 
