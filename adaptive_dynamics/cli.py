@@ -205,7 +205,9 @@ def _add_graph_args(p, *, sim_default=True) -> None:
     from .launch_graph import CONTROLLERS, LEARNERS, MODES, REAL_PRESETS
     from .robots import ROBOT_NAMES
     p.add_argument("--robot", default="panda", choices=ROBOT_NAMES)
-    p.add_argument("--controller", default="computed_torque", choices=CONTROLLERS)
+    p.add_argument("--controller", default="computed_torque", choices=CONTROLLERS,
+                   help="pd | computed_torque (node controller) | direct | composite (adaptive_controller) |"
+                   " scqp (scqp_controller: the end effector on task_reference, the trajectory in task space)")
     p.add_argument("--learner", default="none", choices=LEARNERS)
     p.add_argument("--learner-split", action="store_true", help="run the learner as model_update + prediction"
                    " (the PGPOL prediction / model-update split) instead of residual_learner")
@@ -262,8 +264,8 @@ def _cmd_experiment(args) -> int:
 
 # topics `record` subscribes to by default (every topic the recorder node knows the type
 # of; a topic without publisher yet is recorded once one appears, else stays empty)
-RECORD_TOPICS = ["joint_states", "effort_controller/commands", "reference", "/clock", "/diagnostics",
-                 "controller/tracking_error", "adaptive/parameters", "adaptive/parameter_update",
+RECORD_TOPICS = ["joint_states", "effort_controller/commands", "reference", "task_reference", "/clock",
+                 "/diagnostics", "controller/tracking_error", "adaptive/parameters", "adaptive/parameter_update",
                  "adaptive/parametric_torque", "feedforward/residual"]
 _INFRA_TOPICS = {"/rosout", "/parameter_events"}
 
@@ -498,15 +500,16 @@ def _cmd_replay(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .launch_graph import CONTROLLERS
+    from .launch_graph import JOINT_CONTROLLERS
 
     ap = argparse.ArgumentParser(prog="adaptive-dynamics",
                                  description="Learn a torque-controlled robot's dynamics online while controlling it.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("demo", help="the main job: closed-loop lockstep simulation, tracking table, plots, bag")
     p.add_argument("--robot", default="panda", help="panda | iiwa14 | planar2 (default panda)")
-    p.add_argument("--controller", default="computed_torque", choices=CONTROLLERS,
-                   help="pd | computed_torque (baseline node) | direct | composite (adaptive_controller)")
+    p.add_argument("--controller", default="computed_torque", choices=JOINT_CONTROLLERS,
+                   help="pd | computed_torque (baseline node) | direct | composite (adaptive_controller);"
+                   " the demo tracks joint references (scqp: `launch sim --controller scqp`)")
     p.add_argument("--duration", type=float, default=10.0, help="sim seconds (default 10)")
     p.add_argument("--out", default="out/demo", help="directory for the bag, plots and demo.json")
     p.add_argument("-v", "--verbose", action="store_true", help="forward the nodes' logs")

@@ -15,9 +15,17 @@ from typing import Any
 
 from .robots import ROBOT_NAMES, share_dir
 
-CONTROLLERS = ("pd", "computed_torque", "direct", "composite")
-#: laws served by the adaptive_controller node (the lean baseline `controller` serves the rest)
+CONTROLLERS = ("pd", "computed_torque", "direct", "composite", "scqp")
+#: laws served by the adaptive_controller node (the lean baseline `controller` serves pd, computed_torque)
 ADAPTIVE_LAWS = ("direct", "composite")
+#: controllers of the end effector: node scqp_controller on task_reference (the trajectory node in
+#: space: task); the others track joint references
+TASK_CONTROLLERS = ("scqp",)
+JOINT_CONTROLLERS = tuple(c for c in CONTROLLERS if c not in TASK_CONTROLLERS)
+#: the trajectory of a task-space controller when the parameter files name a joint-space type
+DEFAULT_TASK_TRAJECTORY = "figure8"
+#: trajectory types the trajectory node publishes in task space (nodes/trajectory.py)
+CARTESIAN_TYPES = ("figure8", "lissajous", "square_circle", "z_sine")
 LEARNERS = ("none", "gmm", "rbfn", "gp", "pgpol", "sgpol")  # "none" + adaptive_dynamics.learning.LEARNERS (tested)
 MODES = ("lockstep", "realtime")
 SCENARIOS = ("sim", "real")
@@ -86,6 +94,10 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     """The nodes of ``scenario`` ("sim": MuJoCo bridge + trajectory + controller; "real":
     trajectory + controller against a robot's ros2_control stack).
 
+    ``controller`` "scqp" starts ``scqp_controller`` and switches the trajectory node to
+    ``space: task`` (its ``type`` from the parameter files and overrides if that is a
+    Cartesian type, else :data:`DEFAULT_TASK_TRAJECTORY`).
+
     ``duration`` > 0 stops the simulation after that much sim time (the bridge exits
     cleanly and the launcher stops the rest).  ``overrides`` maps node name -> params.
     A ``learner`` other than "none" adds the ``residual_learner`` node, or with
@@ -134,9 +146,15 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
                                "wait_for_nodes": 2 + int(record) + n_learners,
                                "wait_for_state_subscribers": 1 + int(record) + n_learners},
                               namespace=namespace, required=True))
-    nodes.append(NodeSpec("trajectory", "trajectory", files, dict(common), list(remaps), namespace))
-    ctl = "adaptive_controller" if controller in ADAPTIVE_LAWS else "controller"
-    ctl_params = {**common, "law": controller}
+    traj = NodeSpec("trajectory", "trajectory", files, dict(common), list(remaps), namespace)
+    nodes.append(traj)
+    task_space = controller in TASK_CONTROLLERS
+    if task_space:
+        traj.params["space"] = "task"
+        if _resolved(traj, overrides.get("trajectory", {})).get("type", "fourier") not in CARTESIAN_TYPES:
+            traj.params["type"] = DEFAULT_TASK_TRAJECTORY
+    ctl = "scqp_controller" if task_space else "adaptive_controller" if controller in ADAPTIVE_LAWS else "controller"
+    ctl_params = {**common} if task_space else {**common, "law": controller}
     if not sim:  # franka_ros2 adds gravity to the command itself; FRI torque mode and Gazebo do not
         ctl_params["robot_compensates_gravity"] = preset in GRAVITY_COMPENSATING_PRESETS
     else:  # lockstep must not lose a state; in real time the latest state is what matters
@@ -162,7 +180,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         if sim and duration > 0:
             rec["exit_when_idle"] = 1.0  # bridge gone + 1 s quiet: queue drained, close the bag, exit 0
         if sim and mode == "lockstep":  # the bridge starts only once the recorder hears the whole graph
-            rec["wait_for_publishers"] = ["reference", "effort_controller/commands"]
+            rec["wait_for_publishers"] = ["task_reference" if task_space else "reference",
+                                          "effort_controller/commands"]
         nodes.append(NodeSpec("recorder", "recorder", files, rec, list(remaps), namespace,
                               drains=sim and duration > 0))
     for spec in nodes:
@@ -171,6 +190,18 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     if unknown:
         raise ValueError(f"without: {unknown} not in this graph ({[s.name for s in nodes]})")
     return [s for s in nodes if s.name not in without]
+
+
+def _resolved(spec: NodeSpec, spec_overrides: dict[str, Any]) -> dict[str, Any]:
+    """The parameters ``spec`` would get from its files, its own params and the overrides."""
+    from .ros.params import load_param_file  # only here: the rest of this module needs no ROS
+
+    out: dict[str, Any] = {}
+    for f in spec.param_files:
+        out.update(load_param_file(f, spec.name, namespace="/" + spec.namespace if spec.namespace else ""))
+    out.update(spec.params)
+    out.update(spec_overrides)
+    return out
 
 
 #: controller parameters the regressor node must share for ``regressor_source: topics``

@@ -33,9 +33,12 @@ def resolved(spec):
 @pytest.mark.parametrize("controller", CONTROLLERS)
 def test_sim_graph_nodes_and_controller_selection(controller):
     nodes = by_name(build_graph("sim", robot="panda", controller=controller, duration=3.0, record=True))
-    ctl = "adaptive_controller" if controller in ("direct", "composite") else "controller"
+    ctl = {"direct": "adaptive_controller", "composite": "adaptive_controller", "scqp": "scqp_controller"}.get(
+        controller, "controller")
     assert set(nodes) == {"mujoco_bridge", "trajectory", ctl, "recorder"}
-    assert nodes[ctl].executable == ctl and nodes[ctl].params["law"] == controller
+    assert nodes[ctl].executable == ctl
+    if ctl != "scqp_controller":
+        assert nodes[ctl].params["law"] == controller
     assert nodes["mujoco_bridge"].required and nodes["recorder"].drains
     # the bridge is the clock; every other node runs on sim time
     assert nodes["mujoco_bridge"].params["use_sim_time"] is False
@@ -45,9 +48,32 @@ def test_sim_graph_nodes_and_controller_selection(controller):
     assert p["wait_for_state_subscribers"] == 2  # controller + recorder
     assert p["robot"] == "panda" and len(p["joint_names"]) == 7
     c = resolved(nodes[ctl])
-    assert c["law"] == controller and c["robot"] == "panda"
+    assert c["robot"] == "panda"
     if ctl == "adaptive_controller":
         assert len(c["kd"]) == 7 and c["initial_estimate"] == "zero"
+    t = resolved(nodes["trajectory"])
+    if ctl == "scqp_controller":   # the end effector: task references from the trajectory node
+        assert c["mode"] == "scqp" and c["rate_hz"] == 200.0 and "law" not in c
+        assert t["space"] == "task" and t["type"] == "figure8"
+        assert resolved(nodes["recorder"])["wait_for_publishers"] == ["task_reference", "effort_controller/commands"]
+    else:
+        assert c["law"] == controller and t.get("space", "joint") == "joint"
+        assert resolved(nodes["recorder"])["wait_for_publishers"] == ["reference", "effort_controller/commands"]
+
+
+def test_scqp_graph_keeps_a_cartesian_trajectory_type_and_refuses_a_learner():
+    from adaptive_dynamics.launch_graph import CARTESIAN_TYPES
+    from adaptive_dynamics.nodes.trajectory import CARTESIAN_TYPES as NODE_TYPES
+    assert CARTESIAN_TYPES == NODE_TYPES
+    for kind in CARTESIAN_TYPES:
+        nodes = by_name(build_graph("sim", controller="scqp", overrides={"trajectory": {"type": kind}}))
+        assert resolved(nodes["trajectory"])["type"] == kind
+    real = by_name(build_graph("real", controller="scqp", preset="franka"))
+    c, t = resolved(real["scqp_controller"]), resolved(real["trajectory"])
+    assert c["robot_compensates_gravity"] is True and c["state_file"] and t["space"] == "task"
+    assert t["start_from_current"] is True and t["type"] == "figure8"
+    with pytest.raises(ValueError, match="adaptive controller"):
+        build_graph("sim", controller="scqp", learner="gmm")
 
 
 def test_config_files_order_and_overrides_win(tmp_path):

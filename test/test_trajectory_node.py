@@ -59,3 +59,37 @@ def test_trajectory_batches_cover_the_grid_ahead_of_the_clock(ros, publish_perio
     np.testing.assert_allclose(QD, qd_ref, atol=1e-12)
     fd = (Q[2:] - Q[:-2]) / 2e-3
     np.testing.assert_allclose(fd, QD[1:-1], atol=1e-4 * max(1.0, np.abs(QD).max()))
+
+
+def test_task_space_publishes_task_reference_batches(ros):
+    """space: task: MultiDOFJointTrajectory batches on task_reference (the base frame, the
+    end-effector frame, the grid from the start), nothing on reference; a joint-space
+    type is refused at start."""
+    from trajectory_msgs.msg import MultiDOFJointTrajectory
+
+    from adaptive_dynamics.ros.task_references import TaskReferenceBuffer
+
+    node = ros.add(TrajectoryNode, robot="panda", use_sim_time=True, space="task", type="z_sine",
+                   cartesian_size=0.05, cartesian_period=2.0, lookahead=0.2, publish_period=0.1)
+    probe = ros.node("task_probe")
+    batches, joint = [], []
+    probe.create_subscription(MultiDOFJointTrajectory, "task_reference", batches.append, REFERENCE_QOS)
+    probe.create_subscription(JointTrajectory, "reference", joint.append, REFERENCE_QOS)
+    clock = probe.create_publisher(Clock, "/clock", CLOCK_QOS)
+    for k in range(0, 31):
+        clock.publish(Clock(clock=from_ns(k * 10 * MS)))
+        ros.spin_until(lambda: node.get_clock().now().nanoseconds == k * 10 * MS, timeout=2.0)
+    ros.spin_for(0.1)
+    assert len(batches) >= 3 and not joint
+    buf = TaskReferenceBuffer("panda_link0", "panda_hand_tcp", capacity=1000)
+    for b in batches:
+        buf.add(b)
+    stamps = buf.stamps()
+    np.testing.assert_array_equal(stamps, np.arange(len(stamps)) * MS)
+    assert stamps[-1] >= 300 * MS + 100 * MS
+    r = buf.lookup(500 * MS)
+    P, V, _ = node.task.sample_many(np.array([0.5]))
+    np.testing.assert_allclose(r.position, P[0], atol=1e-12)
+    np.testing.assert_allclose(r.twist[:3], V[0], atol=1e-12)
+    with pytest.raises(ValueError, match="type must be one of"):
+        ros.add(TrajectoryNode, robot="panda", use_sim_time=True, space="task", type="fourier")

@@ -209,7 +209,7 @@ def replay_qos(topic: str, count: int = 0):
     if topic == CLOCK_TOPIC:
         proto, cap = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE,
                                 durability=DurabilityPolicy.VOLATILE), STREAM_DEPTH_CAP
-    elif base == "reference":
+    elif base in ("reference", "task_reference"):
         proto, cap = REFERENCE_QOS, LATCHED_DEPTH_CAP
     elif base == "parameters" or topic.endswith("gp/model"):
         proto, cap = LATCHED_QOS, LATCHED_DEPTH_CAP

@@ -85,8 +85,13 @@ class JointControllerShell(Node):
     Subclasses implement :meth:`_setup_law` (build the core, register parameter
     listeners/validators) and :meth:`_control` (one cycle: torque in model joint order
     or ``None`` for the safe command), and may extend :meth:`_after_command`,
-    :meth:`_setup_topics`, :meth:`_diagnostics` and :meth:`_shutdown`.
+    :meth:`_setup_topics`, :meth:`_diagnostics` and :meth:`_shutdown`.  A controller of
+    another reference stream sets :attr:`REFERENCE_TOPIC` / :attr:`REFERENCE_TYPE` and
+    :meth:`_make_references` (a buffer with ``add_any`` and ``lookup`` by stamp).
     """
+
+    REFERENCE_TOPIC = "reference"
+    REFERENCE_TYPE = JointTrajectory
 
     def __init__(self, node_name: str, param_specs, **kwargs):
         super().__init__(node_name, **kwargs)
@@ -96,8 +101,7 @@ class JointControllerShell(Node):
         self.cmd_index = self.model.joint_index(self.joint_names)  # model joint k -> command slot
         self.limit = self.model.effort_limit.copy()
         self.mapper = JointStateMapper(self.model.joint_names)
-        self.refs = ReferenceBuffer(self.model.joint_names, capacity=4096,
-                                    max_staleness_ns=int(self.p["reference_staleness"] * 1e9))
+        self.refs = self._make_references()
         self.counters = Counters(node_name, self.get_fully_qualified_name())
         self.sat = np.zeros(n, dtype=np.int64)
         self._lock = threading.Lock()  # the law's core (cycle vs parameter callbacks)
@@ -121,8 +125,8 @@ class JointControllerShell(Node):
         self._cb_lock = threading.RLock()  # state/reference (io thread) vs watchdog (main thread)
         self.io = HotPath(self, enabled=self.p["hot_path_thread"])
         self._setup_topics()
-        self.io.node.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS,
-                                       raw=True)  # batch -> arrays: ReferenceBuffer.add_serialized
+        self.io.node.create_subscription(self.REFERENCE_TYPE, self.REFERENCE_TOPIC, self._on_reference,
+                                         REFERENCE_QOS, raw=True)  # batch -> arrays: ReferenceBuffer.add_serialized
         self.io.node.create_subscription(JointState, "joint_states", self._on_state,
                                          stream_qos(self.p["reliable_streams"]), raw=True)  # wire.py
         steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
@@ -140,6 +144,11 @@ class JointControllerShell(Node):
     # ------------------------------------------------------------ subclass hooks
     def _model_kwargs(self) -> dict:
         return {}
+
+    def _make_references(self):
+        """The buffer of the reference stream (``add_any``, ``lookup`` by stamp, ``counters``)."""
+        return ReferenceBuffer(self.model.joint_names, capacity=4096,
+                               max_staleness_ns=int(self.p["reference_staleness"] * 1e9))
 
     def _setup_law(self) -> None:
         raise NotImplementedError
@@ -167,7 +176,7 @@ class JointControllerShell(Node):
         """Called on destroy, before the zero command."""
 
     # ------------------------------------------------------------- callbacks
-    def _on_reference(self, msg: JointTrajectory) -> None:
+    def _on_reference(self, msg) -> None:
         with self._cb_lock:
             try:
                 self.refs.add_any(msg)

@@ -28,7 +28,7 @@ from ..ros.node_base import run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import CLOCK_QOS, LATCHED_QOS
 
-DEFAULT_TOPICS = ["joint_states", "reference", "effort_controller/commands",
+DEFAULT_TOPICS = ["joint_states", "reference", "task_reference", "effort_controller/commands",
                   "controller/tracking_error", "/clock", "adaptive/parametric_torque",
                   "adaptive/parameter_update", "adaptive/parameters", "feedforward/residual"]
 
@@ -43,10 +43,10 @@ def _msg_class(topic: str):
     from rosgraph_msgs.msg import Clock
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
-    from trajectory_msgs.msg import JointTrajectory
+    from trajectory_msgs.msg import JointTrajectory, MultiDOFJointTrajectory
     from diagnostic_msgs.msg import DiagnosticArray
     known = {
-        "joint_states": JointState, "reference": JointTrajectory,
+        "joint_states": JointState, "reference": JointTrajectory, "task_reference": MultiDOFJointTrajectory,
         "effort_controller/commands": Float64MultiArray, "controller/tracking_error": JointState,
         "/clock": Clock, "/diagnostics": DiagnosticArray,
         "feedforward/residual": JointState, "adaptive/parameters": JointState,
@@ -92,7 +92,7 @@ class RecorderNode(Node):
             self.writer.add_topic(resolved, ros_type_name(cls))
             qos = CLOCK_QOS if topic == "/clock" else (
                 LATCHED_QOS if topic.startswith("adaptive/parameters") else
-                _RECORD_LATCHED_QOS if topic == "reference" else _RECORD_QOS)
+                _RECORD_LATCHED_QOS if topic in ("reference", "task_reference") else _RECORD_QOS)
             sub = (cls, topic, lambda data, t=resolved: self._write(t, data), qos)
             if wait and topic == "joint_states":
                 self._deferred.append(sub)

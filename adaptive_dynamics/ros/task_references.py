@@ -38,7 +38,7 @@ Entry points: :func:`task_reference_msg` (a batch), :class:`TaskReferenceBuffer`
 from __future__ import annotations
 
 import collections
-from typing import NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional
 
 import numpy as np
 from builtin_interfaces.msg import Duration
