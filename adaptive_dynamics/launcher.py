@@ -133,6 +133,7 @@ class GraphProcess:
         self.logs: dict[str, list[str]] = {}
         self._threads = []
         self._closed = False
+        self._interrupted: set = set()   # nodes sent SIGINT already (a second one would cut their shutdown short)
         environ = dict(os.environ)
         environ.update(env or {})
         environ.setdefault("PYTHONUNBUFFERED", "1")
@@ -201,6 +202,7 @@ class GraphProcess:
         for spec in self.nodes:
             if not spec.drains and not spec.required and self.procs[spec.name].poll() is None:
                 self.procs[spec.name].send_signal(signal.SIGINT)
+                self._interrupted.add(spec.name)
         t_end = time.monotonic() + limit
         for spec in drainers:
             try:
@@ -242,7 +244,9 @@ class GraphProcess:
             for spec in order:
                 p = self.procs.get(spec.name)
                 if p is not None and p.poll() is None:
-                    p.send_signal(signal.SIGINT)
+                    if spec.name not in self._interrupted:   # one SIGINT: a second interrupts the node's
+                        p.send_signal(signal.SIGINT)         # shutdown (saving what it learned, zero command)
+                        self._interrupted.add(spec.name)
                     try:
                         p.wait(timeout=grace)
                     except subprocess.TimeoutExpired:
