@@ -825,6 +825,11 @@ class MujocoPlant:
             raise SimulationDiverged(
                 f"MuJoCo flagged an unstable simulation at t={d.time:.6f} s (it resets the state); "
                 f"last torque {tau_applied.tolist()} -- reduce the timestep or the gains")
+        # MuJoCo adds the timestep to data.time at every step: in double precision that
+        # drifts by ~1 ns per 10^5 steps, and stamps derived from it left the step grid
+        # (3 minutes into a 1 kHz run no joint state matched its reference's stamp any
+        # more).  Snapping to the grid removes the accumulation.
+        d.time = round(d.time / m.opt.timestep) * m.opt.timestep
         self._qacc = qacc
         self._tau_applied = tau_applied
         self._tau_friction = fv * v + coulomb
