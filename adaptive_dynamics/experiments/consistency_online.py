@@ -38,13 +38,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import threading
 import time
 from typing import Any
 
 import numpy as np
 
 from . import save_plot
+from .clock_follower import ClockFollower
 
 # phase -> parameter changes at its start (phase 1's are the nodes' start parameters)
 PHASE_SETTINGS = {
@@ -60,46 +60,24 @@ CONTROLLER: dict[str, Any] = {}
 RECORDED = ["joint_states", "reference", "adaptive/parametric_torque", "residual_learner/prediction"]
 
 
-class PhaseDirector:
+class PhaseDirector(ClockFollower):
     """Switch the phases at sim-time boundaries through SetParameters (own rclpy context)."""
 
     def __init__(self, boundaries: list[float], namespace: str = ""):
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.node import Node
         from rcl_interfaces.srv import SetParameters
-        from rosgraph_msgs.msg import Clock
 
         from ..ros.params import to_parameters
-        from ..ros.qos import CLOCK_QOS
 
+        super().__init__("phase_director", namespace)
         self._to_parameters = to_parameters
         self.boundaries = list(boundaries)   # start of phases 2, 3, 4
-        self.ctx = Context()
-        rclpy.init(context=self.ctx)
-        self.node = Node("phase_director", context=self.ctx, namespace=namespace or None)
         self.clients = {name: self.node.create_client(SetParameters, f"{name}/set_parameters")
                         for name in ("adaptive_controller", "residual_learner")}
-        self.node.create_subscription(Clock, "/clock", self._on_clock, CLOCK_QOS)
         self.phase = 1
         self.switches: list[dict[str, Any]] = []
-        self.errors: list[str] = []
-        self.last_clock = 0.0
-        self.executor = SingleThreadedExecutor(context=self.ctx)
-        self.executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
+        self.start()
 
-    def _spin(self) -> None:
-        try:
-            self.executor.spin()
-        except Exception:
-            pass
-
-    def _on_clock(self, msg) -> None:
-        t = msg.clock.sec + 1e-9 * msg.clock.nanosec
-        self.last_clock = t
+    def on_clock(self, t: float) -> None:
         while self.phase < 4 and t >= self.boundaries[self.phase - 1]:
             self.phase += 1
             self._switch(self.phase, t)
@@ -123,16 +101,6 @@ class PhaseDirector:
                     self.errors.append(f"phase {phase}: {name}: {exc!r}")
                 entry["acknowledged_s"][name] = round(self.last_clock, 4)
             fut.add_done_callback(done)
-
-    def close(self) -> None:
-        import rclpy
-        try:
-            self.executor.shutdown(timeout_sec=1.0)
-        except Exception:
-            pass
-        self.node.destroy_node()
-        rclpy.try_shutdown(context=self.ctx)
-        self._thread.join(timeout=2.0)
 
 
 def learner_settings(learner: str, phases: list[float], trajectory: dict | None) -> dict:

@@ -122,6 +122,7 @@ import numpy as np
 
 from ..learning.pgpol import CHANGE_DEFAULTS, CHANGE_PAPER, ChangeTest
 from . import save_plot
+from .clock_follower import ClockFollower
 
 #: per robot: the task's start pose, the pick-and-place base pose and offsets, the payload
 #: (``q_pp``: the pick-and-place base pose, default ``q_task``; ``pp_centre``: the circle's
@@ -306,51 +307,30 @@ def constellation_key(windows, knn: int) -> str:
 
 
 # ============================================================================ running a graph
-class RunMonitor:
+class RunMonitor(ClockFollower):
     """Follows one run from this process (own rclpy context): ``/clock``, every snapshot
     on ``learner/model`` (statistics of the learner inside it), and timed actions
     ``(sim time, service, request_value)`` (std_srvs/SetBool) made once the clock passes
     their time."""
 
     def __init__(self, actions=(), namespace: str = ""):
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.node import Node
-        from rosgraph_msgs.msg import Clock
         from std_msgs.msg import UInt8MultiArray
         from std_srvs.srv import SetBool
 
-        from ..ros.qos import CLOCK_QOS, LATCHED_QOS
+        from ..ros.qos import LATCHED_QOS
 
-        self.ctx = Context()
-        rclpy.init(context=self.ctx)
-        self.node = Node("pgpol_monitor", context=self.ctx, namespace=namespace or None)
+        super().__init__("pgpol_monitor", namespace)
         self.actions = sorted(actions)
         self.clients = {srv: self.node.create_client(SetBool, srv) for _, srv, _ in self.actions}
         self.done: list[dict] = []
-        self.errors: list[str] = []
         self.snapshots: list[dict] = []
-        self.last_clock = 0.0
         self._next = 0
         self._lock = threading.Lock()
-        self.node.create_subscription(Clock, "/clock", self._on_clock, CLOCK_QOS)
         self.node.create_subscription(UInt8MultiArray, "learner/model", self._on_snapshot, LATCHED_QOS, raw=True)
-        self.executor = SingleThreadedExecutor(context=self.ctx)
-        self.executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
+        self.start()
 
-    def _spin(self) -> None:
-        try:
-            self.executor.spin()
-        except Exception:
-            pass
-
-    def _on_clock(self, msg) -> None:
+    def on_clock(self, t: float) -> None:
         from std_srvs.srv import SetBool
-        t = msg.clock.sec + 1e-9 * msg.clock.nanosec
-        self.last_clock = t
         while self._next < len(self.actions) and t >= self.actions[self._next][0]:
             t_act, srv, value = self.actions[self._next]
             self._next += 1
@@ -379,16 +359,6 @@ class RunMonitor:
         st["t_rx"] = round(self.last_clock, 4)
         with self._lock:
             self.snapshots.append(st)
-
-    def close(self) -> None:
-        import rclpy
-        try:
-            self.executor.shutdown(timeout_sec=1.0)
-        except Exception:
-            pass
-        self.node.destroy_node()
-        rclpy.try_shutdown(context=self.ctx)
-        self._thread.join(timeout=2.0)
 
 
 def _cdr_uint8_array_data(raw: bytes) -> memoryview:
