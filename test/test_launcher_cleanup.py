@@ -111,7 +111,11 @@ class Launch:
         assert not left, f"node processes still running: {left}"
 
     def cleanup(self) -> None:
-        """Only after a failed test: end what this test started, by pid."""
+        """Only after a failed test: end what this test started, by pid (the launcher's
+        children too when the test failed before it listed them: orphaned nodes of a
+        hung graph would talk to the next tests on the same domain)."""
+        if self.proc.poll() is None:
+            self.nodes.update(children(self.proc.pid))
         for pid in [self.proc.pid, *self.nodes]:
             if alive(pid):
                 try:
