@@ -249,12 +249,13 @@ class QPInverseDynamics:
 
     # ---------------------------------------------------------------- the QP
     def solve(self, q, v, xdd_ref, *, R_des=None, w_des=None, wdot_des=None, residual=None,
-              qdd_measured=None) -> QPResult:
+              qdd_measured=None, kinematics=None) -> QPResult:
         """One cycle: the torque (and planned acceleration) for the task acceleration
         ``xdd_ref`` (3, world frame).  ``R_des``/``w_des``/``wdot_des``: the desired
         orientation, angular velocity and acceleration (default: hold the current
         orientation, zero velocity).  ``residual``: ``(e_t, E)`` of the residual model at
-        ``(q, v, qdd_measured)`` (None = rigid-body model only)."""
+        ``(q, v, qdd_measured)`` (None = rigid-body model only).  ``kinematics``: what
+        :meth:`kinematics` returned for this ``(q, v)``, when the caller has it already."""
         n = self.n
         q = np.asarray(q, dtype=float).reshape(-1)
         v = np.asarray(v, dtype=float).reshape(-1)
@@ -264,7 +265,7 @@ class QPInverseDynamics:
                              f" {xdd_ref.shape}")
         if not (np.isfinite(q).all() and np.isfinite(v).all()):
             raise ValueError("non-finite joint state")
-        T, J, jdqd, M, c = self.kinematics(q, v)
+        T, J, jdqd, M, c = self.kinematics(q, v) if kinematics is None else kinematics
         e_t = np.zeros(n)
         E = None
         if residual is not None:
@@ -336,22 +337,15 @@ class QPInverseDynamics:
                         iterations=it, solve_time_s=dt_solve)
 
     def _solve_other(self, q, v, c, e_t, H, g, A, b, lb, ub) -> QPResult:
-        import qpsolvers
-        import scipy.sparse as sp
         self._last = (H, g, A, b, lb, ub)
-        name = self.solver.partition(":")[2]
-        # the same accuracy as ProxQP's; sparse matrices for the sparse solvers (no conversion warning)
-        opts = {"eps_abs": self.eps_abs, "eps_rel": self.eps_abs, "polish": True} if name == "osqp" else {}
         t0 = time.perf_counter()
-        try:
-            if name == "osqp":
-                H, A = sp.csc_matrix(H), sp.csc_matrix(A)
-            x = qpsolvers.solve_qp(H, g, None, None, A, b, lb, ub, solver=name, **opts)
+        try:        # the same accuracy as ProxQP's
+            x = qpsolvers_solve(H, g, A, b, lb, ub, self.solver.partition(":")[2], self.eps_abs)
         except Exception as exc:  # noqa: BLE001
             return self._fallback(q, v, c, e_t, f"solver error {exc}", 0, time.perf_counter() - t0)
         dt_solve = time.perf_counter() - t0
         self.solves += 1
-        if x is None or not np.isfinite(x).all():
+        if x is None:
             return self._fallback(q, v, c, e_t, "no solution", 0, dt_solve)
         n = self.n
         self.last_status = "solved"
@@ -379,16 +373,18 @@ class QPInverseDynamics:
         return H, np.array(m.g), np.array(m.A), np.array(m.b), np.array(m.l_box), np.array(m.u_box)
 
 
-def reference_solve(H, g, A, b, lb, ub, solver: str = "osqp") -> Optional[np.ndarray]:
-    """The same QP solved by a second solver (OSQP), for cross-checks and the benchmark."""
-    import osqp
+def qpsolvers_solve(H, g, A, b, lb, ub, solver: str = "osqp", eps: float = 1e-9, **options) -> Optional[np.ndarray]:
+    """The QP ``min 1/2 x^T H x + g^T x``, ``A x = b``, ``lb <= x <= ub`` through qpsolvers
+    (sparse matrices for OSQP, its tolerances ``eps``); None when it finds no finite solution."""
+    import qpsolvers
     import scipy.sparse as sp
-    n = H.shape[0]
-    P = sp.csc_matrix(np.triu(H))
-    Cm = sp.vstack([sp.csc_matrix(A), sp.eye(n, format="csc")], format="csc")
-    lo = np.concatenate([b, lb])
-    hi = np.concatenate([b, ub])
-    prob = osqp.OSQP()
-    prob.setup(P, g, Cm, lo, hi, verbose=False, eps_abs=1e-9, eps_rel=1e-9, polishing=True, max_iter=20000)
-    r = prob.solve()
-    return None if r.x is None or not np.isfinite(r.x).all() else np.asarray(r.x)
+    if solver == "osqp":
+        H, A = sp.csc_matrix(H), sp.csc_matrix(A)
+        options = {"eps_abs": eps, "eps_rel": eps, "polishing": True, **options}
+    x = qpsolvers.solve_qp(H, g, None, None, A, b, lb, ub, solver=solver, **options)
+    return None if x is None or not np.isfinite(x).all() else np.asarray(x)
+
+
+def reference_solve(H, g, A, b, lb, ub, solver: str = "osqp") -> Optional[np.ndarray]:
+    """The same QP solved by a second solver (OSQP at 1e-9), for cross-checks."""
+    return qpsolvers_solve(H, g, A, b, lb, ub, solver, 1e-9, max_iter=20000)

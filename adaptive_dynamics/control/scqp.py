@@ -254,7 +254,8 @@ class SCQPController:
             self._qdd = (v - vp_) / self.dt
             if self.uses_gp and self.collect:
                 self.residual.add(qp_, vp_, self._qdd, taup)
-        T, J, jdqd, _, _ = self.qp.kinematics(q, v)
+        kin = self.qp.kinematics(q, v)          # shared with the QP below
+        T, J = kin[0], kin[1]
         x, xd = T[:3, 3], J[:3] @ v
         x_d, xd_d, xdd_d = (np.asarray(a, dtype=float).reshape(3) for a in (x_d, xd_d, xdd_d))
         if self.uses_mrac:
@@ -265,7 +266,7 @@ class SCQPController:
             xdd_r = xdd_d + self.kp_task * e + self.kd_task * (xd_d - xd) + self.ki_task * self._int
         res = self.residual.predict(q, v, self._qdd) if self.uses_gp else None
         out = self.qp.solve(q, v, xdd_r, R_des=R_d, w_des=w_d, wdot_des=wdot_d, residual=res,
-                            qdd_measured=self._qdd)
+                            qdd_measured=self._qdd, kinematics=kin)
         self.last = out
         self._prev = (q.copy(), v.copy(), out.tau.copy())
         self.steps += 1
