@@ -580,15 +580,22 @@ class MujocoPlant:
         velocities ``v`` and positions ``q`` (the configured reality; ``q`` is needed only
         with a position ripple)."""
         v = np.asarray(v, dtype=float)
-        level = self.friction_coulomb
-        if np.any(self.friction_stribeck):
-            level = level + self.friction_stribeck * np.exp(-np.square(v / self.stribeck_velocity))
-        out = self.friction_viscous * v + level * np.tanh(v / self.coulomb_smoothing)
+        out = self.friction_viscous * v + self._coulomb_level(v) * np.tanh(v / self.coulomb_smoothing)
         if np.any(self.ripple_amplitude):
             if q is None:
                 raise ValueError("friction_model: the position ripple needs q")
-            out = out + self.ripple_amplitude * np.sin(self.ripple_periods * np.asarray(q, dtype=float))
+            out = out + self._ripple(np.asarray(q, dtype=float))
         return out
+
+    def _coulomb_level(self, v: np.ndarray) -> np.ndarray:
+        """``f_c + f_s exp(-(v/v_s)^2)``: the Coulomb level, raised near rest by Stribeck."""
+        if not np.any(self.friction_stribeck):
+            return self.friction_coulomb
+        return self.friction_coulomb + self.friction_stribeck * np.exp(-np.square(v / self.stribeck_velocity))
+
+    def _ripple(self, q: np.ndarray) -> np.ndarray:
+        """``a sin(N q)``: the position ripple."""
+        return self.ripple_amplitude * np.sin(self.ripple_periods * q)
 
     # ------------------------------------------------------------------ validation
     def _vector(self, value, what: str) -> np.ndarray:
@@ -793,8 +800,8 @@ class MujocoPlant:
         fv, fc, eps = self.friction_viscous, self.friction_coulomb, self.coulomb_smoothing
         th = np.tanh(v / eps)
         if self._unmodelled:   # Stribeck raises the Coulomb level near rest; the ripple rides along
-            fc = fc + self.friction_stribeck * np.exp(-np.square(v / self.stribeck_velocity))
-            coulomb = fc * th + self.ripple_amplitude * np.sin(self.ripple_periods * d.qpos[self._qi])
+            fc = self._coulomb_level(v)
+            coulomb = fc * th + self._ripple(d.qpos[self._qi])
         else:
             coulomb = fc * th
         qfrc = self._qfrc  # preallocated (nv): only the actuated dofs are ever written
