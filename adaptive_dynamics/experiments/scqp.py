@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -141,7 +140,7 @@ def _run(args):
     return run_replicate(*args)
 
 
-def summarise(results: list, episodes: int) -> dict:
+def summarise(results: list) -> dict:
     """Median and 5-95 % band per approach and episode; the issue's figures."""
     E = {m: np.array([r["errors"] for r in results if r["method"] == m]) for m in METHODS}
     out: dict[str, Any] = {"median": {}, "p5": {}, "p95": {}}
@@ -261,7 +260,7 @@ def main(argv=None) -> int:
     for r in robots:
         for t in tasks:
             res = [x for x in results if x["robot"] == r and x["task"] == t]
-            summ = summarise(res, args.episodes)
+            summ = summarise(res)
             summ["task"] = TASKS[t]
             table[f"{r}/{t}"] = summ
             plot_errors(r, t, summ, args.out, files)
