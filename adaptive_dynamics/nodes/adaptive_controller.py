@@ -70,7 +70,7 @@ from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stream_qos
 from ..ros.stamped import MATRIX_STAMP_OFFSET, matrix_from_msg, vector_from_msg
-from .common import trigger_save
+from .common import shutdown_save, trigger_save
 from .controller import JointControllerShell, shell_specs
 
 LAWS = ("pd", "computed_torque", "direct", "composite")
@@ -618,12 +618,7 @@ class AdaptiveControllerNode(JointControllerShell):
                     self.get_logger().error(f"autosave failed: {exc}")
 
     def _shutdown(self) -> None:
-        try:
-            path = self.save_estimate()
-            if path:
-                self.get_logger().info(f"estimate saved to {path}")
-        except Exception as exc:  # never block the zero command
-            self.get_logger().error(f"saving the estimate failed: {exc}")
+        shutdown_save(self, self.save_estimate, "estimate")
 
 
 def _matrix_stamp(msg: Float64MultiArray) -> int | None:

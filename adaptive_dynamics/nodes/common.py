@@ -101,6 +101,18 @@ def trigger_save(res, save, *, what: str, unset: str):
     return res
 
 
+def shutdown_save(node, save, what: str) -> None:
+    """A node's save at shutdown, logged: ``save()`` returns a path (or None: nothing to
+    save); a failure is logged, never raised (the rest of the shutdown -- the zero
+    command -- must run)."""
+    try:
+        path = save()
+        if path:
+            node.get_logger().info(f"{what} saved to {path}")
+    except Exception as exc:
+        node.get_logger().error(f"saving the {what} failed: {exc}")
+
+
 class SampleRing:
     """The last ``capacity`` integer samples (e.g. latencies in ns) in a preallocated
     ring: :meth:`add` is O(1) and allocates nothing (it runs on a 1 kHz hot path).

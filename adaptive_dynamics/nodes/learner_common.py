@@ -31,6 +31,7 @@ from sensor_msgs.msg import JointState
 from ..learning import LEARNERS, OnlineResidual
 from ..ros.joint_states import JointStateMapper, joint_state_msg
 from ..ros.params import ParamSpec
+from .common import shutdown_save
 from ..ros.qos import PUBLISHER_STREAM_QOS
 from ..ros.references import ReferenceBuffer
 from ..ros.stamped import vector_from_msg
@@ -406,10 +407,5 @@ def final_save(node, what: Callable[[], str]) -> None:
     if not getattr(node, "_constructed", False):
         return
     node._constructed = False
-    try:
-        path = node.save_model()
-        if path:
-            node.get_logger().info(f"{what()} saved to {path}")
-    except Exception as exc:
-        node.get_logger().error(f"saving the {what()} failed: {exc}")
+    shutdown_save(node, node.save_model, what())
 

@@ -71,7 +71,7 @@ from ..ros.joint_states import joint_state_msg
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
-from .common import trigger_save
+from .common import shutdown_save, trigger_save
 from .controller import JointControllerShell, shell_specs
 
 STATE_FORMAT = "adaptive_dynamics.scqp_state"
@@ -575,12 +575,7 @@ class SCQPControllerNode(JointControllerShell):
         if t is not None and t.is_alive():
             self.get_logger().info("waiting for the running GP refit before saving")
             t.join(timeout=60.0)
-        try:
-            path = self.save_state()
-            if path:
-                self.get_logger().info(f"state saved to {path}")
-        except Exception as exc:  # never block the zero command
-            self.get_logger().error(f"saving the state failed: {exc}")
+        shutdown_save(self, self.save_state, "state")
 
 
 def main(args=None) -> int:
