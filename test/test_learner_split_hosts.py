@@ -469,7 +469,10 @@ def test_split_across_two_network_namespaces(link, tmp_path, capsys):
         # ------------------------------------------------------------ 3. link up again
         assert wait_for(lambda: rec.version() > v_quiet, 20.0, procs), (rec.last_diag("prediction"), logs())
         t_back = time.monotonic()
+        # model_update's diagnostics come every diagnostics period: wait for the one that
+        # reports the versions prediction already applied
         assert wait_for(lambda: rec.version() >= v_quiet + 3 and rec.diags("model_update", t_back)
+                        and int(rec.last_diag("model_update")["version"]) > mu_down + 3
                         and time.monotonic() - t_up >= PHASE, 15.0, procs), (rec.last_diag("prediction"), logs())
         assert int(rec.last_diag("model_update")["version"]) > mu_down + 3, "model_update stopped during the outage"
         t_lim = time.monotonic()
