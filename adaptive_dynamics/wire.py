@@ -28,7 +28,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-__all__ = ["WireError", "TrajectoryBatch", "decode_trajectory", "encode_trajectory", "JointStateEncoder",
+__all__ = ["WireError", "TrajectoryBatch", "decode_trajectory", "encode_trajectory", "TaskBatch", "decode_multidof",
+           "encode_multidof", "JointStateEncoder",
            "decode_joint_state", "encode_command", "decode_command", "decode_bytes", "NameCache"]
 
 _U32 = struct.Struct("<I")
@@ -112,29 +113,37 @@ def header_names(b, size: int, cache: NameCache):
     return sec * NS + nsec, names, off
 
 
-def _layout(start: int, lengths) -> tuple:
-    """Offsets (payload-relative) of one ``JointTrajectoryPoint`` starting at ``start``
-    whose four sequences have ``lengths``: ``([(len_off, data_off)] x 4, time_off, end)``."""
+#: bytes per element of a JointTrajectoryPoint's four sequences (float64)
+_JT_WIDTHS = (8, 8, 8, 8)
+#: bytes per element of a MultiDOFJointTrajectoryPoint's three sequences: Transform (7
+#: float64: translation, rotation x y z w), Twist (6) and Twist
+_MDOF_WIDTHS = (56, 48, 48)
+
+
+def _layout(start: int, lengths, widths=_JT_WIDTHS) -> tuple:
+    """Offsets (payload-relative) of one trajectory point starting at ``start`` whose
+    sequences have ``lengths`` elements of ``widths`` bytes (float64 members: 8-aligned),
+    then a ``Duration``: ``([(len_off, data_off)] per sequence, time_off, end)``."""
     seqs, off = [], start
-    for m in lengths:
+    for m, w in zip(lengths, widths):
         off = _align(off, 4)
         len_off = off
         off += 4
         if m:
             off = _align(off, 8)
         seqs.append((len_off, off))
-        off += 8 * m
+        off += w * m
     off = _align(off, 4)
     return seqs, off, off + 8
 
 
-def _plan(start: int, k: int, lengths) -> tuple:
+def _plan(start: int, k: int, lengths, widths=_JT_WIDTHS) -> tuple:
     """Where ``k`` points with the same ``lengths`` lie, the first at ``start``.
 
     A point's layout depends on its start offset modulo 8 only (starts are 4-aligned: two
     cases), so from some point ``j`` <= 1 on it repeats every ``P`` = 1 or 2 points.
     Returns ``(groups, end)``: per group of points sharing a layout ``(index slice,
-    count, byte stride, [(len_off, data_off)] x 4, time_off)``, and the end offset."""
+    count, byte stride, [(len_off, data_off)] per sequence, time_off)``, and the end offset."""
     layouts, seen, pos = [], {}, start
     j = P = None
     for i in range(min(k, 3)):
@@ -143,7 +152,7 @@ def _plan(start: int, k: int, lengths) -> tuple:
             P = i - j
             break
         seen[pos % 8] = i
-        seqs, t_off, end = _layout(pos, lengths)
+        seqs, t_off, end = _layout(pos, lengths, widths)
         layouts.append((seqs, t_off, end))
         pos = end
     if j is None:  # k <= 2 points, each its own layout
@@ -159,11 +168,11 @@ def _plan(start: int, k: int, lengths) -> tuple:
     return groups, end
 
 
-def _first_lengths(b, start: int, size: int) -> list:
-    """The four sequence lengths of the point at ``start`` (read in stream order)."""
-    lengths = [0, 0, 0, 0]
-    for f in range(4):
-        len_off = _layout(start, lengths)[0][f][0]
+def _first_lengths(b, start: int, size: int, widths=_JT_WIDTHS) -> list:
+    """The sequence lengths of the point at ``start`` (read in stream order)."""
+    lengths = [0] * len(widths)
+    for f in range(len(widths)):
+        len_off = _layout(start, lengths, widths)[0][f][0]
         if len_off + 4 > size:
             raise WireError("truncated point")
         lengths[f] = _U32.unpack_from(b, len_off)[0]
@@ -186,6 +195,40 @@ def _decode_trajectory(raw, cache: NameCache) -> TrajectoryBatch:
     b = memoryview(raw)[4:]
     size = len(b)
     stamp, names, off = header_names(b, size, cache)
+    m = len(names)
+    t, (Q, QD, QDD, E) = _points(raw, b, off, size, m, _JT_WIDTHS)
+    k = t.size
+    return TrajectoryBatch(stamp, names, t + stamp, Q.reshape(k, m), None if QD is None else QD.reshape(k, m),
+                           None if QDD is None else QDD.reshape(k, m), efforts=E is not None)
+
+
+class TaskBatch:
+    """A decoded ``MultiDOFJointTrajectory``: ``stamp_ns``, ``frame_id`` and ``names`` of
+    the header, ``t_ns`` (int64, header stamp + time_from_start per point), ``T``
+    (k x m x 7: translation x y z, rotation x y z w per name) and ``V``/``A`` (k x m x 6:
+    linear, angular; ``None`` when every point leaves the field empty)."""
+
+    __slots__ = ("stamp_ns", "frame_id", "names", "t_ns", "T", "V", "A")
+
+    def __init__(self, stamp_ns, frame_id, names, t_ns, T, V, A):
+        self.stamp_ns, self.frame_id, self.names, self.t_ns = stamp_ns, frame_id, names, t_ns
+        self.T, self.V, self.A = T, V, A
+
+
+def decode_multidof(raw, cache: Optional[NameCache] = None) -> TaskBatch:
+    """Decode a serialized ``MultiDOFJointTrajectory`` whose points all carry one
+    transform per name and one (or no) velocity and acceleration per name, as
+    :func:`decode_trajectory` does for ``JointTrajectory``.  Raises :class:`WireError`
+    for anything else (the generic deserializer then says what is wrong)."""
+    try:
+        return _decode_multidof(raw, cache or NameCache())
+    except (struct.error, UnicodeDecodeError, IndexError, TypeError) as exc:
+        raise WireError(f"undecodable MultiDOFJointTrajectory ({type(exc).__name__}: {exc})") from None
+
+
+def _points(raw, b, off: int, size: int, m: int, widths) -> tuple:
+    """``(t_ns without the header stamp, [k x m x width/8 array or None per sequence])``
+    of the point sequence at ``off`` whose first sequence must have ``m`` entries."""
     off = _align(off, 4)
     if off + 4 > size:
         raise WireError("truncated")
@@ -193,31 +236,40 @@ def _decode_trajectory(raw, cache: NameCache) -> TrajectoryBatch:
     off += 4
     if k == 0:
         raise WireError("no points")
-    lengths = _first_lengths(b, off, size)
-    if lengths[0] != len(names) or any(m_ not in (0, lengths[0]) for m_ in lengths):
+    lengths = _first_lengths(b, off, size, widths)
+    if lengths[0] != m or any(ln not in (0, m) for ln in lengths):
         raise WireError("point fields do not match joint_names")  # the generic path says how
-    groups, end = _plan(off, k, lengths)
+    groups, end = _plan(off, k, lengths, widths)
     if end > size:
         raise WireError("truncated")
     buf = raw if isinstance(raw, (bytes, bytearray)) else bytes(raw)
-    base = 4  # offsets above are relative to the payload; the buffer starts at the header
-    m = lengths[0]
-    out = [np.empty((k, m)), np.empty((k, m)) if lengths[1] else None,
-           np.empty((k, m)) if lengths[2] else None]
+    base = 4  # offsets are relative to the payload; the buffer starts at the header
+    out = [np.empty((k, m, w // 8)) if ln else None for ln, w in zip(lengths, widths)]
     t = np.empty(k, dtype=np.int64)
     for idx, cnt, stride, seqs, t_off in groups:
         # every point's length fields, read where this layout puts them: the first that
         # differs is at a correctly predicted offset, so a batch with differing points fails
-        for f, ((len_off, data_off), ln) in enumerate(zip(seqs, lengths)):
+        for f, ((len_off, data_off), ln, w) in enumerate(zip(seqs, lengths, widths)):
             if not (np.ndarray((cnt,), "<u4", buf, base + len_off, (stride,)) == ln).all():
                 raise WireError("field lengths differ")
-            if f < 3 and ln:
-                out[f][idx] = np.ndarray((cnt, m), "<f8", buf, base + data_off, (stride, 8))
+            if out[f] is not None:
+                out[f][idx] = np.ndarray((cnt, m, w // 8), "<f8", buf, base + data_off, (stride, w, 8))
         sec = np.ndarray((cnt,), "<i4", buf, base + t_off, (stride,))
         nsec = np.ndarray((cnt,), "<u4", buf, base + t_off + 4, (stride,))
         t[idx] = sec.astype(np.int64) * NS + nsec
-    t += stamp
-    return TrajectoryBatch(stamp, names, t, out[0], out[1], out[2], efforts=bool(lengths[3]))
+    return t, out
+
+
+def _decode_multidof(raw, cache: NameCache) -> TaskBatch:
+    if len(raw) < 8 or bytes(raw[:2]) != b"\x00\x01":
+        raise WireError("not little-endian CDR")
+    b = memoryview(raw)[4:]
+    size = len(b)
+    stamp, names, off = header_names(b, size, cache)
+    n = _U32.unpack_from(b, 8)[0]                   # frame_id, with its terminating NUL
+    frame_id = bytes(b[12:12 + n - 1]).decode() if n else ""
+    t, (T, V, A) = _points(raw, b, off, size, len(names), _MDOF_WIDTHS)
+    return TaskBatch(stamp, frame_id, names, t + stamp, T, V, A)
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -253,9 +305,10 @@ def _head(stamp_ns: int, names: Sequence[str], frame_id: str) -> bytearray:
 _TEMPLATES: dict = {}
 
 
-def _template(names: tuple, frame_id: str, k: int, m: int, present: tuple):
-    """The message with zero data and times for this shape, and where the data go."""
-    key = (names, frame_id, k, present)
+def _template(names: tuple, frame_id: str, k: int, m: int, present: tuple, widths=_JT_WIDTHS):
+    """The message with zero data and times for this shape, and where the data go
+    (sequences past ``present`` are empty: a JointTrajectoryPoint's efforts)."""
+    key = (names, frame_id, k, present, widths)
     hit = _TEMPLATES.get(key)
     if hit is not None:
         return hit
@@ -263,8 +316,8 @@ def _template(names: tuple, frame_id: str, k: int, m: int, present: tuple):
     w.buf = _head(0, names, frame_id)
     w.u32(k)
     start = len(w.buf)
-    lengths = [m if has else 0 for has in present] + [0]   # positions, velocities, accelerations, effort
-    groups, end = _plan(start, k, lengths)
+    lengths = [m if has else 0 for has in present] + [0] * (len(widths) - len(present))
+    groups, end = _plan(start, k, lengths, widths)
     body = bytearray(ENCAPSULATION_LE) + w.buf + bytes(end - start)   # zero data, times, padding
     plan = []
     for idx, cnt, stride, seqs, t_off in groups:
@@ -299,6 +352,35 @@ def encode_trajectory(stamp0_ns: int, dt_ns: int, names: Sequence[str], Q, QD=No
             fields.append(X)
     present = tuple(X is not None for X in fields)
     template, plan = _template(tuple(names), frame_id, k, m, present)
+    return _fill(template, plan, stamp0_ns, dt_ns, k, fields)
+
+
+def encode_multidof(stamp0_ns: int, dt_ns: int, names: Sequence[str], T, V=None, A=None,
+                    frame_id: str = "") -> bytes:
+    """Serialized ``MultiDOFJointTrajectory`` whose point ``i`` applies at
+    ``stamp0 + i * dt``: ``T`` k x m x 7 transforms (translation, rotation x y z w),
+    ``V``/``A`` k x m x 6 twists (linear, angular) or None (empty in every point) --
+    what :func:`~adaptive_dynamics.ros.task_references.task_reference_msg` builds, byte
+    for byte."""
+    T = np.ascontiguousarray(T, dtype="<f8")
+    if T.ndim != 3 or T.shape[1] != len(names) or T.shape[2] != 7 or T.shape[0] == 0:
+        raise ValueError(f"encode_multidof: transforms must be k x {len(names)} x 7, got {T.shape}")
+    k, m = T.shape[:2]
+    fields = [T]
+    for X in (V, A):
+        if X is not None:
+            X = np.ascontiguousarray(X, dtype="<f8")
+            if X.shape != (k, m, 6):
+                raise ValueError(f"encode_multidof: twists must be {k} x {m} x 6, got {X.shape}")
+        fields.append(X)
+    present = tuple(X is not None for X in fields)
+    template, plan = _template(tuple(names), frame_id, k, m, present, _MDOF_WIDTHS)
+    return _fill(template, plan, stamp0_ns, dt_ns, k, fields)
+
+
+def _fill(template: bytes, plan: list, stamp0_ns: int, dt_ns: int, k: int, fields: list) -> bytes:
+    """A template's copy with the header stamp, the points' times and the data of
+    ``fields`` (k x ... arrays, or None for an empty sequence) written in."""
     body = bytearray(template)
     sec0, nsec0 = divmod(int(stamp0_ns), NS)
     _I32U32.pack_into(body, 4, sec0, nsec0)
@@ -307,8 +389,8 @@ def encode_trajectory(stamp0_ns: int, dt_ns: int, names: Sequence[str], Q, QD=No
     base = 4
     for idx, cnt, stride, seqs, t_off in plan:
         for X, data_off in zip(fields, seqs):
-            if X is not None:
-                np.ndarray((cnt, m), "<f8", body, base + data_off, (stride, 8))[:] = X[idx]
+            if X is not None:   # C-contiguous: a point's row has the wire's element layout
+                np.ndarray((cnt,) + X.shape[1:], "<f8", body, base + data_off, (stride,) + X.strides[1:])[:] = X[idx]
         np.ndarray((cnt,), "<i4", body, base + t_off, (stride,))[:] = sec[idx]
         np.ndarray((cnt,), "<u4", body, base + t_off + 4, (stride,))[:] = nsec[idx]
     return bytes(body)

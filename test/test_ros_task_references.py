@@ -69,11 +69,13 @@ def test_batch_round_trip_through_the_wire_and_lookup_by_stamp():
     msg2.joint_names = ["gripper", EE]
     for pt in msg2.points:
         pt.transforms = [pt.transforms[0], pt.transforms[0]]
-    buf2 = TaskReferenceBuffer(WORLD, EE)
+    buf2, buf3 = TaskReferenceBuffer(WORLD, EE), TaskReferenceBuffer(WORLD, EE)
     assert buf2.add(msg2) == 3
-    r = buf2.lookup(t0 + 51 * MS)
-    assert r.twist is None and r.accel is None
-    np.testing.assert_array_equal(r.position, P[1])
+    assert buf3.add_any(serialize_message(msg2)) == 3
+    for b in (buf2, buf3):
+        r = b.lookup(t0 + 51 * MS)
+        assert r.twist is None and r.accel is None
+        np.testing.assert_array_equal(r.position, P[1])
     # a quaternion off by less than the tolerance is normalised
     buf2.add_arrays(t0 + 60 * MS, [0.1, 0.2, 0.3], [0.0, 0.0, 0.0, 1.0005])
     np.testing.assert_allclose(buf2.lookup(t0 + 60 * MS).quaternion, [0, 0, 0, 1], atol=1e-15)
@@ -120,14 +122,19 @@ def test_refusals_are_counted_and_their_stamps_remembered():
         (msg(x=half_velocities), "velocities per point"),
         (msg(x=bad_quaternion), "not a unit quaternion"),
     ]
+    raw_buf = TaskReferenceBuffer(WORLD, EE)          # the same refusals from the bytes (wire.py)
     for i, (m, needle) in enumerate(cases):
         m.header.stamp.sec = 10 * (i + 1)            # each its own stamp range
         with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
             buf.add(m)
+        with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
+            raw_buf.add_any(serialize_message(m))
     assert len(buf) == 0 and buf.counters["rejected"] == len(cases)
+    assert len(raw_buf) == 0 and raw_buf.counters["rejected"] == len(cases)
     # the refused ranges: a controller answers these instants with its safe command at once
     for i in range(len(cases)):
         assert buf.refused_at(10 * (i + 1) * 1_000_000_000 + t0 + 4 * MS)
+        assert raw_buf.refused_at(10 * (i + 1) * 1_000_000_000 + t0 + 4 * MS)
     assert not buf.refused_at(5 * 1_000_000_000)
     empty = msg()
     empty.points = []

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rclpy.serialization import serialize_message
+from rclpy.serialization import deserialize_message
+from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.trajectory import CARTESIAN_TYPES, build_trajectory, scaled, specs, task_batch
@@ -36,10 +37,11 @@ def test_task_batch_is_the_path_the_joint_mode_realises(panda, kind):
     joint, task = scaled(base, p, t0), scaled(base.task_space(), p, t0)
     stamps = int(t0 * 1e9) + np.arange(0, 1500) * MS          # the node's 1 kHz grid
     world, ee = base_frame_name(panda), panda.ee_frame
-    msg = task_batch(task, stamps, MS, world, ee)
+    raw = task_batch(task, stamps, MS, world, ee)                # the bytes the node publishes
+    msg = deserialize_message(raw, MultiDOFJointTrajectory)      # rclpy reads them
     assert msg.header.frame_id == "panda_link0" and list(msg.joint_names) == ["panda_hand_tcp"]
     buf = TaskReferenceBuffer(world, ee, capacity=2000)
-    assert buf.add_any(serialize_message(msg)) == len(stamps)
+    assert buf.add_any(raw) == len(stamps)
     Q, QD, _ = joint.sample_many(stamps * 1e-9)
     for i in range(0, len(stamps), 37):
         r = buf.lookup(int(stamps[i]))

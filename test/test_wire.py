@@ -1,4 +1,4 @@
-"""adaptive_dynamics.wire: the vectorised JointTrajectory, JointState and Float64MultiArray CDR
+"""adaptive_dynamics.wire: the vectorised JointTrajectory, MultiDOFJointTrajectory, JointState and Float64MultiArray CDR
 against two independent implementations (rosbags' serializer byte for byte, rclpy's
 deserializer both ways), every alignment case (frame_id and name lengths, joint counts,
 point counts, optional fields), the fallback for what it does not handle (big-endian via
@@ -10,10 +10,17 @@ import numpy as np
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message
 from rosbags.typesys import Stores, get_typestore
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint, MultiDOFJointTrajectory
 
 from adaptive_dynamics.ros.references import ReferenceBuffer, reference_batch_msg
-from adaptive_dynamics.wire import WireError, decode_trajectory, encode_trajectory
+from adaptive_dynamics.ros.task_references import TaskReferenceBuffer, task_reference_msg
+from adaptive_dynamics.wire import (
+    WireError,
+    decode_multidof,
+    decode_trajectory,
+    encode_multidof,
+    encode_trajectory,
+)
 
 TS = get_typestore(Stores.ROS2_HUMBLE)
 MS = 1_000_000
@@ -132,6 +139,83 @@ def test_points_not_matching_joint_names_and_corrupt_bytes_are_rejected_not_rais
     with pytest.raises(WireError):
         decode_trajectory(bytes(corrupt))
     assert buf.counters["rejected"] == 3 and len(buf) == 0
+
+
+# ------------------------------------------------------------------ MultiDOFJointTrajectory
+
+def _rosbags_multidof(frame, names, T, V, A, dt=MS):
+    ty = TS.types
+    Vec, Quat = ty["geometry_msgs/msg/Vector3"], ty["geometry_msgs/msg/Quaternion"]
+    Tf, Tw = ty["geometry_msgs/msg/Transform"], ty["geometry_msgs/msg/Twist"]
+    P = ty["trajectory_msgs/msg/MultiDOFJointTrajectoryPoint"]
+    H, Tm = ty["std_msgs/msg/Header"], ty["builtin_interfaces/msg/Time"]
+    D = ty["builtin_interfaces/msg/Duration"]
+
+    def twists(X):
+        return [] if X is None else [Tw(linear=Vec(*x[:3]), angular=Vec(*x[3:])) for x in X]
+
+    pts = [P(transforms=[Tf(translation=Vec(*x[:3]), rotation=Quat(*x[3:])) for x in T[i]],
+             velocities=twists(None if V is None else V[i]), accelerations=twists(None if A is None else A[i]),
+             time_from_start=D(sec=(i * dt) // 10**9, nanosec=(i * dt) % 10**9)) for i in range(len(T))]
+    msg = ty["trajectory_msgs/msg/MultiDOFJointTrajectory"](
+        header=H(stamp=Tm(sec=T0 // 10**9, nanosec=T0 % 10**9), frame_id=frame), joint_names=names, points=pts)
+    return bytes(TS.serialize_cdr(msg, "trajectory_msgs/msg/MultiDOFJointTrajectory"))
+
+
+@pytest.mark.parametrize("frame", ["", "a", "abcd"])
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("fields", [(True, True), (True, False), (False, False), (False, True)])
+def test_multidof_encode_decode_match_rosbags_and_rclpy(frame, n, fields):
+    rng = np.random.default_rng(n)
+    for k in (1, 2, 3, 4, 101):
+        T = rng.standard_normal((k, n, 7))
+        V = rng.standard_normal((k, n, 6)) if fields[0] else None
+        A = rng.standard_normal((k, n, 6)) if fields[1] else None
+        names = [f"frame_{i}" * (1 + i % 3) for i in range(n)]
+        mine = encode_multidof(T0, MS, names, T, V, A, frame_id=frame)
+        assert mine == _rosbags_multidof(frame, names, T, V, A), (k, n, fields)
+        back = deserialize_message(mine, MultiDOFJointTrajectory)          # rclpy reads ours
+        assert back.header.frame_id == frame and list(back.joint_names) == names and len(back.points) == k
+        tf = back.points[-1].transforms[-1]
+        assert (tf.translation.z, tf.rotation.w) == (T[-1, -1, 2], T[-1, -1, 6])
+        d = decode_multidof(bytes(serialize_message(back)))               # we read rclpy's
+        assert d.names == tuple(names) and d.frame_id == frame and d.stamp_ns == T0
+        np.testing.assert_array_equal(d.t_ns, T0 + np.arange(k) * MS)
+        np.testing.assert_array_equal(d.T, T)
+        for got, want in ((d.V, V), (d.A, A)):
+            assert (got is None) == (want is None)
+            if want is not None:
+                np.testing.assert_array_equal(got, want)
+
+
+def test_multidof_fast_path_equals_rclpy_path_and_falls_back(monkeypatch):
+    """TaskReferenceBuffer reads the bytes through decode_multidof: the same references as
+    from the message; a batch the fast path does not take (points with differing field
+    counts, big-endian) goes to rclpy's deserializer and is refused with its reason."""
+    rng = np.random.default_rng(3)
+    P, V, A = rng.standard_normal((40, 3)), rng.standard_normal((40, 6)), rng.standard_normal((40, 6))
+    Qr = rng.standard_normal((40, 4))
+    Qr /= np.linalg.norm(Qr, axis=1)[:, None]
+    msg = task_reference_msg(T0, MS, "base", "tcp", P, Qr, V, A)
+    fast, slow = TaskReferenceBuffer("base", "tcp"), TaskReferenceBuffer("base", "tcp")
+    from adaptive_dynamics.ros import task_references
+    with monkeypatch.context() as mp:        # no rclpy deserializer: the bytes take the fast path
+        mp.setattr(task_references, "deserialize", None)
+        assert fast.add_any(serialize_message(msg)) == slow.add(msg) == 40
+    for i in (0, 13, 39):
+        a, b = fast.lookup(T0 + i * MS), slow.lookup(T0 + i * MS)
+        for f in ("position", "quaternion", "twist", "accel"):
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    msg.points[5].velocities = []
+    raw = bytes(serialize_message(msg))
+    with pytest.raises(WireError):
+        decode_multidof(raw)
+    with pytest.raises(ValueError, match="velocities per point"):
+        fast.add_any(raw)
+    for cut in (10, 40, len(raw) - 3):
+        with pytest.raises(WireError):
+            decode_multidof(raw[:cut])
+    assert fast.counters["rejected"] == 1
 
 
 # ------------------------------------------------------------------ JointState and commands

@@ -34,7 +34,7 @@ from ..ros.node_base import run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import CLOCK_QOS, REFERENCE_QOS, STREAM_QOS
 from ..ros.stamps import to_ns
-from ..ros.task_references import TASK_REFERENCE_TOPIC, base_frame_name, matrix_to_quaternion, task_reference_msg
+from ..ros.task_references import TASK_REFERENCE_TOPIC, base_frame_name, matrix_to_quaternion, task_reference_bytes
 from ..wire import encode_trajectory
 from ..trajectories import (
     CartesianTrajectory,
@@ -153,14 +153,15 @@ def scaled(base, p, t0: float) -> ScaledTrajectory:
 
 
 def task_batch(task: ScaledTrajectory, stamps: np.ndarray, dt_ns: int, world_frame: str,
-               ee_frame: str) -> MultiDOFJointTrajectory:
-    """``task_reference`` batch of a (scaled) :class:`~adaptive_dynamics.trajectories.CartesianPath`
-    at ``stamps`` (a ``dt_ns`` grid): position, velocity and acceleration of the path, the
-    start orientation held (zero angular velocity and acceleration)."""
+               ee_frame: str) -> bytes:
+    """``task_reference`` batch (serialized ``MultiDOFJointTrajectory``) of a (scaled)
+    :class:`~adaptive_dynamics.trajectories.CartesianPath` at ``stamps`` (a ``dt_ns``
+    grid): position, velocity and acceleration of the path, the start orientation held
+    (zero angular velocity and acceleration)."""
     P, V, A = task.sample_many(np.asarray(stamps) * 1e-9)
     z = np.zeros_like(V)
-    return task_reference_msg(int(stamps[0]), dt_ns, world_frame, ee_frame, P, matrix_to_quaternion(task.base.R_start),
-                              np.hstack([V, z]), np.hstack([A, z]))
+    return task_reference_bytes(int(stamps[0]), dt_ns, world_frame, ee_frame, P,
+                                matrix_to_quaternion(task.base.R_start), np.hstack([V, z]), np.hstack([A, z]))
 
 
 class TrajectoryNode(Node):
@@ -279,7 +280,7 @@ class TrajectoryNode(Node):
             self.pub.publish(encode_trajectory(int(stamps[0]), self.dt_ns, self.names, Q, QD, QDD))
             self.last_ns = int(stamps[-1])
 
-    def _task_batch(self, stamps: np.ndarray) -> MultiDOFJointTrajectory:
+    def _task_batch(self, stamps: np.ndarray) -> bytes:
         return task_batch(self.task, stamps, self.dt_ns, self.world_frame, self.model.ee_frame)
 
     def _on_clock(self, msg: Clock) -> None:

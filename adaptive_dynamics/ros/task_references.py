@@ -31,7 +31,8 @@ message whose stamps could be read is remembered (:meth:`TaskReferenceBuffer.ref
 so a controller answers those instants with its safe command at once instead of waiting
 for a reference that will not come.
 
-Entry points: :func:`task_reference_msg` (a batch), :class:`TaskReferenceBuffer`
+Entry points: :func:`task_reference_msg` (a batch) and :func:`task_reference_bytes` (the
+same, serialized by :mod:`adaptive_dynamics.wire`), :class:`TaskReferenceBuffer`
 (``add_any``, ``lookup``, ``refused_at``), :func:`base_frame_name`.
 """
 
@@ -45,11 +46,12 @@ from builtin_interfaces.msg import Duration
 from geometry_msgs.msg import Transform, Twist
 from trajectory_msgs.msg import MultiDOFJointTrajectory, MultiDOFJointTrajectoryPoint
 
+from ..wire import NameCache, TaskBatch, WireError, decode_multidof, encode_multidof
 from .fields import RAW, deserialize
 from .references import ReferenceBuffer
 from .stamps import StampLike, duration_ns, from_ns, to_ns
 
-__all__ = ["TASK_REFERENCE_TOPIC", "TaskReference", "TaskReferenceBuffer", "task_reference_msg",
+__all__ = ["TASK_REFERENCE_TOPIC", "TaskReference", "TaskReferenceBuffer", "task_reference_msg", "task_reference_bytes",
            "base_frame_name", "quaternion_to_matrix", "matrix_to_quaternion"]
 
 TASK_REFERENCE_TOPIC = "task_reference"
@@ -111,13 +113,8 @@ def _rows(value, k: int, width: int, what: str) -> Optional[np.ndarray]:
     return a
 
 
-def task_reference_msg(stamp0_ns: StampLike, dt_ns: int, frame_id: str, name: str, P, quaternion=None,
-                       V=None, A=None) -> MultiDOFJointTrajectory:
-    """A batch of task references: point ``i`` applies at ``stamp0 + i dt``.
-
-    ``P``: k x 3 positions (or 3 values: one point); ``quaternion``: 4 values (x y z w)
-    for all points or k x 4 (default identity); ``V``/``A``: k x 6 twists and
-    accelerations ``[linear, angular]`` (or 6 values for all; None: left empty)."""
+def _batch_rows(P, quaternion, V, A) -> tuple:
+    """``(P k x 3, quaternions k x 4, V, A k x 6 or None)`` of the batch helpers' arguments."""
     P = np.asarray(P, dtype=float)
     if P.ndim == 1:
         P = P[None]
@@ -125,7 +122,18 @@ def task_reference_msg(stamp0_ns: StampLike, dt_ns: int, frame_id: str, name: st
         raise ValueError(f"task_reference_msg: positions must be k x 3, got {P.shape}")
     k = P.shape[0]
     Qr = _rows([0.0, 0.0, 0.0, 1.0] if quaternion is None else quaternion, k, 4, "quaternion")
-    V, A = _rows(V, k, 6, "V"), _rows(A, k, 6, "A")
+    return P, Qr, _rows(V, k, 6, "V"), _rows(A, k, 6, "A")
+
+
+def task_reference_msg(stamp0_ns: StampLike, dt_ns: int, frame_id: str, name: str, P, quaternion=None,
+                       V=None, A=None) -> MultiDOFJointTrajectory:
+    """A batch of task references: point ``i`` applies at ``stamp0 + i dt``.
+
+    ``P``: k x 3 positions (or 3 values: one point); ``quaternion``: 4 values (x y z w)
+    for all points or k x 4 (default identity); ``V``/``A``: k x 6 twists and
+    accelerations ``[linear, angular]`` (or 6 values for all; None: left empty)."""
+    P, Qr, V, A = _batch_rows(P, quaternion, V, A)
+    k = P.shape[0]
     msg = MultiDOFJointTrajectory()
     msg.header.stamp = from_ns(stamp0_ns)
     msg.header.frame_id = str(frame_id)
@@ -150,6 +158,16 @@ def task_reference_msg(stamp0_ns: StampLike, dt_ns: int, frame_id: str, name: st
     return msg
 
 
+def task_reference_bytes(stamp0_ns: int, dt_ns: int, frame_id: str, name: str, P, quaternion=None,
+                         V=None, A=None) -> bytes:
+    """:func:`task_reference_msg` serialized (publish the bytes): the same wire bytes from
+    :func:`adaptive_dynamics.wire.encode_multidof` without building a Python object per point."""
+    P, Qr, V, A = _batch_rows(P, quaternion, V, A)
+    return encode_multidof(int(stamp0_ns), int(dt_ns), [str(name)], np.hstack([P, Qr])[:, None],
+                           None if V is None else V[:, None], None if A is None else A[:, None],
+                           frame_id=str(frame_id))
+
+
 def _twist(tw) -> tuple:
     return (tw.linear.x, tw.linear.y, tw.linear.z, tw.angular.x, tw.angular.y, tw.angular.z)
 
@@ -171,6 +189,7 @@ class TaskReferenceBuffer(ReferenceBuffer):
         self.frame_id = str(frame_id)
         self.name = str(name)
         self._refused = collections.deque(maxlen=self.REFUSED_MEMORY)
+        self._names = NameCache()
 
     # ------------------------------------------------------------------ parsing
     def _stamps_of(self, msg) -> Optional[np.ndarray]:
@@ -180,25 +199,24 @@ class TaskReferenceBuffer(ReferenceBuffer):
         except Exception:  # noqa: BLE001 -- only for remembering a refused range
             return None
 
+    def _check_header(self, frame_id: str, names: list, k: int) -> int:
+        """The tracked frame's index in ``names``, or ValueError."""
+        w = self.where
+        if frame_id != self.frame_id:
+            raise ValueError(f"{w}: frame_id {frame_id!r} is not the world frame {self.frame_id!r}"
+                             " (the robot model's base frame)")
+        if self.name not in names:
+            raise ValueError(f"{w}: joint_names {names} do not name the tracked frame {self.name!r}")
+        if not k:
+            raise ValueError(f"{w}: MultiDOFJointTrajectory has no points")
+        return names.index(self.name)
+
     def parse(self, msg: MultiDOFJointTrajectory) -> list:
         """Validated :class:`TaskReference` list of a message (nothing stored)."""
         w = self.where
-        if msg.header.frame_id != self.frame_id:
-            raise ValueError(f"{w}: frame_id {msg.header.frame_id!r} is not the world frame {self.frame_id!r}"
-                             " (the robot model's base frame)")
         names = list(msg.joint_names)
-        if self.name not in names:
-            raise ValueError(f"{w}: joint_names {names} do not name the tracked frame {self.name!r}")
-        if not msg.points:
-            raise ValueError(f"{w}: MultiDOFJointTrajectory has no points")
-        j, m = names.index(self.name), len(names)
-        t = self._stamps_of(msg)
-        if t.size > 1 and np.any(np.diff(t) <= 0):
-            bad = int(np.flatnonzero(np.diff(t) <= 0)[0]) + 1
-            raise ValueError(f"{w}: points out of order: point {bad} at {t[bad] * 1e-9:.6f} s is not after point"
-                             f" {bad - 1} at {t[bad - 1] * 1e-9:.6f} s")
+        j, m = self._check_header(msg.header.frame_id, names, len(msg.points)), len(names)
         pts = msg.points
-        k = len(pts)
         lens = {len(pt.transforms) for pt in pts}
         if lens != {m}:
             raise ValueError(f"{w}: {m} joint names but {sorted(lens)} transforms per point")
@@ -207,14 +225,30 @@ class TaskReferenceBuffer(ReferenceBuffer):
             if lens not in ({m}, {0}):
                 raise ValueError(f"{w}: {m} joint names but {sorted(lens)} {fname} per point (every point"
                                  " one per name, or none)")
-        P = np.empty((k, 3))
-        Qr = np.empty((k, 4))
-        for i, pt in enumerate(pts):
-            tf = pt.transforms[j]
-            P[i] = (tf.translation.x, tf.translation.y, tf.translation.z)
-            Qr[i] = (tf.rotation.x, tf.rotation.y, tf.rotation.z, tf.rotation.w)
+        P = np.array([(pt.transforms[j].translation.x, pt.transforms[j].translation.y,
+                       pt.transforms[j].translation.z) for pt in pts], dtype=float)
+        Qr = np.array([(pt.transforms[j].rotation.x, pt.transforms[j].rotation.y, pt.transforms[j].rotation.z,
+                        pt.transforms[j].rotation.w) for pt in pts], dtype=float)
         V = np.array([_twist(pt.velocities[j]) for pt in pts]) if len(pts[0].velocities) else None
         A = np.array([_twist(pt.accelerations[j]) for pt in pts]) if len(pts[0].accelerations) else None
+        return self._references(self._stamps_of(msg), P, Qr, V, A)
+
+    def parse_batch(self, batch: TaskBatch) -> list:
+        """:meth:`parse` for a message decoded by :func:`adaptive_dynamics.wire.decode_multidof`."""
+        names = list(batch.names)
+        j = self._check_header(batch.frame_id, names, batch.t_ns.size)
+        T = batch.T[:, j]
+        return self._references(batch.t_ns, T[:, :3], T[:, 3:],
+                                None if batch.V is None else batch.V[:, j], None if batch.A is None else batch.A[:, j])
+
+    def _references(self, t: np.ndarray, P, Qr, V, A) -> list:
+        """Points (stamps ``t``, the tracked frame's k x 3 positions, k x 4 quaternions,
+        k x 6 twists and accelerations or None) validated into :class:`TaskReference` samples."""
+        w = self.where
+        if t.size > 1 and np.any(np.diff(t) <= 0):
+            bad = int(np.flatnonzero(np.diff(t) <= 0)[0]) + 1
+            raise ValueError(f"{w}: points out of order: point {bad} at {t[bad] * 1e-9:.6f} s is not after point"
+                             f" {bad - 1} at {t[bad - 1] * 1e-9:.6f} s")
         for what, X in (("position", P), ("orientation", Qr), ("velocity", V), ("acceleration", A)):
             if X is not None and not np.isfinite(X).all():
                 bad = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
@@ -223,22 +257,26 @@ class TaskReferenceBuffer(ReferenceBuffer):
         if np.any(np.abs(norm - 1.0) > QUATERNION_TOLERANCE):
             bad = int(np.flatnonzero(np.abs(norm - 1.0) > QUATERNION_TOLERANCE)[0])
             raise ValueError(f"{w}: the orientation of point {bad} is not a unit quaternion (norm {norm[bad]:.6g})")
-        Qr = Qr / norm[:, None]
+        P, Qr = np.array(P, dtype=float), Qr / norm[:, None]
+        V = None if V is None else np.array(V, dtype=float)
+        A = None if A is None else np.array(A, dtype=float)
         last = self._last_lookup
         if last is not None and int(t[-1]) < last:
             raise ValueError(f"{w}: stale: its last point ({t[-1] * 1e-9:.6f} s) is before the last control"
                              f" instant {last * 1e-9:.6f} s")
         return [TaskReference(int(t[i]), P[i], Qr[i], None if V is None else V[i], None if A is None else A[i])
-                for i in range(k)]
+                for i in range(t.size)]
 
-    def add(self, msg: MultiDOFJointTrajectory) -> int:
-        """Store a message's points; returns how many.  Refused messages raise
-        ``ValueError`` (counted in ``rejected``; their stamp range remembered)."""
+    def add(self, msg) -> int:
+        """Store a message's (or a :class:`~adaptive_dynamics.wire.TaskBatch`'s) points;
+        returns how many.  Refused messages raise ``ValueError`` (counted in ``rejected``;
+        their stamp range remembered)."""
+        batch = isinstance(msg, TaskBatch)
         try:
-            refs = self.parse(msg)
+            refs = self.parse_batch(msg) if batch else self.parse(msg)
         except ValueError:
             self.counters["rejected"] += 1
-            t = self._stamps_of(msg)
+            t = msg.t_ns if batch else self._stamps_of(msg)
             if t is not None and t.size:
                 with self._lock:
                     self._refused.append((int(t.min()), int(t.max())))
@@ -247,8 +285,14 @@ class TaskReferenceBuffer(ReferenceBuffer):
         return len(refs)
 
     def add_any(self, msg) -> int:
-        """:meth:`add` for a message or its serialized bytes (a ``raw=True`` subscription)."""
+        """:meth:`add` for a message or its serialized bytes (a ``raw=True`` subscription:
+        decoded by :func:`adaptive_dynamics.wire.decode_multidof`, rclpy's deserializer for
+        what that does not handle)."""
         if isinstance(msg, RAW):
+            try:
+                return self.add(decode_multidof(msg, self._names))
+            except WireError:
+                pass
             try:
                 msg = deserialize(bytes(msg), MultiDOFJointTrajectory, f"{self.where}: MultiDOFJointTrajectory")
             except ValueError:
