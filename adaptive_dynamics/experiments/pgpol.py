@@ -10,8 +10,9 @@ Every run is the closed loop over DDS, in lockstep, as separate processes (the g
 The simulated arm (``--reality unmodelled``, the default) has, besides the rigid bodies
 and the viscous/Coulomb friction of its config, a joint position ripple
 ``a sin(N q)`` (2 % of the effort limit, 10 periods per rad) and Stribeck friction
-(break-away at twice the Coulomb level, fading over 0.1 rad/s): effects a rigid-body
-model cannot represent, as on the paper's real robot.  ``--reality model`` leaves them
+(break-away at twice the Coulomb level, fading over 0.1 rad/s), each at most what the
+PD's stiffness holds within 0.025 rad (:data:`UNMODELLED`; binds on the iiwa 14's wrist
+only): effects a rigid-body model cannot represent, as on the paper's real robot.  ``--reality model`` leaves them
 out; then the identified rigid-body model is exact and no learner beats it.
 
 * ``model_update`` -- ``target: torque``: learns the measured joint torque from the
@@ -160,8 +161,14 @@ OFFLINE_GP = {"n_points": 3000, "n_inducing": 100, "max_iter": 100, "groups": "j
 #: joint effects outside the rigid-body + viscous/Coulomb model class (``--reality unmodelled``,
 #: the default): a position ripple of 2 % of the effort limit (harmonic-drive torque ripple is
 #: typically 1-3 % of rated torque), 10 periods per rad, and Stribeck friction doubling the
-#: Coulomb level at rest, fading over 0.1 rad/s
-UNMODELLED = {"ripple_fraction": 0.02, "ripple_periods": 10.0, "stribeck_ratio": 1.0, "stribeck_velocity": 0.1}
+#: Coulomb level at rest, fading over 0.1 rad/s; each capped where the PD's stiffness
+#: K_P = K_D Lambda would let it deflect the joint by more than 0.025 rad (1.4 deg).  The cap: the
+#: URDFs carry no rotor inertia, so on a wrist with a high rating and a light link (iiwa 14
+#: joint 7: 40 N m rated, 1e-3 kg m^2, K_P 2 N m/rad) 2 % of the rating is a 0.8 N m ripple
+#: accelerating the bare link at ~800 rad/s^2 and throwing it +-0.4 rad -- not a drive anyone
+#: would run under PD; it binds on no joint of the Panda
+UNMODELLED = {"ripple_fraction": 0.02, "ripple_periods": 10.0, "max_deflection": 0.025,
+              "stribeck_ratio": 1.0, "stribeck_velocity": 0.1}
 LEARN_RATE_HZ = 100.0            # model_update learn_decimation 10 at 1 kHz
 QUEUE_LIMIT = 20                 # samples waiting for the learner at most (0.2 s): never learn stale data
 PUBLISH_PERIOD = 0.1             # model_update: wall s between snapshots at most
@@ -195,9 +202,14 @@ def reality(robot: str, kind: str) -> dict:
     lim = RobotModel(robot).effort_limit
     _, fc = friction(robot)
     u = UNMODELLED
-    return {"ripple_amplitude": [round(float(x), 4) for x in u["ripple_fraction"] * lim],
+    g = gains(robot)
+    kp = np.broadcast_to(np.asarray(g["kd"], float) * np.asarray(g["lam"], float), lim.shape)
+    cap = u["max_deflection"] * kp
+    ripple = np.minimum(u["ripple_fraction"] * lim, cap)
+    stribeck = np.minimum(u["stribeck_ratio"] * np.asarray(fc, float), cap)
+    return {"ripple_amplitude": [round(float(x), 4) for x in ripple],
             "ripple_periods": u["ripple_periods"],
-            "friction_stribeck": [round(float(x), 4) for x in u["stribeck_ratio"] * np.asarray(fc, float)],
+            "friction_stribeck": [round(float(x), 4) for x in stribeck],
             "stribeck_velocity": u["stribeck_velocity"]}
 
 
