@@ -124,6 +124,30 @@ def test_joint_groups_give_one_gp_per_output():
     assert np.mean((mu - Y[150:190]) ** 2) / Y.var() < 0.05
 
 
+@pytest.mark.parametrize("groups", ["shared", "joint"])
+@pytest.mark.parametrize("windows", [[40], [30, 50, 70]])
+def test_one_query_path_equals_the_batch_path(groups, windows):
+    """A single query (the prediction node's case) takes a rearranged product of the
+    same snapshot: the same means and variances as the batch path, to rounding, also on
+    inputs far from zero mean and unit scale.  The variance ``sf2 - k R k`` cancels:
+    here both paths are ~5e-3 off an extended-precision evaluation (to the same digits),
+    hence its tolerance."""
+    rng = np.random.default_rng(len(windows))
+    scale, shift = np.array([1, 2, 3, 0.5, 10]), np.array([0, 5, -2, 0, 100])
+    X = rng.normal(size=(200, 5)) * scale + shift
+    Y = np.c_[np.sin(X[:, 0]), X[:, 1] ** 2, X[:, 4]]
+    L = PGPOL(5, 3, windows=windows, knn=5, n_inducing=8, max_iter=3, groups=groups, change_threshold=None)
+    for k in range(0, 200, 4):          # every member refitted several times
+        L.partial_fit(X[k:k + 4], Y[k:k + 4])
+    Q = rng.normal(size=(20, 5)) * scale + shift
+    mb, vb = L.predict(Q, return_var=True)
+    for i, q in enumerate(Q):
+        m1, v1 = L.predict(q, return_var=True)
+        np.testing.assert_allclose(m1, mb[i], rtol=1e-6, atol=1e-10)
+        np.testing.assert_allclose(v1, vb[i], rtol=2e-2, atol=1e-12)
+        np.testing.assert_array_equal(L.predict(q), m1)
+
+
 @pytest.mark.parametrize("horizon, eta", [(0, 1e-3), (50, 1e-2)])
 def test_change_statistics_match_eq_7_to_9_and_a_step_clears_the_database(horizon, eta):
     """nmse-bar (eq. 8-9) computed incrementally from the prequential predictions equals
