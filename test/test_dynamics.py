@@ -286,6 +286,40 @@ def test_slotine_li_numba_disabled_by_environment(monkeypatch):
     assert rm.slotine_li_regressor is rm._slotine_li_polarised
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_regressor_batch_is_the_per_sample_regressor(robot, reference, compiled, monkeypatch):
+    """regressor_batch against pinocchio's computeJointTorqueRegressor sample by sample
+    (friction columns against their definition), the base projection against
+    ``@ projector``, and a non-finite sample named; the compiled and the per-sample
+    (numba disabled) implementations alike."""
+    from adaptive_dynamics.dynamics import _slotine_li_compiled as slc
+
+    if not compiled:
+        monkeypatch.setenv(slc.ENV_DISABLE, "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rm = RobotModel(robot.urdf_path, friction=True)
+    assert rm.slotine_li_implementation == ("compiled" if compiled else "polarised")
+    m, d = reference
+    S = list(states(rm, 25, seed=4))
+    Q, V, A = (np.array([s[i] for s in S]) for i in range(3))
+    Y = rm.regressor_batch(Q, V, A)
+    n, P = rm.n, rm.n_inertial
+    assert Y.shape == (25, n, rm.n_params)
+    for k in range(25):
+        close(Y[k, :, :P], pin.computeJointTorqueRegressor(m, d, Q[k], V[k], A[k]))
+        np.testing.assert_array_equal(Y[k, :, P:P + n], np.diag(V[k]))
+        np.testing.assert_array_equal(Y[k, :, P + n:], np.diag(np.sign(V[k])))
+    b = rm.base_parameters()
+    np.testing.assert_array_equal(rm.regressor_batch(Q, V, A, base=b), Y @ b.projector)
+    assert rm.regressor_batch(Q[0], V[0], A[0]).shape == (1, n, rm.n_params)
+    A[7, 0] = np.nan
+    with pytest.raises(ValueError, match="sample 7 "):
+        rm.regressor_batch(Q, V, A)
+    with pytest.raises(ValueError, match="K x"):
+        rm.regressor_batch(Q, V, A[:, :1])
+
+
 def test_regressor_derivatives_finite_difference(robot):
     rng = np.random.default_rng(3)
     eps = 1e-6

@@ -78,7 +78,7 @@ ENV_DISABLE = "ADAPTIVE_DYNAMICS_NO_NUMBA"
 
 _kernel = None
 # numba functions, defined by _build_kernel
-act_inv = inertia_col = joint_placement = slotine_li_kernel = filtered_step_kernel = None
+act_inv = inertia_col = joint_placement = slotine_li_kernel = filtered_step_kernel = regressor_batch_kernel = None
 mat3mul = mcross = fcross_add = inertia_act = dot6 = subtree_block = dy_act = rnea_derivatives_kernel = None
 _load_error: str | None = None
 _warned: set = set()
@@ -87,7 +87,7 @@ _warned: set = set()
 def _build_kernel(cache: bool = True):
     # The helpers become module globals (a closure cell holding a dispatcher would be
     # part of numba's cache key and defeat the on-disk cache).
-    global act_inv, inertia_col, joint_placement, slotine_li_kernel, filtered_step_kernel
+    global act_inv, inertia_col, joint_placement, slotine_li_kernel, filtered_step_kernel, regressor_batch_kernel
     global mat3mul, mcross, fcross_add, inertia_act, dot6, subtree_block, dy_act, rnea_derivatives_kernel
     import numba as nb
 
@@ -364,6 +364,20 @@ def _build_kernel(cache: bool = True):
             prev[1, k] = v[k]
 
     filtered_step_kernel = filtered_step
+
+    bsig = nb.void(mat, mat, mat, mat, mat, vec, nb.float64[:, :, ::1])
+
+    @nb.njit(bsig, cache=cache, error_model="numpy")
+    def regressor_batch(Q, V, VR, AR, geo, work, Y):  # pragma: no cover - compiled
+        """``slotine_li_kernel`` at every row of ``Q, V, VR, AR`` (K x n) into ``Y``
+        (K x n x ncols); with VR = V and AR = A the standard regressor of K samples."""
+        K = Q.shape[0]
+        if V.shape[0] != K or VR.shape[0] != K or AR.shape[0] != K or Y.shape[0] != K:
+            raise ValueError("regressor_batch: inputs of different lengths")
+        for k in range(K):
+            slotine_li_kernel(Q[k], V[k], VR[k], AR[k], geo, work, Y[k])
+
+    regressor_batch_kernel = regressor_batch
 
     @nb.njit(inline="always")
     def mcross(a, b, out):
@@ -667,6 +681,12 @@ def load_kernel():
     return None
 
 
+def load_regressor_batch():
+    """The compiled batch regressor (``regressor_batch`` in :func:`_build_kernel`), or
+    ``None`` where :func:`load_kernel` gives ``None``."""
+    return regressor_batch_kernel if load_kernel() is not None else None
+
+
 def load_filtered_step():
     """The compiled filtered-regressor step (see ``filtered_step`` in
     :func:`_build_kernel`), or ``None`` where :func:`load_kernel` gives ``None``."""
@@ -724,4 +744,4 @@ def workspace(model) -> np.ndarray:
     return np.zeros(18 * nj + 6 * nj * nj)
 
 
-__all__ = ["load_kernel", "load_filtered_step", "geometry", "workspace", "warn_fallback", "ENV_DISABLE"]
+__all__ = ["load_kernel", "load_filtered_step", "load_regressor_batch", "geometry", "workspace", "warn_fallback", "ENV_DISABLE"]

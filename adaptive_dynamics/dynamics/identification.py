@@ -98,9 +98,7 @@ def identify(model, q, qd, qdd, tau, *, weighted: bool = True) -> Identification
     b = base.n_base
     if N * n < 3 * b:
         raise ValueError(f"{N} samples of {n} joints are too few for {b} base parameters")
-    A = np.empty((N, n, b))
-    for k in range(N):
-        A[k] = model.regressor(q[k], qd[k], qdd[k])[:, base.index]
+    A = model.regressor_batch(q, qd, qdd, base=base)
     y = tau.copy()
     scale = np.linalg.norm(A.reshape(N * n, b), axis=0)
     scale[scale == 0] = 1.0

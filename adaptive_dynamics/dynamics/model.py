@@ -581,6 +581,43 @@ class RobotModel:
         """
         return self._regressor_fast(q, v, a)
 
+    def regressor_batch(self, Q, V, A, *, base=None) -> np.ndarray:
+        """Standard regressors of K samples at once: ``Y[k] = regressor(Q[k], V[k], A[k])``
+        (K x n x n_params), or with ``base`` (a :class:`~.base_parameters.BaseParameters`
+        of this model, or True for :meth:`base_parameters`) the base regressors
+        ``Y[k] @ base.projector`` (K x n x n_base).
+
+        ``Q, V, A``: K x n (one sample: n values).  One compiled call for all samples
+        (the kernel of :meth:`slotine_li_regressor` with vr = v, ar = a), else one
+        pinocchio call per sample.  A non-finite or misshaped input raises ValueError
+        naming the first bad sample."""
+        Q, V, A = (np.ascontiguousarray(np.atleast_2d(np.asarray(x, dtype=float))) for x in (Q, V, A))
+        n = self.n
+        if not (Q.shape == V.shape == A.shape and Q.ndim == 2 and Q.shape[1] == n):
+            raise ValueError(f"regressor_batch: Q, V, A must be K x {n}, got {Q.shape}, {V.shape}, {A.shape}")
+        ok = np.isfinite(Q).all(1) & np.isfinite(V).all(1) & np.isfinite(A).all(1)
+        if not ok.all():
+            k = int(np.flatnonzero(~ok)[0])
+            raise ValueError(f"regressor_batch: sample {k} (of {len(ok)}) has a non-finite q, v or a"
+                             f" ({int((~ok).sum())} such samples)")
+        K = Q.shape[0]
+        self._resolve_slotine_li()
+        Y = np.empty((K, n, self.n_params))
+        batch = None
+        if self._sl_impl == "compiled":
+            from . import _slotine_li_compiled as slc
+            batch = slc.load_regressor_batch()
+        if batch is not None:
+            batch(Q, V, V, A, self._sl_geo, self._sl_work, Y)
+        else:
+            for k in range(K):
+                Y[k] = self.regressor(Q[k], V[k], A[k])
+        if base is None or base is False:
+            return Y
+        if base is True:
+            base = self.base_parameters()
+        return Y[:, :, base.index]
+
     def slotine_li_regressor(self, q, v, vr, ar) -> np.ndarray:
         """Slotine-Li regressor: Y pi = M(q) ar + C(q, v) vr + g(q) (+ friction at v).
 
