@@ -616,6 +616,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--learner-config", default=None, metavar="JSON",
                    help="learner constructor arguments, e.g. '{\"n_basis\": 1024}' or '{\"max_components\": 32}'")
     p.set_defaults(fn=_cmd_replay)
+    from .evaluation import identify as _identify
+    p = sub.add_parser("identify", help="identify the rigid-body model (+ friction) from a recorded bag or CSV,"
+                       " evaluated on held-out data; writes estimate files the adaptive controller loads",
+                       description=_identify.DESCRIPTION)
+    _identify.add_arguments(p)
+    p.set_defaults(fn=lambda args: _identify.main_args(args))
     return ap
 
 

@@ -12,7 +12,15 @@ import pytest
 
 from adaptive_dynamics.control.adaptive import AdaptiveController
 from adaptive_dynamics.dynamics import RobotModel
-from adaptive_dynamics.dynamics.identification import estimate_file, identify, prepare
+from adaptive_dynamics.dynamics.identification import (
+    estimate_file,
+    identify,
+    identify_consistent,
+    nmse,
+    prepare,
+    segments,
+)
+from adaptive_dynamics.dynamics.inertial import pseudo_inertias
 from adaptive_dynamics.trajectories import ModifiedFourier
 
 
@@ -91,3 +99,54 @@ def test_prepare_checks_its_input():
         prepare(t, x, x, x, cutoff_hz=600.0)
     with pytest.raises(ValueError, match="too few"):
         identify(RobotModel("panda", friction=True), *(np.zeros((3, 7)),) * 4)
+
+
+def test_offset_and_consistent_fit_on_noisy_data_of_the_model():
+    """A constant torque offset per joint is found; the consistent fit (SDP) predicts
+    as well as least squares where the data are, while every link of its pi has a
+    positive semidefinite pseudo-inertia (the least-squares pi, dependent entries zero,
+    has not) and its friction is non-negative."""
+    truth = RobotModel("panda", friction=True)
+    fv, fc = np.linspace(0.05, 0.2, 7), np.linspace(0.1, 0.4, 7)
+    truth.set_friction(fv, fc)
+    t, Q, V, A = _excitation(truth, 10.0)
+    off = np.linspace(-0.3, 0.3, 7)
+    tau = np.array([truth.inverse_dynamics(q, v, a) for q, v, a in zip(Q, V, A)]) + off
+    noisy = tau + 0.02 * np.random.default_rng(1).standard_normal(tau.shape)
+    model = RobotModel("panda", friction=True)
+    ls = identify(model, Q, V, A, noisy, offset=True)
+    assert np.abs(ls.offset - off)[[0, 2, 4, 5, 6]].max() < 0.02     # (joints 2 and 4: offsets and gravity)
+    cons = identify_consistent(model, Q, V, A, noisy, offset=True)
+    assert cons.method == "consistent" and cons.pi.shape == (model.n_params,)
+    eig = np.linalg.eigvalsh(pseudo_inertias(cons.pi[:70].reshape(7, 10)))[:, 0]
+    assert eig.min() >= -1e-8 and np.allclose(eig, cons.min_pseudo_inertia_eig)
+    assert np.linalg.eigvalsh(pseudo_inertias(ls.pi[:70].reshape(7, 10)))[:, 0].min() < 0
+    assert np.all(cons.pi[70:] >= 0)
+    e_ls, e_c = nmse(tau, ls.torque(model, Q, V, A)), nmse(tau, cons.torque(model, Q, V, A))
+    assert np.all(e_c < 1e-3) and np.all(e_c < 3 * e_ls + 1e-5), (e_c, e_ls)
+    np.testing.assert_allclose(model.base_parameters().to_base(cons.pi), cons.theta, rtol=1e-12, atol=1e-12)
+
+
+def test_segments_count_and_repair_what_recordings_contain():
+    t = np.arange(0.0, 3.0, 1e-3)
+    x = np.column_stack([2.0 * t + 1.0, -t])           # linear: interpolation is exact
+    t_bad, x_bad = t.copy(), x.copy()
+    x_bad[[100, 101]] = np.nan                         # NaN rows
+    t_bad[501] = t_bad[499]                            # a stamp back in time
+    t_bad[700] = t_bad[699]                            # repeated stamp
+    t_bad[1500:] += 0.5                                # a gap
+    t_bad[2000:2600] += 1e-4 * np.sin(np.arange(600))  # jitter in the second segment
+    pieces, c = segments(t_bad, x_bad)
+    # (the first segment's dropped samples leave holes: it is resampled too)
+    assert c["nonfinite"] == 2 and c["out_of_order"] == 2 and c["gaps"] == 1 and c["resampled_segments"] == 2
+    assert len(pieces) == 2
+    (t1, x1), (t2, x2) = pieces
+    assert t1[-1] < 1.5 and t2[0] >= 2.0
+    for ts, xs, shift in ((t1, x1, 0.0), (t2, x2, 0.5)):
+        np.testing.assert_allclose(np.diff(ts), 1e-3, rtol=1e-9)     # the median step, uniform
+        np.testing.assert_allclose(xs[:, 0], 2.0 * (ts - shift) + 1.0, atol=1e-3)
+    clean, c = segments(t, x)
+    assert c["resampled_segments"] == 0 and len(clean) == 1
+    np.testing.assert_array_equal(clean[0][1], x)
+    short, c = segments(t[:200], x[:200])
+    assert short == [] and c["short_segments"] == 200

@@ -15,9 +15,19 @@ the same coordinates the :class:`~adaptive_dynamics.control.AdaptiveController` 
   Butterworth filter (parallel filtering: the regressor and the torque see the same
   filter, so it does not bias the fit), qdd from the filtered velocity by central
   differences, then decimation.
+* :func:`segments` -- recordings as they come: the longest runs of finite samples with
+  increasing stamps and no gap, each resampled onto a uniform grid when its stamps
+  jitter (linear interpolation), for :func:`prepare` (which needs a uniform grid).
 * :func:`identify` -- ordinary least squares, then (``weighted``) one weighted pass
   with every joint's rows scaled by the inverse of its residual standard deviation
-  (the usual remedy for joints whose torques differ by orders of magnitude).
+  (the usual remedy for joints whose torques differ by orders of magnitude);
+  ``offset=True`` adds a constant torque per joint (sensor bias, unbalanced cables).
+* :func:`identify_consistent` -- the same fit over the full parameters with every
+  link's pseudo-inertia positive semidefinite (Wensing, Kim & Slotine 2017; a
+  semidefinite program, cvxpy + Clarabel) and non-negative friction: a model that
+  is a physical robot, so it stays sane away from the excitation data.
+* :meth:`Identification.torque` / :func:`nmse` -- prediction and per-joint nMSE on
+  held-out data.
 
 No ROS import.
 """
@@ -26,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 
-__all__ = ["Identification", "prepare", "identify", "estimate_file"]
+__all__ = ["Identification", "prepare", "segments", "identify", "identify_consistent", "nmse", "estimate_file"]
 
 
 @dataclass
@@ -41,12 +51,85 @@ class Identification:
     condition: float               # condition number of the column-scaled base regressor
     samples: int                   # samples used
     relative_std: np.ndarray = field(default_factory=lambda: np.zeros(0))  # sigma(theta_i) / |theta_i|
+    offset: np.ndarray = field(default_factory=lambda: np.zeros(0))   # constant torque per joint (offset=True)
+    method: str = "least_squares"  # or "consistent"
+    min_pseudo_inertia_eig: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per link, of pi
+
+    def torque(self, model, q, qd, qdd) -> np.ndarray:
+        """Predicted joint torque (N x n): ``Y_b theta (+ offset)``."""
+        base = model.base_parameters()
+        tau = model.regressor_batch(q, qd, qdd, base=base) @ self.theta
+        return tau + self.offset if self.offset.size else tau
 
     def to_dict(self) -> dict:
-        return {"samples": int(self.samples), "condition": float(self.condition),
-                "residual_rmse": [float(x) for x in self.residual_rmse],
-                "tau_rms": [float(x) for x in self.tau_rms],
-                "relative_residual": [float(a / max(b, 1e-12)) for a, b in zip(self.residual_rmse, self.tau_rms)]}
+        out = {"method": self.method, "samples": int(self.samples), "condition": float(self.condition),
+               "residual_rmse": [float(x) for x in self.residual_rmse],
+               "tau_rms": [float(x) for x in self.tau_rms],
+               "relative_residual": [float(a / max(b, 1e-12)) for a, b in zip(self.residual_rmse, self.tau_rms)]}
+        if self.offset.size:
+            out["offset"] = [float(x) for x in self.offset]
+        if self.min_pseudo_inertia_eig.size:
+            out["min_pseudo_inertia_eig"] = [float(x) for x in self.min_pseudo_inertia_eig]
+        return out
+
+
+def nmse(tau, tau_hat) -> np.ndarray:
+    """Per-joint normalised mean-square error ``mean((tau - tau_hat)^2) / var(tau)``."""
+    tau, tau_hat = np.asarray(tau, dtype=float), np.asarray(tau_hat, dtype=float)
+    return np.mean((tau - tau_hat) ** 2, axis=0) / np.maximum(np.var(tau, axis=0), 1e-300)
+
+
+def segments(t, *arrays, max_gap: float = 5.0, min_seconds: float = 0.5, jitter: float = 0.02):
+    """Split a recording into pieces :func:`prepare` can take.
+
+    ``t`` (N,) [s] and ``arrays`` (N, n) each.  A sample with a non-finite value in any
+    array, or whose stamp is not after the previous kept one (out of order or
+    repeated), is dropped; a stamp step above ``max_gap`` times the median step starts a
+    new segment.  Segments shorter than ``min_seconds`` are dropped.  A segment whose
+    steps deviate from the median by more than ``jitter`` (relative) is resampled onto a
+    uniform grid at the median step by linear interpolation.  Returns
+    ``(pieces, counts)``: a list of ``(t, *arrays)`` tuples and the number of samples
+    dropped per reason (``nonfinite``, ``out_of_order``, ``short_segments``) plus
+    ``gaps`` and ``resampled_segments``."""
+    t = np.asarray(t, dtype=float).reshape(-1)
+    arrays = [np.asarray(a, dtype=float) for a in arrays]
+    if any(a.shape[0] != t.size for a in arrays):
+        raise ValueError(f"t has {t.size} samples but the arrays have {[a.shape[0] for a in arrays]}")
+    counts = {"nonfinite": 0, "out_of_order": 0, "short_segments": 0, "gaps": 0, "resampled_segments": 0}
+    finite = np.isfinite(t)
+    for a in arrays:
+        finite &= np.isfinite(a.reshape(t.size, -1)).all(axis=1)
+    counts["nonfinite"] = int((~finite).sum())
+    idx = np.flatnonzero(finite)
+    keep, last = [], -np.inf
+    for i in idx:                          # monotonic filter (a running maximum)
+        if t[i] > last:
+            keep.append(i)
+            last = t[i]
+    keep = np.asarray(keep, dtype=np.int64)
+    counts["out_of_order"] = int(idx.size - keep.size)
+    if keep.size < 2:
+        return [], counts
+    tk = t[keep]
+    dt = np.diff(tk)
+    h = float(np.median(dt))
+    cuts = np.flatnonzero(dt > max_gap * h) + 1
+    counts["gaps"] = int(cuts.size)
+    pieces = []
+    for part in np.split(np.arange(keep.size), cuts):
+        if part.size < 2 or tk[part[-1]] - tk[part[0]] < min_seconds:
+            counts["short_segments"] += int(part.size)
+            continue
+        ts = tk[part]
+        rows = [a[keep[part]] for a in arrays]
+        steps = np.diff(ts)
+        if np.any(np.abs(steps - h) > jitter * h):
+            grid = ts[0] + h * np.arange(int(np.floor((ts[-1] - ts[0]) / h)) + 1)
+            rows = [np.column_stack([np.interp(grid, ts, r[:, j]) for j in range(r.shape[1])]) for r in rows]
+            ts = grid
+            counts["resampled_segments"] += 1
+        pieces.append((ts, *rows))
+    return pieces, counts
 
 
 def prepare(t, q, qd, tau, *, cutoff_hz: float = 20.0, order: int = 4, decimate: int = 5,
@@ -84,21 +167,31 @@ def prepare(t, q, qd, tau, *, cutoff_hz: float = 20.0, order: int = 4, decimate:
     return qf[sel], vf[sel], af[sel], tf[sel]
 
 
-def identify(model, q, qd, qdd, tau, *, weighted: bool = True) -> Identification:
-    """Least-squares base parameters of ``model`` (a :class:`RobotModel`, usually with
-    ``friction=True``) from samples (N, n) of ``q, qd, qdd`` and the joint torque."""
+def _check(model, q, qd, qdd, tau):
     q, qd, qdd, tau = (np.asarray(a, dtype=float) for a in (q, qd, qdd, tau))
     n = model.n
     if not (q.shape == qd.shape == qdd.shape == tau.shape and q.ndim == 2 and q.shape[1] == n):
         raise ValueError(f"q, qd, qdd, tau must be (N, {n}); got {q.shape}, {qd.shape}, {qdd.shape}, {tau.shape}")
     if not all(np.isfinite(a).all() for a in (q, qd, qdd, tau)):
         raise ValueError("identification data contain NaN/inf")
+    return q, qd, qdd, tau
+
+
+def identify(model, q, qd, qdd, tau, *, weighted: bool = True, offset: bool = False) -> Identification:
+    """Least-squares base parameters of ``model`` (a :class:`RobotModel`, usually with
+    ``friction=True``) from samples (N, n) of ``q, qd, qdd`` and the joint torque;
+    ``offset``: plus a constant torque per joint (:attr:`Identification.offset`)."""
+    q, qd, qdd, tau = _check(model, q, qd, qdd, tau)
+    n = model.n
     base = model.base_parameters()
     N = q.shape[0]
-    b = base.n_base
+    nb = base.n_base
+    b = nb + (n if offset else 0)
     if N * n < 3 * b:
-        raise ValueError(f"{N} samples of {n} joints are too few for {b} base parameters")
+        raise ValueError(f"{N} samples of {n} joints are too few for {b} parameters")
     A = model.regressor_batch(q, qd, qdd, base=base)
+    if offset:
+        A = np.concatenate([A, np.broadcast_to(np.eye(n), (N, n, n))], axis=2)
     y = tau.copy()
     scale = np.linalg.norm(A.reshape(N * n, b), axis=0)
     scale[scale == 0] = 1.0
@@ -127,10 +220,87 @@ def identify(model, q, qd, qdd, tau, *, weighted: bool = True) -> Identification
         rel = np.sqrt(np.maximum(np.diag(cov), 0.0)) / np.maximum(np.abs(theta), 1e-12)
     except np.linalg.LinAlgError:
         rel = np.full(b, np.inf)
-    return Identification(theta=theta, names=list(base.names), pi=base.from_base(theta),
+    return Identification(theta=theta[:nb], names=list(base.names), pi=base.from_base(theta[:nb]),
                           residual_rmse=np.sqrt(np.mean(res * res, axis=0)),
                           tau_rms=np.sqrt(np.mean(tau * tau, axis=0)), condition=cond, samples=N,
-                          relative_std=rel)
+                          relative_std=rel[:nb], offset=theta[nb:].copy())
+
+
+def _pseudo_inertia_basis() -> np.ndarray:
+    """E (10 x 4 x 4) with J(pi10) = sum_k pi10[k] E[k] (the pseudo-inertia is linear)."""
+    from .inertial import pseudo_inertias
+    return pseudo_inertias(np.eye(10))
+
+
+def identify_consistent(model, q, qd, qdd, tau, *, weights=None, offset: bool = False, prior=None,
+                        prior_weight: float = 1e-6, solver: str | None = None) -> Identification:
+    """Physically consistent identification: least squares over the full parameters
+    ``pi`` (10 per link, then viscous and Coulomb friction; ``offset``: a constant torque
+    per joint) subject to every link's pseudo-inertia ``J(pi_i)`` being positive
+    semidefinite and the friction coefficients non-negative -- a semidefinite program
+    (cvxpy; Clarabel, else SCS).
+
+    The data fix only the base combinations; the rest of ``pi`` is pulled towards
+    ``prior`` (default: the model's own parameters, i.e. the URDF) with
+    ``prior_weight`` relative to the column-normalised data term, small enough not to
+    bias what the data determine.  ``weights``: per-joint row weights (default: the
+    inverse residual standard deviations of an unconstrained fit, as :func:`identify`).
+    The returned ``pi`` is the consistent full vector and ``theta`` its base
+    combinations, so :func:`estimate_file` writes it like any other result."""
+    import cvxpy as cp
+
+    if not model.friction:
+        raise ValueError("identify_consistent needs a model with friction columns (RobotModel(..., friction=True))")
+    q, qd, qdd, tau = _check(model, q, qd, qdd, tau)
+    n, P, nP = model.n, model.n_inertial, model.n_params
+    N = q.shape[0]
+    Y = model.regressor_batch(q, qd, qdd)                              # N x n x nP
+    if offset:
+        Y = np.concatenate([Y, np.broadcast_to(np.eye(n), (N, n, n))], axis=2)
+    p = Y.shape[2]
+    if weights is None:
+        w = 1.0 / np.maximum(identify(model, q, qd, qdd, tau, weighted=False, offset=offset).residual_rmse, 1e-9)
+    else:
+        w = np.asarray(weights, dtype=float).reshape(n)
+    A = (Y * w[None, :, None]).reshape(N * n, p)
+    y = (tau * w[None, :]).reshape(N * n)
+    scale = np.linalg.norm(A, axis=0)
+    scale[scale < 1e-12 * max(scale.max(), 1e-300)] = 1.0
+    Qm, R = np.linalg.qr(A / scale)                                  # |A x - y|^2 = |R xs - Q^T y|^2 + c
+    z = Qm.T @ y
+    pi0 = model.parameters if prior is None else np.asarray(prior, dtype=float).reshape(nP)
+    x0 = np.concatenate([pi0, np.zeros(p - nP)]) * scale
+    xs = cp.Variable(p)
+    x = cp.multiply(1.0 / scale, xs)                                  # physical units
+    E = _pseudo_inertia_basis()
+    cons = []
+    for i in range(n):
+        Ji = sum(x[10 * i + k] * E[k] for k in range(10))
+        cons.append(0.5 * (Ji + Ji.T) >> 0)
+    cons.append(x[P:nP] >= 0)                                        # viscous, Coulomb
+    obj = cp.Minimize(cp.sum_squares(R @ xs - z) + prior_weight * cp.sum_squares(xs - x0))
+    prob = cp.Problem(obj, cons)
+    names = [solver] if solver else [s_ for s_ in ("CLARABEL", "SCS") if s_ in cp.installed_solvers()]
+    if not names:
+        raise RuntimeError(f"no SDP solver for cvxpy (installed: {cp.installed_solvers()}); install clarabel or scs")
+    prob.solve(solver=names[0])
+    if prob.status not in ("optimal", "optimal_inaccurate") or xs.value is None:
+        raise RuntimeError(f"consistent identification: solver {names[0]} ended with status {prob.status!r}")
+    sol = np.asarray(xs.value, dtype=float) / scale
+    pi = sol[:nP].copy()
+    pi[P:] = np.maximum(pi[P:], 0.0)
+    from .inertial import pseudo_inertias
+    eig = np.linalg.eigvalsh(pseudo_inertias(pi[:P].reshape(n, 10)))[:, 0]
+    base = model.base_parameters()
+    theta = base.to_base(pi)
+    off = sol[nP:] if offset else np.zeros(0)
+    Yb = model.regressor_batch(q, qd, qdd, base=base)
+    res = tau - Yb @ theta - (off if offset else 0.0)
+    return Identification(theta=theta, names=list(base.names), pi=pi,
+                          residual_rmse=np.sqrt(np.mean(res * res, axis=0)),
+                          tau_rms=np.sqrt(np.mean(tau * tau, axis=0)),
+                          condition=float(np.linalg.cond(R)), samples=N, offset=off, method="consistent",
+                          min_pseudo_inertia_eig=eig)
 
 
 def estimate_file(model, ident: Identification, path: str, *, law: str = "direct") -> str:

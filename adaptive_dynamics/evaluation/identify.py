@@ -1,0 +1,205 @@
+"""``adaptive-dynamics identify SOURCE --robot R --out DIR``: rigid-body identification
+from a recording, evaluated on held-out data (no ROS import).
+
+1. Read the joint states (:mod:`.recordings`: a bag's ``joint_states`` or a CSV file),
+   counting what is left out (missing joints, NaN/inf rows); split at ``--train`` of the
+   recorded time (the first part identifies, the rest evaluates).
+2. Each part cut into clean segments (:func:`~adaptive_dynamics.dynamics.identification.segments`:
+   out-of-order or repeated stamps dropped and counted, gaps split, jittered stamps
+   resampled), each segment filtered forward-backward (Butterworth, ``--cutoff-hz``) with
+   qdd from the filtered velocity (:func:`~adaptive_dynamics.dynamics.identification.prepare`).
+3. Identification of the base parameters + viscous and Coulomb friction (+ a constant
+   torque offset per joint, unless ``--no-offset``) by weighted least squares, and its
+   physically consistent variant (every link's pseudo-inertia positive semidefinite, a
+   semidefinite program; ``--no-consistent`` skips it).
+4. Per-joint nMSE on the held-out part for the URDF's own model (no friction), the
+   least-squares and the consistent identification.
+
+Writes to ``--out``: ``estimate_ls.npz`` and ``estimate_consistent.npz`` (adaptive
+controller state files: ``adaptive_controller`` with ``estimate_file:=...``, or
+``initial_estimate: file``), ``warmstart.npz`` (the identification part's inputs
+x = (q, qd, qdd) and the torque the identified model leaves, y = tau - Y theta: the
+training data of a residual learner; with ``--learner KIND`` also that learner
+trained on it, ``learner_KIND.npz``, a ``residual_learner`` ``model_file``), plots of
+measured vs predicted torque on the held-out part (``identify_torque.png``) and
+``identify.json`` (printed last).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["add_arguments", "run", "main", "main_args", "DESCRIPTION"]
+
+DESCRIPTION = (
+    "Identify the rigid-body model (base parameters + viscous/Coulomb friction + a torque offset per joint) from"
+    " a recording by weighted least squares, and a physically consistent variant (every link's pseudo-inertia"
+    " positive semidefinite, a semidefinite program), on the first --train part of the recorded time; report the"
+    " per-joint nMSE of the URDF's model and of both fits on the rest.  Left-out samples (missing joints, NaN,"
+    " out-of-order stamps, gaps) are counted by reason.  Writes to --out: estimate_ls.npz and"
+    " estimate_consistent.npz (adaptive_controller estimate files), warmstart.npz (inputs and the identified"
+    " model's residual: a residual learner's training data; --learner KIND also trains and saves that learner),"
+    " identify_torque.png (measured vs predicted torque, held-out part) and identify.json, printed last.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", help="rosbag2 (directory, .mcap or .db3) with joint_states, or a CSV file (time,"
+                   " <joint>/position, <joint>/velocity, <joint>/effort)")
+    p.add_argument("--robot", default="panda", help="robot name (panda | iiwa14 | planar2) or URDF path")
+    p.add_argument("--out", required=True, help="output directory (created)")
+    p.add_argument("--train", type=float, default=0.5, help="fraction of the recorded time that identifies"
+                   " (the first part; default 0.5); the rest is held out")
+    p.add_argument("--cutoff-hz", type=float, default=20.0, help="zero-phase low-pass of q, qd, tau [Hz]")
+    p.add_argument("--decimate", type=int, default=0, help="keep every k-th filtered sample (0: to ~200 Hz)")
+    p.add_argument("--no-offset", action="store_true", help="no constant torque offset per joint")
+    p.add_argument("--no-consistent", action="store_true", help="skip the physically consistent variant")
+    p.add_argument("--law", default="direct", choices=["direct", "composite"],
+                   help="adaptive law the estimate files are written for (default direct)")
+    p.add_argument("--learner", default=None, metavar="KIND",
+                   help="also train this residual learner on the identified model's residual (gmm | rbfn | gp"
+                   " | pgpol | sgpol) and save it as learner_KIND.npz")
+
+
+def _prepared(pieces, cutoff_hz: float, decimate: int):
+    from ..dynamics.identification import prepare
+    out = []
+    for t, q, qd, tau in pieces:
+        h = float(np.median(np.diff(t)))
+        k = decimate or max(1, int(round(1.0 / (200.0 * h))))
+        cut = min(cutoff_hz, 0.45 / h)
+        if t.size < 30:
+            continue
+        out.append(prepare(t, q, qd, tau, cutoff_hz=cut, decimate=k, trim=min(0.1, 0.1 * (t[-1] - t[0]))))
+    if not out:
+        return None
+    return tuple(np.concatenate([o[i] for o in out]) for i in range(4))
+
+
+def run(args) -> dict:
+    from ..dynamics import RobotModel
+    from ..dynamics.identification import (estimate_file, identify, identify_consistent, nmse, segments)
+    from .recordings import load_recording
+
+    t0 = time.perf_counter()
+    if not 0.05 <= args.train <= 0.95:
+        raise ValueError(f"--train must be in [0.05, 0.95], got {args.train}")
+    model = RobotModel(args.robot, friction=True)
+    rec = load_recording(args.source, model.joint_names)
+    os.makedirs(args.out, exist_ok=True)
+    t_split = rec.t.min() + args.train * (rec.t.max() - rec.t.min())
+    parts, counts = {}, {"recording": rec.counts}
+    for name, sel in (("train", rec.t < t_split), ("test", rec.t >= t_split)):
+        pieces, c = segments(rec.t[sel], rec.q[sel], rec.qd[sel], rec.tau[sel])
+        counts[name] = c
+        parts[name] = _prepared(pieces, args.cutoff_hz, args.decimate)
+        if parts[name] is None:
+            raise ValueError(f"{args.source!r}: no usable {name} segment (counts {counts})")
+    q, qd, qdd, tau = parts["train"]
+    qt, qdt, qddt, taut = parts["test"]
+    offset = not args.no_offset
+    results, files = {}, {}
+    nominal = model.regressor_batch(qt, qdt, qddt) @ model.parameters
+    results["nominal"] = {"test_nmse": nmse(taut, nominal)}
+    fits = {"ls": identify(model, q, qd, qdd, tau, offset=offset)}
+    if not args.no_consistent:
+        w = 1.0 / np.maximum(fits["ls"].residual_rmse, 1e-9)
+        fits["consistent"] = identify_consistent(model, q, qd, qdd, tau, weights=w, offset=offset)
+    pred = {"nominal": nominal}
+    for key, ident in fits.items():
+        pred[key] = ident.torque(model, qt, qdt, qddt)
+        results[key] = {"test_nmse": nmse(taut, pred[key]), "train_nmse": nmse(tau, ident.torque(model, q, qd, qdd)),
+                        **ident.to_dict()}
+        path = os.path.join(args.out, f"estimate_{key}.npz")
+        estimate_file(model, ident, path, law=args.law)
+        files[f"estimate_{key}"] = path
+    resid = tau - fits["ls"].torque(model, q, qd, qdd)
+    X = np.hstack([q, qd, qdd])
+    path = os.path.join(args.out, "warmstart.npz")
+    np.savez(path, X=X, Y=resid, joint_names=np.array(model.joint_names), target=np.array("tau - Y theta_ls"))
+    files["warmstart"] = path
+    if args.learner:
+        from ..learning import make_learner
+        L = make_learner(args.learner, input_dim=3 * model.n, output_dim=model.n,
+                         **_learner_defaults(args.learner, X))
+        for i in range(0, len(X), 200):
+            L.partial_fit(X[i:i + 200], resid[i:i + 200])
+        path = os.path.join(args.out, f"learner_{args.learner}.npz")
+        L.save(path)
+        files[f"learner_{args.learner}"] = path
+        results["ls+" + args.learner] = {"test_nmse": nmse(taut, pred["ls"] + L.predict(np.hstack([qt, qdt, qddt])))}
+    files["plot"] = _plot(os.path.join(args.out, "identify_torque.png"), taut, pred, model.joint_names)
+    for r in results.values():
+        r["test_nmse"] = [round(float(x), 5) for x in r["test_nmse"]]
+        if "train_nmse" in r:
+            r["train_nmse"] = [round(float(x), 5) for x in r["train_nmse"]]
+    out = {"command": "identify", "source": str(args.source), "robot": str(args.robot), "joints": model.joint_names,
+           "train_fraction": args.train, "samples": {"train": int(len(q)), "test": int(len(qt))},
+           "counts": counts, "offset": offset, "results": results, "files": files,
+           "runtime_s": round(time.perf_counter() - t0, 2)}
+    with open(os.path.join(args.out, "identify.json"), "w") as fh:
+        json.dump(out, fh, indent=1, default=_json_default)
+    return out
+
+
+def _learner_defaults(kind: str, X: np.ndarray) -> dict:
+    if kind == "rbfn":          # the box of the training inputs with a margin
+        lo, hi = X.min(0), X.max(0)
+        span = np.maximum(hi - lo, 1e-6)
+        return {"low": lo - 0.2 * span, "high": hi + 0.2 * span}
+    return {}
+
+
+def _json_default(o):
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    raise TypeError(type(o).__name__)
+
+
+def _plot(path: str, tau: np.ndarray, pred: dict, joints: list) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    n = tau.shape[1]
+    cols = 2 if n > 3 else 1
+    rows = int(np.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 1.9 * rows), sharex=True, squeeze=False)
+    k = np.arange(len(tau))
+    for j in range(n):
+        ax = axes[j // cols, j % cols]
+        ax.plot(k, tau[:, j], color="k", lw=1.2, label="measured")
+        for key, color in (("nominal", "#999999"), ("ls", "#4c72b0"), ("consistent", "#c44e52")):
+            if key in pred:
+                ax.plot(k, pred[key][:, j], color=color, lw=0.8, label=key)
+        ax.set_ylabel(f"{joints[j]}\n[N m]", fontsize=7)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    axes[0, 0].legend(fontsize=7, ncol=4, loc="upper right")
+    fig.suptitle("held-out part: measured vs predicted joint torque", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="adaptive-dynamics identify", description=DESCRIPTION)
+    add_arguments(ap)
+    return main_args(ap.parse_args(argv))
+
+
+def main_args(args) -> int:
+    """Run with parsed arguments; the JSON is the last line printed; 2 on bad input."""
+    try:
+        out = run(args)
+    except ValueError as exc:
+        print(f"identify: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, default=_json_default))
+    return 0
