@@ -203,6 +203,29 @@ def test_estimate_survives_restart_and_layout_mismatch_is_refused(ros, tmp_path)
         make_node(ros, estimate_file=path, friction=True)
 
 
+def test_initial_estimate_file_is_read_and_never_written(ros, tmp_path):
+    """initial_estimate=file (e.g. `adaptive-dynamics identify`'s estimate): the start
+    estimate and the reset target; the file itself is not touched, estimate_file still
+    resumes over it; a missing file is a clear error."""
+    import os
+    src = str(tmp_path / "ident.npz")
+    first = make_node(ros, estimate_file=src)
+    Loop(ros, first, seconds=1.0).run(300)
+    first.save_estimate()
+    theta = first.core.theta.copy()
+    mtime = os.stat(src).st_mtime_ns
+    node = make_node(ros, initial_estimate="file", initial_estimate_file=src)
+    np.testing.assert_array_equal(node.core.theta, theta)
+    Loop(ros, node, seconds=1.0).run(300)
+    assert not np.array_equal(node.core.theta, theta)        # it adapts from there
+    ros.executor.remove_node(node)
+    node.destroy_node()
+    ros.nodes.remove(node)
+    assert os.stat(src).st_mtime_ns == mtime
+    with pytest.raises(ValueError, match="initial_estimate_file"):
+        make_node(ros, initial_estimate="file", initial_estimate_file=str(tmp_path / "missing.npz"))
+
+
 def test_autosave_writes_the_estimate_outside_the_callback_lock(ros, tmp_path):
     """autosave_period: the estimate is written while learning, from the watchdog timer,
     with a snapshot taken under the core lock and the file written with neither the

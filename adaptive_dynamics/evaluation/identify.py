@@ -16,10 +16,11 @@ from a recording, evaluated on held-out data (no ROS import).
    least-squares and the consistent identification.
 
 Writes to ``--out``: ``estimate_ls.npz`` and ``estimate_consistent.npz`` (adaptive
-controller state files: ``adaptive_controller`` with ``estimate_file:=...``, or
-``initial_estimate: file``), ``warmstart.npz`` (the identification part's inputs
-x = (q, qd, qdd) and the torque the identified model leaves, y = tau - Y theta: the
-training data of a residual learner; with ``--learner KIND`` also that learner
+controller state files: ``adaptive_controller`` with ``friction: true``,
+``initial_estimate: file`` and ``initial_estimate_file``), ``warmstart.npz`` (the identification part's inputs
+x = (q, qd, qdd) and the torque the least-squares model leaves, y = tau - Y theta (the
+offset is not part of the controller's model, so it stays in y): the training data of a
+residual learner; with ``--learner KIND`` also that learner
 trained on it, ``learner_KIND.npz``, a ``residual_learner`` ``model_file``), plots of
 measured vs predicted torque on the held-out part (``identify_torque.png``) and
 ``identify.json`` (printed last).
@@ -42,7 +43,8 @@ DESCRIPTION = (
     " positive semidefinite, a semidefinite program), on the first --train part of the recorded time; report the"
     " per-joint nMSE of the URDF's model and of both fits on the rest.  Left-out samples (missing joints, NaN,"
     " out-of-order stamps, gaps) are counted by reason.  Writes to --out: estimate_ls.npz and"
-    " estimate_consistent.npz (adaptive_controller estimate files), warmstart.npz (inputs and the identified"
+    " estimate_consistent.npz (adaptive_controller estimates: friction true, initial_estimate file,"
+    " initial_estimate_file PATH), warmstart.npz (inputs and the identified"
     " model's residual: a residual learner's training data; --learner KIND also trains and saves that learner),"
     " identify_torque.png (measured vs predicted torque, held-out part) and identify.json, printed last.")
 
@@ -117,7 +119,10 @@ def run(args) -> dict:
         path = os.path.join(args.out, f"estimate_{key}.npz")
         estimate_file(model, ident, path, law=args.law)
         files[f"estimate_{key}"] = path
-    resid = tau - fits["ls"].torque(model, q, qd, qdd)
+    # the residual of the model the controller runs: its estimate has no offset column, so
+    # the learner takes the offset up with the rest
+    ls = fits["ls"]
+    resid = tau - (ls.torque(model, q, qd, qdd) - (ls.offset if ls.offset.size else 0.0))
     X = np.hstack([q, qd, qdd])
     path = os.path.join(args.out, "warmstart.npz")
     np.savez(path, X=X, Y=resid, joint_names=np.array(model.joint_names), target=np.array("tau - Y theta_ls"))
@@ -131,7 +136,8 @@ def run(args) -> dict:
         path = os.path.join(args.out, f"learner_{args.learner}.npz")
         L.save(path)
         files[f"learner_{args.learner}"] = path
-        results["ls+" + args.learner] = {"test_nmse": nmse(taut, pred["ls"] + L.predict(np.hstack([qt, qdt, qddt])))}
+        base_t = pred["ls"] - (ls.offset if ls.offset.size else 0.0)
+        results["ls+" + args.learner] = {"test_nmse": nmse(taut, base_t + L.predict(np.hstack([qt, qdt, qddt])))}
     files["plot"] = _plot(os.path.join(args.out, "identify_torque.png"), taut, pred, model.joint_names)
     for r in results.values():
         r["test_nmse"] = [round(float(x), 5) for x in r["test_nmse"]]

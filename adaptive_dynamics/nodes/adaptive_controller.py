@@ -117,8 +117,11 @@ def specs() -> list[ParamSpec]:
                   " full pi)", read_only=True),
         ParamSpec("robot_compensates_gravity", False, "the robot adds g(q) itself (franka_ros2): the"
                   " estimated gravity is left out of the command", read_only=True),
-        ParamSpec("initial_estimate", "zero", "zero (ARDL) | nominal (URDF) | scaled (nominal_scale x URDF)",
-                  choices=["zero", "nominal", "scaled"], read_only=True),
+        ParamSpec("initial_estimate", "zero", "zero (ARDL) | nominal (URDF) | scaled (nominal_scale x URDF) |"
+                  " file (initial_estimate_file)", choices=["zero", "nominal", "scaled", "file"], read_only=True),
+        ParamSpec("initial_estimate_file", "", "initial_estimate=file: the estimate to start from (e.g."
+                  " estimate_consistent.npz of `adaptive-dynamics identify`); read, never written",
+                  read_only=True),
         ParamSpec("nominal_scale", 0.5, "scale of the URDF parameters for initial_estimate=scaled",
                   min=0.0, read_only=True),
         ParamSpec("estimate_file", "", "load the estimate from this .npz at start (if it exists) and save"
@@ -164,6 +167,12 @@ class AdaptiveControllerNode(JointControllerShell):
         if self._gscale is not None:
             self._gains = self._gain_kwargs(p)
             self.core.set_gains(gamma=self._gains["gamma"])
+        if p["initial_estimate"] == "file":
+            src = p["initial_estimate_file"]
+            if not src or not os.path.exists(src):
+                raise ValueError(f"initial_estimate=file needs an existing initial_estimate_file, got {src!r}")
+            self.core.load_state(src)  # raises with what differs (law, friction, base parameters)
+            self.get_logger().info(f"initial estimate loaded from {src}")
         self._theta0 = self.core.theta.copy()
         # pd / computed torque: the same sliding variables and K_D with a fixed estimate
         fixed_gains = {k: self._gains[k] for k in ("lam", "kd")}
