@@ -189,12 +189,18 @@ def decode_trajectory(raw, cache: Optional[NameCache] = None) -> TrajectoryBatch
         raise WireError(f"undecodable JointTrajectory ({type(exc).__name__}: {exc})") from None
 
 
-def _decode_trajectory(raw, cache: NameCache) -> TrajectoryBatch:
+def _header(raw, cache: NameCache) -> tuple:
+    """``(payload view, its size, stamp_ns, names, offset after the names)`` of a
+    little-endian CDR message that starts with a Header and a ``string[]``."""
     if len(raw) < 8 or bytes(raw[:2]) != b"\x00\x01":
         raise WireError("not little-endian CDR")
     b = memoryview(raw)[4:]
     size = len(b)
-    stamp, names, off = header_names(b, size, cache)
+    return (b, size, *header_names(b, size, cache))
+
+
+def _decode_trajectory(raw, cache: NameCache) -> TrajectoryBatch:
+    b, size, stamp, names, off = _header(raw, cache)
     m = len(names)
     t, (Q, QD, QDD, E) = _points(raw, b, off, size, m, _JT_WIDTHS)
     k = t.size
@@ -261,11 +267,7 @@ def _points(raw, b, off: int, size: int, m: int, widths) -> tuple:
 
 
 def _decode_multidof(raw, cache: NameCache) -> TaskBatch:
-    if len(raw) < 8 or bytes(raw[:2]) != b"\x00\x01":
-        raise WireError("not little-endian CDR")
-    b = memoryview(raw)[4:]
-    size = len(b)
-    stamp, names, off = header_names(b, size, cache)
+    b, size, stamp, names, off = _header(raw, cache)
     n = _U32.unpack_from(b, 8)[0]                   # frame_id, with its terminating NUL
     frame_id = bytes(b[12:12 + n - 1]).decode() if n else ""
     t, (T, V, A) = _points(raw, b, off, size, len(names), _MDOF_WIDTHS)
