@@ -495,7 +495,8 @@ def _cmd_replay(args) -> int:
     if res.unconfirmed:
         print(f"replay: reliable subscribers of {res.unconfirmed} had not acknowledged every message at the"
               " end (slow or gone readers may have missed the tail)", file=sys.stderr)
-    print(json.dumps({"bag": str(plan.bag), "clock": plan.clock, **d}))
+    print(json.dumps({"bag": str(plan.bag), "clock": plan.clock, **d,
+                      **({"truncated": plan.recovered} if plan.recovered else {})}))
     return 0
 
 

@@ -123,6 +123,25 @@ def test_identify_a_damaged_bag_and_csv(recording, tmp_path):
     np.testing.assert_allclose(res_csv["results"]["ls"]["test_nmse"], r["ls"]["test_nmse"], rtol=1e-4, atol=1e-7)
 
 
+def test_identify_a_cut_off_recording(recording, tmp_path):
+    """The MCAP of a killed recorder (no summary, no metadata.yaml): identified from what
+    it holds, the recovery reported."""
+    import pathlib
+
+    from adaptive_dynamics.evaluation.bags import TruncatedBagWarning
+
+    names, stamps, R = recording
+    d = pathlib.Path(_bag(tmp_path / "bag", names, stamps, R))
+    mcap = next(d.glob("*.mcap"))
+    mcap.write_bytes(mcap.read_bytes()[: int(0.8 * mcap.stat().st_size)])
+    (d / "metadata.yaml").unlink()
+    with pytest.warns(TruncatedBagWarning):
+        res = ident_cli.run(_args(d, tmp_path / "out", **{"no-consistent": True}))
+    c = res["counts"]["recording"]
+    assert "complete messages" in c["truncated"] and 0.5 * len(stamps) < c["messages"] < 0.85 * len(stamps)
+    assert np.all(np.array(res["results"]["ls"]["test_nmse"])[[1, 3]] < 0.01)
+
+
 def test_identify_reports_bad_input(tmp_path, capsys):
     csv = tmp_path / "bad.csv"
     csv.write_text("t,foo\n0.0,1\n")

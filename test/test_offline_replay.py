@@ -65,9 +65,11 @@ def simulate(duration=DURATION, period=2.0, seed=0) -> dict:
                 names=list(model.joint_names), pnames=list(ctl.full_parameter_names), **out)
 
 
-def write_bag(sim: dict, path, topics=(JS, REF, PT, UPD), nan=None, permute=False):
+def write_bag(sim: dict, path, topics=(JS, REF, PT, UPD), nan=None, permute=False, rename_from=None, back=()):
     """Write the simulation as a bag.  ``nan``: {(array, row, col)} set to NaN;
-    ``permute``: joint_states with the joints in reverse order."""
+    ``permute``: joint_states with the joints in reverse order; ``rename_from``: from this
+    message on, joint_states name panda_joint4 differently; ``back``: rows whose
+    joint_states header stamp is 1.5 ms before its own (received in order)."""
     from rclpy.serialization import serialize_message
 
     from adaptive_dynamics.ros.joint_states import joint_state_msg
@@ -91,8 +93,11 @@ def write_bag(sim: dict, path, topics=(JS, REF, PT, UPD), nan=None, permute=Fals
                 w.write(REF, s, serialize_message(reference_batch_msg(
                     s, 1_000_000, names, sim["qd"][sl], sim["vd"][sl], arrays["ad"][sl])))
             if JS in topics:
+                js_names = [names[i] for i in order]
+                if rename_from is not None and k >= rename_from:
+                    js_names = [nm.replace("joint4", "joint_4") for nm in js_names]
                 w.write(JS, s, serialize_message(joint_state_msg(
-                    s, [names[i] for i in order], arrays["q"][k, order], arrays["v"][k, order],
+                    s - 1_500_000 * (k in back), js_names, arrays["q"][k, order], arrays["v"][k, order],
                     arrays["tau"][k, order])))
             if PT in topics:
                 w.write(PT, s, serialize_message(joint_state_msg(s, names, effort=arrays["ptau"][k])))
@@ -220,6 +225,52 @@ def test_nan_samples_are_counted_and_skipped(sim, tmp_path):
     assert s["nonfinite_learn_rows"] == learnt_bad == res["learner_counters"]["n_rejected"]
     assert all(v is not None and v < 1.0 for v in res["nmse_last_window"].values())
     assert os.path.getsize(res["plot"]) > 10_000
+
+
+def test_renamed_joints_and_stamps_back_in_time_are_counted_not_fatal(sim, tmp_path):
+    """A joint renamed part-way: the messages before it are evaluated, those after are
+    counted (``missing_joints``, with the name); header stamps that go back are counted
+    ``out_of_order`` (not as duplicates)."""
+    path = write_bag(sim, tmp_path / "renamed", rename_from=4000, back=(1000, 2000, 3000))
+    res = evaluate_learner(path, "rbfn", out_dir=tmp_path / "out", plot=False)
+    s = res["samples"]
+    assert s["missing_joints"] == 2000 and s["missing_joint_names"] == ["panda_joint4"]
+    assert s["out_of_order"] == 3 and s["duplicate_stamps"] == 0
+    assert s["no_parametric"] == 3 and s["total"] == 4000 - 3     # (no parametric torque at their stamps)
+    assert res["nmse_last_window_mean"] < 1.0
+    with pytest.raises(ValueError, match="lacks joints"):     # nothing matches: a clear error
+        evaluate_learner(write_bag(sim, tmp_path / "all_renamed", rename_from=0), "rbfn", plot=False)
+
+
+def test_a_cut_off_mcap_is_read_up_to_its_last_complete_message(sim, tmp_path):
+    """A recorder killed mid-run leaves an MCAP without summary and end magic (and no
+    metadata.yaml): replay, replay --learner and identify read it up to the last complete
+    message with a warning saying how much was recovered."""
+    import pathlib
+    import warnings
+
+    from adaptive_dynamics.evaluation.bags import TruncatedBagWarning, open_bag
+    from adaptive_dynamics.evaluation.replay import iter_events, plan_replay
+
+    d = pathlib.Path(write_bag(sim, tmp_path / "cut"))
+    mcap = next(d.glob("*.mcap"))
+    data = mcap.read_bytes()
+    mcap.write_bytes(data[: len(data) // 2])
+    (d / "metadata.yaml").unlink()
+    with pytest.warns(TruncatedBagWarning, match="complete messages"):
+        src = open_bag(d)
+    assert src.recovered and 0 < src.topics[JS][1] < 6000
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # opened once: no second warning
+        res = evaluate_learner(d, "rbfn", out_dir=tmp_path / "out", plot=False)
+        plan = plan_replay(d)
+        n = sum(1 for _ in iter_events(plan))
+    assert "complete messages" in res["truncated"] and 1000 < res["samples"]["total"] < 6000
+    assert plan.recovered and n >= sum(c for _, c in src.topics.values()) - 1
+    r = subprocess.run([EXE, "replay", str(mcap), "--learner", "gmm", "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "TruncatedBagWarning" in r.stderr and "Traceback" not in r.stderr
+    assert "truncated" in json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def test_transform_and_saved_model(bag, tmp_path):

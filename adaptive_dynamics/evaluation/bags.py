@@ -4,12 +4,19 @@ Bags written here are standard rosbag2 directories (``metadata.yaml`` + one ``.m
 file), readable by ``ros2 bag info/play`` on a ROS 2 install and by independent
 readers (``mcap`` + ``mcap-ros2-support``; tested).  Messages are stored as the CDR
 bytes that arrived over DDS (no re-serialisation).
+
+Reading (:func:`open_bag`, used by ``replay``, ``replay --learner`` and ``identify``): a
+rosbag2 directory through ``rosbags``; an MCAP file that ``rosbags`` cannot open -- a
+recording cut off by a killed recorder has no summary, no end magic and often no
+``metadata.yaml`` -- is streamed record by record with the ``mcap`` reader up to its last
+complete message, with a :class:`TruncatedBagWarning` saying how much was recovered.
 """
 from __future__ import annotations
 
 import os
 import pathlib
-from typing import Iterable
+import warnings
+from typing import Iterable, Optional
 
 import numpy as np
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
@@ -64,6 +71,10 @@ class BagWriter:
         self.close()
 
 
+class TruncatedBagWarning(UserWarning):
+    """A bag read only up to its last complete message (see :func:`open_bag`)."""
+
+
 def resolve_bag(path: str | os.PathLike) -> pathlib.Path:
     """The rosbag2 directory for ``path`` (the directory itself, its ``metadata.yaml``
     or one of its storage files); ``FileNotFoundError``/``ValueError`` with the reason."""
@@ -79,15 +90,125 @@ def resolve_bag(path: str | os.PathLike) -> pathlib.Path:
     return p
 
 
+class BagSource:
+    """A bag to read: ``topics`` ({topic: (msgtype, count)}), ``start_ns``/``end_ns``
+    (log times), :meth:`messages`; ``recovered`` is None for an intact bag, else what the
+    stream reader could read of a cut-off MCAP file."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = pathlib.Path(path)
+        self.recovered: Optional[str] = None
+        self._mcap: Optional[pathlib.Path] = None
+        try:
+            self.dir = resolve_bag(path)
+            with Reader(self.dir) as reader:
+                self.topics = {}
+                for c in reader.connections:
+                    mt, cnt = self.topics.get(c.topic, (c.msgtype, 0))
+                    self.topics[c.topic] = (mt, cnt + c.msgcount)
+                self.start_ns, self.end_ns = int(reader.start_time), int(reader.end_time)
+                if reader.message_count == 0:
+                    self.start_ns = self.end_ns = 0
+            return
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- rosbags' ReaderError, a missing metadata.yaml, ...
+            self._mcap = self._mcap_file(exc)
+            self.dir = self._mcap.parent
+            self._why = f"{type(exc).__name__}: {exc}"
+        self._scan()
+
+    def _mcap_file(self, exc: Exception) -> pathlib.Path:
+        p = self.path
+        files = [p] if p.is_file() and p.suffix == ".mcap" else sorted((p if p.is_dir() else p.parent).glob("*.mcap"))
+        if len(files) != 1:
+            raise ValueError(f"bag {str(self.path)!r}: {exc}") from None
+        return files[0]
+
+    def _records(self):
+        """(channel id -> (topic, msgtype), message records) of the MCAP stream, stopping
+        quietly at the first incomplete record; sets :attr:`_error`."""
+        from mcap import records as R
+        from mcap.stream_reader import StreamReader
+        self._error = None
+        schemas: dict = {}
+        self._channels: dict = {}
+        with open(self._mcap, "rb") as fh:
+            try:
+                for rec in StreamReader(fh).records:
+                    if isinstance(rec, R.Schema):
+                        schemas[rec.id] = rec.name
+                    elif isinstance(rec, R.Channel):
+                        self._channels[rec.id] = (rec.topic, schemas.get(rec.schema_id, ""))
+                    elif isinstance(rec, R.Message):
+                        yield rec
+            except Exception as exc:  # noqa: BLE001 -- the cut: struct.error, EndOfFile, bad CRC, ...
+                self._error = f"{type(exc).__name__}: {exc}"
+
+    def _scan(self) -> None:
+        counts: dict = {}
+        n, first, last = 0, None, None
+        for rec in self._records():
+            counts[rec.channel_id] = counts.get(rec.channel_id, 0) + 1
+            n += 1
+            first = rec.log_time if first is None else first
+            last = rec.log_time
+        self.topics = {}
+        for cid, (topic, mt) in self._channels.items():
+            t_mt, cnt = self.topics.get(topic, (mt, 0))
+            self.topics[topic] = (t_mt, cnt + counts.get(cid, 0))
+        self.start_ns, self.end_ns = int(first or 0), int(last or 0)
+        size = self._mcap.stat().st_size
+        self.recovered = (f"{self._mcap.name} could not be opened as a rosbag2 ({self._why}); read as a stream:"
+                          f" {n} complete messages, {(self.end_ns - self.start_ns) * 1e-9:.3f} s"
+                          f"{', up to a cut-off record (' + self._error + ')' if self._error else ''}"
+                          f" in {size} bytes")
+        warnings.warn(f"bag {str(self.path)!r}: {self.recovered}", TruncatedBagWarning, stacklevel=3)
+
+    def messages(self, topics: Iterable[str] | None = None):
+        """``(topic, msgtype, log_time_ns, cdr_bytes)`` in the bag's order (log time)."""
+        want = None if topics is None else set(topics)
+        if self._mcap is None:
+            with Reader(self.dir) as reader:
+                conns = [c for c in reader.connections if want is None or c.topic in want]
+                if not conns:  # rosbags reads *every* connection when given none
+                    return
+                for conn, t, raw in reader.messages(connections=conns):
+                    yield conn.topic, conn.msgtype, t, bytes(raw)
+            return
+        for rec in self._records():
+            topic, mt = self._channels[rec.channel_id]
+            if want is None or topic in want:
+                yield topic, mt, int(rec.log_time), bytes(rec.data)
+
+
+_OPENED: dict = {}
+
+
+def open_bag(path: str | os.PathLike) -> BagSource:
+    """A :class:`BagSource` for a rosbag2 directory, its ``metadata.yaml``, its ``.mcap``
+    file, or a cut-off ``.mcap`` recording (streamed, with a :class:`TruncatedBagWarning`,
+    once per file: sources are kept per path, size and modification time)."""
+    if isinstance(path, BagSource):
+        return path
+    p = pathlib.Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"bag {str(path)!r} does not exist") from None
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    src = _OPENED.get(key)
+    if src is None:
+        if len(_OPENED) > 16:
+            _OPENED.clear()
+        src = _OPENED[key] = BagSource(p)
+    return src
+
+
 def read_raw(path: str | os.PathLike, topics: Iterable[str] | None = None):
     """Yield ``(topic, msgtype, log_time_ns, cdr_bytes)`` in the bag's order (log time),
-    without deserialising."""
-    with Reader(resolve_bag(path)) as reader:
-        conns = [c for c in reader.connections if topics is None or c.topic in set(topics)]
-        if not conns:  # rosbags reads *every* connection when given none
-            return
-        for conn, t, raw in reader.messages(connections=conns):
-            yield conn.topic, conn.msgtype, t, bytes(raw)
+    without deserialising (any bag :func:`open_bag` reads)."""
+    yield from open_bag(path).messages(topics)
 
 
 def read_messages(path: str | os.PathLike, topics: Iterable[str] | None = None):

@@ -81,7 +81,7 @@ from typing import Optional
 import numpy as np
 
 from .. import wire  # numpy + struct only: no ROS import
-from .bags import TYPESTORE, read_raw, resolve_bag
+from .bags import TYPESTORE, open_bag, read_raw
 from .metrics import nmse, running_nmse
 
 __all__ = ["ReplayData", "load_samples", "evaluate_learner", "format_table", "ACCELERATIONS", "TARGETS",
@@ -178,56 +178,68 @@ def _stamp(header) -> int:
     return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
 
 
-def _find_topics(path: pathlib.Path) -> tuple[dict, dict]:
+def _find_topics(path) -> tuple[dict, dict]:
     """role -> topic in the bag (exact relative name with a leading '/', else a unique
-    namespace suffix) and topic -> (msgtype, count)."""
-    from rosbags.rosbag2 import Reader
-    with Reader(path) as reader:
-        info: dict = {}
-        for c in reader.connections:
-            mt, cnt = info.get(c.topic, (c.msgtype, 0))
-            info[c.topic] = (mt, cnt + c.msgcount)
+    namespace suffix) and topic -> (msgtype, count).  ``path``: a bag or a
+    :class:`~.bags.BagSource`."""
+    src = open_bag(path)
+    info, where = src.topics, str(src.path)
     found = {}
     for role, (name, msgtype) in _TOPICS.items():
         cands = [t for t in info if t == "/" + name] or [t for t in info if t.endswith("/" + name)]
         if len(cands) > 1:
-            raise ValueError(f"bag {str(path)!r}: topic {name!r} is ambiguous: {sorted(cands)}")
+            raise ValueError(f"bag {where!r}: topic {name!r} is ambiguous: {sorted(cands)}")
         if cands and info[cands[0]][1] > 0:
             if info[cands[0]][0] != msgtype:
-                raise ValueError(f"bag {str(path)!r}: {cands[0]} has type {info[cands[0]][0]}, expected {msgtype}")
+                raise ValueError(f"bag {where!r}: {cands[0]} has type {info[cands[0]][0]}, expected {msgtype}")
             found[role] = cands[0]
     return found, info
 
 
 class _JointMap:
-    """Per name-tuple index arrays from a message's names to the model's joints."""
+    """Per name-tuple index arrays from a message's names to the model's joints (None for
+    a message that lacks one of them; :attr:`missing` collects their names)."""
 
     def __init__(self, joints, robot: str, topic: str):
         self.joints, self.robot, self.topic = list(joints), robot, topic
         self._cache: dict = {}
+        self.missing: set = set()
+        self.seen: list = []
 
-    def __call__(self, names) -> np.ndarray:
+    def __call__(self, names) -> Optional[np.ndarray]:
         key = tuple(names)
-        idx = self._cache.get(key)
-        if idx is None:
-            pos = {nm: k for k, nm in enumerate(key)}
-            missing = [j for j in self.joints if j not in pos]
-            if missing:
-                raise ValueError(f"{self.topic} lacks joints {missing} of robot {self.robot!r} (message joints"
-                                 f" {list(key)}); pass --robot NAME|URDF for another robot")
-            idx = self._cache[key] = np.array([pos[j] for j in self.joints])
+        if key in self._cache:
+            return self._cache[key]
+        pos = {nm: k for k, nm in enumerate(key)}
+        missing = [j for j in self.joints if j not in pos]
+        self.seen.append(key)
+        if missing:
+            self.missing.update(missing)
+            idx = None
+        else:
+            idx = np.array([pos[j] for j in self.joints])
+        self._cache[key] = idx
         return idx
+
+    def error(self) -> ValueError:
+        """The error for a stream in which no message carries every joint."""
+        return ValueError(f"{self.topic} lacks joints {sorted(self.missing)} of robot {self.robot!r} (message"
+                          f" joints {list(self.seen[0]) if self.seen else []}); pass --robot NAME|URDF for"
+                          " another robot")
 
 
 def _gather(names_seq, values_seq, jmap: "_JointMap") -> np.ndarray:
     """Rows of ``values_seq`` (one field per message) in the model's joint order, (M, n);
-    a NaN row where the field does not have one value per name (e.g. empty)."""
+    a NaN row where a message lacks a joint of the model or the field does not have one
+    value per name (e.g. empty)."""
     out = np.full((len(values_seq), len(jmap.joints)), np.nan)
     groups: dict = {}
     for k, names in enumerate(names_seq):
         groups.setdefault(names, []).append(k)
     for names, rows in groups.items():
         idx, m = jmap(names), len(names)
+        if idx is None:
+            continue
         good = [k for k in rows if len(values_seq[k]) == m]
         if good:
             out[good] = np.array([values_seq[k] for k in good], dtype=float)[:, idx]
@@ -286,8 +298,9 @@ def load_samples(bag, *, robot=None, acceleration: str = "desired", target: str 
         raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
     if not (reference_tolerance_s >= 0 and math.isfinite(reference_tolerance_s)):
         raise ValueError(f"reference tolerance must be >= 0 s, got {reference_tolerance_s}")
-    path = resolve_bag(bag)
-    topics, info = _find_topics(path)
+    src = open_bag(bag)
+    path = src.dir
+    topics, info = _find_topics(src)
     where = f"bag {str(bag)!r}"
     listing = f"topics in the bag: {sorted(info) or 'none'}"
     if "joint_states" not in topics:
@@ -316,7 +329,7 @@ def load_samples(bag, *, robot=None, acceleration: str = "desired", target: str 
     states, refs, ptorque = [], [], []
     up_t, up_v, up_names = [], [], None
     fast = _FastReader()
-    for topic, msgtype, _, raw in read_raw(path, list(wanted)):
+    for topic, msgtype, _, raw in read_raw(src, list(wanted)):
         role = wanted[topic]
         if role == "joint_states":
             states.append(fast.joint_state(raw))
@@ -348,6 +361,13 @@ def load_samples(bag, *, robot=None, acceleration: str = "desired", target: str 
     jmap = _JointMap(joints, robot_name, topics["joint_states"])
     counts = {"joint_states": len(states), "reference_points": len(refs), "parametric_torque": len(ptorque),
               "parameter_update": len(up_t)}
+    has = np.array([jmap(s[1]) is not None for s in states], dtype=bool)
+    if not has.any():
+        raise jmap.error()
+    counts["missing_joints"] = int((~has).sum())   # e.g. a joint renamed part-way: those messages only
+    if jmap.missing:
+        counts["missing_joint_names"] = sorted(jmap.missing)
+    states = [s for s, h in zip(states, has) if h]
     st_t = [s[0] for s in states]
     st_names = [s[1] for s in states]
     st_q = _gather(st_names, [s[2] for s in states], jmap)
@@ -364,8 +384,10 @@ def load_samples(bag, *, robot=None, acceleration: str = "desired", target: str 
         pt_e = _gather([p[1] for p in ptorque], [p[2] for p in ptorque],
                        _JointMap(joints, robot_name, topics["parametric"]))
 
-    # states in stamp order (a repeated stamp: the last message wins)
+    # states in stamp order (a repeated stamp: the last message wins); a stamp before one
+    # received earlier is counted out_of_order (and sorted into place)
     t = np.asarray(st_t, dtype=np.int64)
+    n_back = int(np.sum(t[1:] < np.maximum.accumulate(t)[:-1])) if t.size > 1 else 0
     order = np.argsort(t, kind="stable")
     t = t[order]
     keep = np.ones(t.size, dtype=bool)
@@ -377,7 +399,8 @@ def load_samples(bag, *, robot=None, acceleration: str = "desired", target: str 
         if not np.isfinite(arr).any():
             raise ValueError(f"{where}: {topics['joint_states']} carries no {what} for the joints {joints}")
     ok = np.ones(t.size, dtype=bool)
-    counts.update({"states": int(t.size), "duplicate_stamps": int((~keep).sum()), "no_reference": 0,
+    counts.update({"states": int(t.size), "duplicate_stamps": int((~keep).sum()), "out_of_order": n_back,
+                   "no_reference": 0,
                    "no_previous_state": 0, "no_parametric": 0})
 
     if acceleration == "measured":
@@ -423,6 +446,8 @@ def load_samples(bag, *, robot=None, acceleration: str = "desired", target: str 
     counts["samples"] = int(ok.sum())
     if counts["samples"] == 0:
         raise ValueError(f"{where}: no usable samples ({counts})")
+    if src.recovered:
+        counts["truncated"] = src.recovered
     data = ReplayData(path, robot_name, list(joints), t[ok], X, Y[ok], tgt, acceleration, topics, counts)
     if with_updates:
         ut = np.asarray(up_t, dtype=np.int64)
@@ -609,10 +634,12 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
         "duration_s": _sig((t[-1] - t[0]) * 1e-9, 6),
         "samples": {"total": int(N), "scored": int(scored.size), "learned": int((learn & finite).sum()),
                     "nonfinite": int(N - scored.size), "nonfinite_learn_rows": int((learn & ~finite).sum()),
-                    **{k: v for k, v in data.counts.items() if k in ("no_reference", "no_parametric",
-                                                                         "no_previous_state", "duplicate_stamps")}},
+                    **{k: v for k, v in data.counts.items() if k in (
+                        "no_reference", "no_parametric", "no_previous_state", "duplicate_stamps", "out_of_order",
+                        "missing_joints", "missing_joint_names")}},
         "messages": {k: v for k, v in data.counts.items() if k in ("joint_states", "reference_points",
                                                                    "parametric_torque", "parameter_update")},
+        **({"truncated": data.counts["truncated"]} if "truncated" in data.counts else {}),
         "nmse_first_window": _per_joint(R[0], joints),
         "nmse_last_window": _per_joint(R[-1], joints),
         "nmse_overall": _per_joint(nmse(P, T), joints),

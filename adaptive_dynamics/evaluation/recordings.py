@@ -2,7 +2,8 @@
 read into arrays in the robot's joint order, with every left-out message counted by
 reason (no ROS import).
 
-* **bag** (a directory or ``.mcap``/``.db3`` file, as :func:`~.bags.resolve_bag`): the
+* **bag** (a directory, its ``.mcap`` file, or a cut-off ``.mcap`` recording read up to its
+  last complete message: :func:`~.bags.open_bag`): the
   ``sensor_msgs/JointState`` messages of its ``joint_states`` topic (a namespaced
   ``/ns/joint_states`` is found by suffix), stamped by their header; joints matched by
   name, extra names ignored.
@@ -69,11 +70,11 @@ def _finish(source, joints, t, q, qd, tau, counts) -> Recording:
 
 
 def _load_bag(path: pathlib.Path, joints: list) -> Recording:
-    from .bags import read_raw, resolve_bag
+    from .bags import open_bag, read_raw
     from .offline import _FastReader, _find_topics
 
-    path = resolve_bag(path)
-    topics, info = _find_topics(path)
+    src = open_bag(path)
+    topics, info = _find_topics(src)
     if "joint_states" not in topics:
         raise ValueError(f"bag {str(path)!r} has no joint_states messages (sensor_msgs/msg/JointState); topics in"
                          f" the bag: {sorted(info) or 'none'}")
@@ -83,7 +84,7 @@ def _load_bag(path: pathlib.Path, joints: list) -> Recording:
     t, rows = [], []
     counts = {"messages": 0, "missing_joints": 0}
     missing_seen: set = set()
-    for _, _, _, raw in read_raw(path, [topics["joint_states"]]):
+    for _, _, _, raw in read_raw(src, [topics["joint_states"]]):
         counts["messages"] += 1
         stamp, names, pos, vel, eff = fast.joint_state(raw)
         idx = index_of.get(names)
@@ -101,6 +102,8 @@ def _load_bag(path: pathlib.Path, joints: list) -> Recording:
         rows.append(np.concatenate([np.asarray(pos)[idx], np.asarray(vel)[idx], np.asarray(eff)[idx]]))
     if missing_seen:
         counts["missing_joint_names"] = sorted(missing_seen)
+    if src.recovered:
+        counts["truncated"] = src.recovered
     R = np.array(rows, dtype=float).reshape(-1, 3 * n)
     return _finish(str(path), joints, t, R[:, :n], R[:, n:2 * n], R[:, 2 * n:], counts)
 

@@ -68,9 +68,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Sequence
 
 from rclpy.node import Node
-from rosbags.rosbag2 import Reader
 
-from .bags import read_raw, resolve_bag
+from .bags import open_bag, read_raw
 
 CLOCK_TOPIC = "/clock"
 CLOCK_TYPE = "rosgraph_msgs/msg/Clock"
@@ -91,6 +90,8 @@ class ReplayPlan:
     end_ns: int
     msg_classes: dict = field(default_factory=dict)
     empty: list = field(default_factory=list)   # selected but without messages (not published)
+    source: Optional[object] = None             # the opened bag (bags.BagSource)
+    recovered: Optional[str] = None             # a cut-off MCAP: what could be read
 
     @property
     def span_s(self) -> float:
@@ -130,17 +131,15 @@ def plan_replay(bag, topics: Optional[Sequence[str]] = None, *, clock: bool = Tr
                 clock_rate: float = 100.0) -> ReplayPlan:
     """Validate ``bag`` and the selection; ``ValueError``/``FileNotFoundError`` with the
     reason (missing bag, unknown topic, unavailable type, empty selection)."""
-    path = resolve_bag(bag)
+    src = open_bag(bag)        # a cut-off MCAP recording: up to its last complete message, with a warning
+    path = src.path if src.recovered else src.dir
     if not (clock_rate > 0 and math.isfinite(clock_rate)):
         raise ValueError(f"clock rate must be > 0 Hz, got {clock_rate}")
-    with Reader(path) as reader:
-        recorded = {c.topic: c.msgtype for c in reader.connections}
-        counts: dict[str, int] = {}
-        for c in reader.connections:
-            counts[c.topic] = counts.get(c.topic, 0) + c.msgcount
-        start_ns, end_ns = reader.start_time, reader.end_time
-        if reader.message_count == 0:
-            raise ValueError(f"bag {str(bag)!r} contains no messages")
+    recorded = {t: mt for t, (mt, _) in src.topics.items()}
+    counts: dict[str, int] = {t: c for t, (_, c) in src.topics.items()}
+    start_ns, end_ns = src.start_ns, src.end_ns
+    if sum(counts.values()) == 0:
+        raise ValueError(f"bag {str(bag)!r} contains no messages")
     if topics:
         wanted = [_match_topic(t, list(recorded)) for t in topics]
         if CLOCK_TOPIC in wanted and not clock:
@@ -166,7 +165,7 @@ def plan_replay(bag, topics: Optional[Sequence[str]] = None, *, clock: bool = Tr
     if clock_src == "bag" and recorded[CLOCK_TOPIC] != CLOCK_TYPE:
         raise ValueError(f"/clock in the bag has type {recorded[CLOCK_TOPIC]}, expected {CLOCK_TYPE}")
     return ReplayPlan(path, selected, {t: counts.get(t, 0) for t in selected}, clock_src,
-                      float(clock_rate), int(start_ns), int(end_ns), classes, empty)
+                      float(clock_rate), int(start_ns), int(end_ns), classes, empty, src, src.recovered)
 
 
 def _clock_cdr(t_ns: int) -> bytes:
@@ -179,7 +178,7 @@ def _clock_cdr(t_ns: int) -> bytes:
 
 def iter_events(plan: ReplayPlan) -> Iterator[tuple[int, str, bytes]]:
     """``(t_ns, topic, cdr_bytes)`` in publication order, generated ``/clock`` merged in."""
-    msgs = ((t, topic, raw) for topic, _, t, raw in read_raw(plan.bag, list(plan.topics)))
+    msgs = ((t, topic, raw) for topic, _, t, raw in read_raw(plan.source or plan.bag, list(plan.topics)))
     if plan.clock != "generated":
         yield from msgs
         return
