@@ -54,8 +54,10 @@ def _cmd_demo(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     bag = os.path.join(args.out, time.strftime("bag_%Y%m%d_%H%M%S"))
     stats_file = os.path.join(args.out, "bridge_stats.json")
+    overrides = _overrides(args.set)
+    overrides.setdefault("mujoco_bridge", {})["stats_file"] = stats_file
     nodes = build_graph("sim", robot=args.robot, controller=args.controller, duration=args.duration,
-                        record=True, bag=bag, overrides={"mujoco_bridge": {"stats_file": stats_file}})
+                        record=True, bag=bag, overrides=overrides)
     print(f"demo: {args.robot}, {args.controller}, lockstep, {args.duration:g} s sim time;"
           f" nodes {[s.name for s in nodes]}", flush=True)
     t0 = time.perf_counter()
@@ -513,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
                    " the demo tracks joint references (scqp: `launch sim --controller scqp`)")
     p.add_argument("--duration", type=float, default=10.0, help="sim seconds (default 10)")
     p.add_argument("--out", default="out/demo", help="directory for the bag, plots and demo.json")
+    p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
+                   help="parameter override as for launch, e.g. --set adaptive_controller.kd=[20.0] (YAML value)")
     p.add_argument("-v", "--verbose", action="store_true", help="forward the nodes' logs")
     p.set_defaults(fn=_cmd_demo)
     p = sub.add_parser("selfcheck", help="dynamics-core smoke run (regressors vs RNEA, filtered regressor)")

@@ -40,6 +40,26 @@ def test_demo_closed_loop(tmp_path):
         assert os.path.getsize(png) > 10_000
 
 
+def test_demo_takes_set_overrides_as_launch(monkeypatch, tmp_path):
+    """`demo --set NODE.PARAM=VALUE` reaches the graph's parameter overrides like `launch`'s
+    (the graph builder is stopped before any process starts)."""
+    from adaptive_dynamics import cli, launch_graph
+
+    seen = {}
+
+    def fake(scenario, **kw):
+        seen.update(kw)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(launch_graph, "build_graph", fake)
+    args = cli.build_parser().parse_args(["demo", "--out", str(tmp_path), "--set", "controller.kd=[30.0]",
+                                          "--set", "trajectory.speed=0.5"])
+    with pytest.raises(SystemExit):
+        args.fn(args)
+    assert seen["overrides"]["controller"] == {"kd": [30.0]}
+    assert seen["overrides"]["trajectory"] == {"speed": 0.5} and "stats_file" in seen["overrides"]["mujoco_bridge"]
+
+
 def test_info_and_clear_error():
     r = run("info", "planar2")
     assert r.returncode == 0 and "joint2" in r.stdout and "base parameters: 6" in r.stdout
