@@ -7,6 +7,8 @@ No ROS import: works from a source checkout, a pip install or a colcon install.
 * ``robot_config()``  the ROS 2 parameter file of a robot, flattened to one dict
 * ``urdf_path()``     a robot name or an existing file -> URDF path
 * ``friction()``      the simulated ("reality") joint friction of a robot
+* ``end_effector_links()`` / ``strip_inertials()``  the massive bodies a URDF fixes after
+  its last moving joint (a gripper, a tool), and the URDF without their inertials
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import yaml
 
-__all__ = ["PACKAGE", "ROBOT_NAMES", "share_dir", "robot_config", "urdf_path", "friction"]
+__all__ = ["PACKAGE", "ROBOT_NAMES", "share_dir", "robot_config", "urdf_path", "friction", "end_effector_links",
+           "strip_inertials"]
 
 PACKAGE = "adaptive_dynamics"
 ROBOT_NAMES: Tuple[str, ...] = ("panda", "iiwa14", "planar2")
@@ -134,3 +137,48 @@ def friction(name: str) -> Tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"robot {name!r}: {key} must be finite and >= 0, got {arr.tolist()}")
         out.append(arr)
     return out[0], out[1]
+
+
+_MOVING = ("revolute", "continuous", "prismatic")
+
+
+def end_effector_links(urdf_text: str) -> List[str]:
+    """The links with mass that the URDF attaches by fixed joints after its last moving
+    joint (the end effector: the Franka Hand of the Panda, a tool), in document order;
+    ``[]`` when there are none."""
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(urdf_text)
+    joints = root.findall("joint")
+    children: Dict[str, List[Tuple[str, str]]] = {}
+    for j in joints:
+        parent, child = j.find("parent"), j.find("child")
+        if parent is not None and child is not None:
+            children.setdefault(parent.get("link"), []).append((j.get("type", ""), child.get("link")))
+    moving = [j for j in joints if j.get("type") in _MOVING]
+    if not moving:
+        return []
+    last = moving[-1].find("child").get("link")
+    found, stack = [], [last]
+    while stack:
+        for jtype, child in children.get(stack.pop(), []):
+            if jtype == "fixed":
+                found.append(child)
+                stack.append(child)
+    mass = {}
+    for link in root.findall("link"):
+        m = link.find("inertial/mass")
+        mass[link.get("name")] = float(m.get("value", 0.0)) if m is not None else 0.0
+    order = [link.get("name") for link in root.findall("link")]
+    return [n for n in order if n in found and mass.get(n, 0.0) > 0.0]
+
+
+def strip_inertials(urdf_text: str, links) -> str:
+    """The URDF text with the ``<inertial>`` of ``links`` removed (massless links)."""
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(urdf_text)
+    drop = set(links)
+    for link in root.findall("link"):
+        if link.get("name") in drop:
+            for inertial in link.findall("inertial"):
+                link.remove(inertial)
+    return ET.tostring(root, encoding="unicode")

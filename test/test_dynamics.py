@@ -661,9 +661,45 @@ def test_payload_matches_a_model_with_the_payload_as_a_body():
         bare = RobotModel("panda")
         close(rm.payload_regressor(Y) @ p10, Y @ rm.parameters - Y @ bare.parameters)
     np.testing.assert_allclose(rm.payload_parameters(), p10)
-    np.testing.assert_allclose(rm.link_parameters, RobotModel("panda").parameters)
+    np.testing.assert_allclose(rm.link_parameters, RobotModel("panda").link_parameters)
     rm.clear_payload()
     np.testing.assert_allclose(rm.parameters, RobotModel("panda").parameters)
+
+
+def test_end_effector_is_declared_separately_and_removable():
+    """The Panda URDF's Franka Hand (0.76 kg, fixed after joint 7) is the end effector:
+    kept as its own 10 parameters, not merged into link 7; with end_effector="none" the
+    model is the arm without it -- the same as pinocchio's model of the URDF with the
+    hand's inertial deleted (and, with it, RNEA of the full URDF)."""
+    import xml.etree.ElementTree as ET
+
+    from adaptive_dynamics.robots import strip_inertials
+
+    text = open(urdf_path("panda")).read()
+    full = pin.buildModelFromUrdf(urdf_path("panda"))
+    bare = pin.buildModelFromXML(strip_inertials(text, ["panda_hand"]))
+    df, db = full.createData(), bare.createData()
+    rm = RobotModel("panda")
+    assert rm.end_effector_links == ["panda_hand"] and rm.end_effector == "hand"
+    ee = rm.end_effector_parameters()
+    assert ee[0] == pytest.approx(0.76)                       # the hand's mass, in joint 7's frame
+    assert rm.link_parameters[60] == pytest.approx(bare.inertias[7].mass)
+    none = RobotModel("panda", end_effector="none")
+    for q, v, a, _, _ in states(rm, k=3):
+        close(rm.inverse_dynamics(q, v, a), pin.rnea(full, df, q, v, a))
+        close(none.inverse_dynamics(q, v, a), pin.rnea(bare, db, q, v, a))
+    rm.set_end_effector("none")
+    np.testing.assert_allclose(rm.parameters, none.parameters)
+    rm.set_end_effector("hand")
+    np.testing.assert_allclose(rm.parameters[60:70], bare.inertias[7].toDynamicParameters() + ee)
+    # set_parameters takes the effective pi; the end effector stays declared
+    rm.set_parameters(rm.parameters)
+    np.testing.assert_allclose(rm.link_parameters[60:70], bare.inertias[7].toDynamicParameters(), atol=1e-12)
+    with pytest.raises(ValueError, match="panda_hand"):
+        rm.set_end_effector("gripper")
+    assert RobotModel("iiwa14").end_effector_parameters() is None
+    # a URDF given as text is split the same way
+    assert RobotModel(ET.tostring(ET.fromstring(text), encoding="unicode")).end_effector_links == ["panda_hand"]
 
 
 # ---------------------------------------------------------------- validation

@@ -76,7 +76,7 @@ def test_simulated_excitation_run_identifies_the_plant(tmp_path):
         plant.step(pd.compute(q, v, Q[k], V[k], A[k], learn=False))
     model = RobotModel("panda", friction=True)
     res = identify(model, *prepare(t, np.array(q_), np.array(v_), np.array(tau_)))
-    truth = model.base_parameters().to_base(np.concatenate([m.link_parameters, fv, fc]))
+    truth = model.base_parameters().to_base(np.concatenate([m.parameters, fv, fc]))
     assert np.linalg.norm(res.theta - truth) / np.linalg.norm(truth) < 0.15
     # the torque of the big joints is explained to < 1 %
     rel = res.residual_rmse / res.tau_rms

@@ -470,3 +470,26 @@ def test_time_stays_on_the_step_grid():
         plant.step(np.zeros(2) if k % 1000 else g())
         bad += int(round(plant.time * 1e9)) != k * 1_000_000
     assert bad == 0
+
+
+def test_end_effector_none_is_the_arm_without_its_hand():
+    """end_effector="none": the simulated Panda without the Franka Hand -- its torques are
+    the RobotModel's without the hand (MuJoCo's inverse dynamics against pinocchio), and
+    differ from the default plant's by the hand's weight."""
+    import mujoco
+
+    from adaptive_dynamics.dynamics import RobotModel
+
+    q = np.array([0.1, -0.4, 0.2, -2.0, 0.3, 1.5, 0.4])
+    taus = {}
+    for kind in ("hand", "none"):
+        plant = MujocoPlant("panda", end_effector=kind, q0=q)
+        d = mujoco.MjData(plant.model)
+        d.qpos[plant._qi] = q
+        mujoco.mj_inverse(plant.model, d)                              # at rest: gravity
+        taus[kind] = d.qfrc_inverse[plant._di].copy()
+        model = RobotModel("panda", end_effector=kind)
+        np.testing.assert_allclose(taus[kind], model.gravity(q), atol=1e-6)
+    assert np.abs(taus["hand"] - taus["none"]).max() > 0.5          # the hand's 0.76 kg
+    with pytest.raises(ValueError, match="end_effector"):
+        MujocoPlant("panda", end_effector="gripper")

@@ -310,14 +310,23 @@ class RobotModel:
         uses ``sign(v)``.
     gravity:
         Gravity vector in the base frame [m/s^2].
+    end_effector:
+        ``"hand"`` (default): the bodies with mass that the URDF fixes after its last
+        moving joint (the Franka Hand of the Panda, a tool: :attr:`end_effector_links`)
+        are part of the model, kept as their own 10 parameters
+        (:meth:`end_effector_parameters`) rather than merged into the last link;
+        ``"none"``: the arm without them (a robot run without its hand).
+        :meth:`set_end_effector` switches later.
     """
 
     def __init__(self, urdf, *, ee_frame: str | None = None, friction: bool = False,
-                 coulomb_smoothing: float = 0.0, gravity=(0.0, 0.0, -9.81)):
+                 coulomb_smoothing: float = 0.0, gravity=(0.0, 0.0, -9.81), end_effector: str = "hand"):
+        text = None
         if isinstance(urdf, pin.Model):
             self.urdf_path, model = None, urdf.copy()
         else:
             self.urdf_path, model = _load_pinocchio_model(urdf)
+            text = os.fspath(urdf) if self.urdf_path is None else None
         for j in range(1, model.njoints):
             if model.joints[j].nq != 1 or model.joints[j].nv != 1:
                 raise ValueError(
@@ -361,6 +370,8 @@ class RobotModel:
         self._delta = ShiftedParameterChange(model, self.n)
         self._link_pi = np.concatenate(
             [model.inertias[j].toDynamicParameters() for j in range(1, model.njoints)])
+        self._split_end_effector(text)
+        self.set_end_effector(end_effector, _sync=False)
         self._friction_pi = np.zeros(2 * self.n) if self.friction else np.zeros(0)
         self._payload: Payload | None = None
         self._sync()
@@ -404,12 +415,14 @@ class RobotModel:
     # ----------------------------------------------------------------- parameters
     @property
     def parameters(self) -> np.ndarray:
-        """Effective pi (links + payload, then friction): what the regressors multiply."""
+        """Effective pi (links + end effector + payload, then friction): what the
+        regressors multiply."""
         return np.concatenate([self._effective_link_pi(), self._friction_pi])
 
     @property
     def link_parameters(self) -> np.ndarray:
-        """Inertial parameters of the links alone (without the payload)."""
+        """Inertial parameters of the links alone (without the end effector and the
+        payload)."""
         return self._link_pi.copy()
 
     def set_parameters(self, pi, *, check: bool = True) -> None:
@@ -424,6 +437,8 @@ class RobotModel:
             check_physical_consistency(pi[: self.n_inertial], self.link_names)
         self._payload = None
         self._link_pi = pi[: self.n_inertial].copy()
+        if self.end_effector == "hand":         # the end effector stays declared: the links are the rest
+            self._link_pi[-10:] -= self._ee_pi
         self._friction_pi = pi[self.n_inertial:].copy()
         self._sync()
 
@@ -445,6 +460,49 @@ class RobotModel:
         fv = as_vector(viscous, self.n, "viscous")
         fc = as_vector(coulomb, self.n, "coulomb")
         self._friction_pi = np.concatenate([fv, fc])
+
+    # ------------------------------------------------------------ end effector
+    def _split_end_effector(self, text: str | None) -> None:
+        """Separate the end-effector bodies (fixed after the last moving joint) from the
+        last link: the URDF built without their inertials gives the links alone, the
+        difference (in the last joint's frame) is the end effector's 10 parameters."""
+        from ..robots import end_effector_links, strip_inertials
+        self.end_effector_links: list[str] = []
+        self._ee_pi = np.zeros(10)
+        if text is None and self.urdf_path is not None:
+            with open(self.urdf_path, encoding="utf-8") as fh:
+                text = fh.read()
+        if text is None:
+            return
+        links = end_effector_links(text)
+        if not links:
+            return
+        bare = pin.buildModelFromXML(strip_inertials(text, links))
+        if bare.njoints != self.model.njoints:  # pragma: no cover - the same kinematic tree
+            raise RuntimeError("the URDF without its end-effector inertials has another joint structure")
+        pi_bare = np.concatenate([bare.inertias[j].toDynamicParameters() for j in range(1, bare.njoints)])
+        diff = self._link_pi - pi_bare
+        if np.abs(diff[:-10]).max(initial=0.0) > 1e-9 * max(1.0, np.abs(self._link_pi).max()):
+            raise RuntimeError(f"end-effector bodies {links} are not all carried by the last joint")
+        self.end_effector_links = links
+        self._ee_pi = diff[-10:].copy()
+        self._link_pi = pi_bare
+
+    def end_effector_parameters(self) -> np.ndarray | None:
+        """The end effector's 10 parameters (pinocchio order, about the last joint's
+        frame), or None when the URDF has no end-effector bodies."""
+        return self._ee_pi.copy() if self.end_effector_links else None
+
+    def set_end_effector(self, kind: str, *, _sync: bool = True) -> None:
+        """``"hand"``: the URDF's end-effector bodies are part of the model; ``"none"``:
+        the arm without them (the payload, if any, stays)."""
+        if kind not in ("hand", "none"):
+            raise ValueError(f"end_effector must be 'hand' (the URDF's end-effector bodies"
+                             f"{': ' + ', '.join(self.end_effector_links) if self.end_effector_links else ''})"
+                             f" or 'none', got {kind!r}")
+        self.end_effector = kind
+        if _sync:
+            self._sync()
 
     def set_payload(self, pi10, frame: str | None = None, *, check: bool = True) -> None:
         """Attach a rigid payload (10-vector about ``frame``'s origin, in its axes).
@@ -487,6 +545,8 @@ class RobotModel:
 
     def _effective_link_pi(self) -> np.ndarray:
         pi = self._link_pi.copy()
+        if self.end_effector == "hand":
+            pi[-10:] += self._ee_pi
         if self._payload is not None:
             i = self._payload.link_index
             pi[10 * i: 10 * i + 10] += self._payload.transform @ self._payload.parameters

@@ -145,7 +145,7 @@ def reference(robot: str, scale: float, gains: dict):
 
 def wrong_nominal(model) -> np.ndarray:
     """Link blocks scaled by 1.5 (odd links, 1-based) / 0.5 (even links); no friction."""
-    pi = model.link_parameters.copy()
+    pi = model.parameters[: model.n_inertial].copy()   # the URDF's links, end effector included
     for i in range(model.n):
         pi[10 * i: 10 * i + 10] *= 1.5 if i % 2 == 0 else 0.5
     return pi

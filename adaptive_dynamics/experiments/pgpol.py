@@ -806,7 +806,7 @@ def identification(R: Runner) -> tuple[dict, str]:
     ident = identify(model, *prepare(data["t"], data["q"], data["qd"], data["tau"]))
     path = estimate_file(model, ident, os.path.join(R.files_dir, "rbd_estimate.npz"))
     fv, fc = friction(R.robot)
-    truth = model.base_parameters().to_base(np.concatenate([RobotModel(R.robot).link_parameters, fv, fc]))
+    truth = model.base_parameters().to_base(np.concatenate([RobotModel(R.robot).parameters, fv, fc]))
     out = ident.to_dict()
     out.update({"duration_s": dur, "trajectory": EXCITATION, "filter_hz": 20.0,
                 "parameter_rel_error": round(float(np.linalg.norm(ident.theta - truth) / np.linalg.norm(truth)), 5),

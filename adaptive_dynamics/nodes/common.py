@@ -19,6 +19,9 @@ def robot_specs() -> list[ParamSpec]:
         ParamSpec("joint_names", [""], "joint names in command order (matched by name on"
                   " joint_states); [''] = the URDF's order", read_only=True, type="str[]"),
         ParamSpec("ee_frame", "", "end-effector frame; empty = last frame of the URDF", read_only=True),
+        ParamSpec("end_effector", "hand", "hand: the bodies the URDF fixes after the last joint (the Panda's"
+                  " Franka Hand) are part of the model, as their own parameters | none: the arm without them",
+                  choices=["hand", "none"], read_only=True),
     ]
 
 
@@ -65,7 +68,8 @@ def load_robot(store, **kwargs) -> tuple[RobotModel, list[str]]:
     ``joint_names`` must name exactly the URDF's joints (any order): commands are
     published in that order.  A mismatch raises ``ValueError`` listing the names.
     """
-    rm = RobotModel(resolve_urdf(store), ee_frame=store["ee_frame"] or None, **kwargs)
+    rm = RobotModel(resolve_urdf(store), ee_frame=store["ee_frame"] or None, end_effector=store["end_effector"],
+                    **kwargs)
     names = [n for n in store["joint_names"] if n]
     if not names:
         names = list(rm.joint_names)

@@ -442,7 +442,7 @@ class MujocoPlant:
 
     def __init__(self, robot: Union[str, os.PathLike] = "panda", joint_names: Optional[Sequence[str]] = None,
                  reality: Optional[RealityConfig] = None, timestep: float = 1e-3,
-                 integrator: str = "implicitfast", q0: Optional[ArrayLike] = None):
+                 integrator: str = "implicitfast", q0: Optional[ArrayLike] = None, end_effector: str = "hand"):
         import pinocchio as pin  # limits and joint order come from the same URDF parse as RobotModel's
 
         from adaptive_dynamics.robots import ROBOT_NAMES, robot_config, urdf_path
@@ -484,7 +484,16 @@ class MujocoPlant:
             raise ValueError(f"integrator must be one of {sorted(INTEGRATORS)}, got {integrator!r}")
         self.integrator = integrator
         self.timestep = float(timestep)
-        self.model = load_mujoco_model(self.urdf, timestep=self.timestep)
+        if end_effector not in ("hand", "none"):
+            raise ValueError(f"end_effector must be 'hand' or 'none', got {end_effector!r}")
+        self.end_effector = end_effector
+        source = self.urdf
+        if end_effector == "none":       # the arm without the bodies the URDF fixes after its last joint
+            from adaptive_dynamics.robots import end_effector_links, strip_inertials
+            with open(self.urdf, encoding="utf-8") as fh:
+                text = fh.read()
+            source = strip_inertials(text, end_effector_links(text))
+        self.model = load_mujoco_model(source, timestep=self.timestep)
         self.model.opt.integrator = int(INTEGRATORS[integrator])
         if self.model.nv != self.n:
             raise ValueError(f"MuJoCo model has {self.model.nv} DoF, the URDF {self.n} joints")
