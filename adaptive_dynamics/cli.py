@@ -28,9 +28,11 @@ import time
 def _cmd_info(args) -> int:
     from .dynamics import RobotModel
 
-    rm = RobotModel(args.robot, friction=args.friction)
-    print(f"robot {args.robot}: {rm.n} joints, {rm.n_params} parameters, end effector {rm.ee_frame!r}")
-    print(f"URDF: {rm.urdf_path}")
+    spec = _robot_spec(args)
+    rm = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=args.friction)
+    print(f"robot {spec.label}: {rm.n} joints, {rm.n_params} parameters, end effector {rm.ee_frame!r}"
+          + (f" (end-effector bodies {rm.end_effector_links})" if rm.end_effector_links else ""))
+    print(f"URDF: {rm.urdf_path}\nparameter file: {spec.config}")
     for j, name in enumerate(rm.joint_names):
         print(f"  {name:16s} link {rm.link_names[j]:16s} q in [{rm.lower[j]:+.3f}, {rm.upper[j]:+.3f}] rad,"
               f" |v| <= {rm.velocity_limit[j]:.3f} rad/s, |tau| <= {rm.effort_limit[j]:.1f} Nm")
@@ -56,7 +58,8 @@ def _cmd_demo(args) -> int:
     stats_file = os.path.join(args.out, "bridge_stats.json")
     overrides = _overrides(args.set)
     overrides.setdefault("mujoco_bridge", {})["stats_file"] = stats_file
-    nodes = build_graph("sim", robot=args.robot, controller=args.controller, duration=args.duration,
+    nodes = build_graph("sim", robot=args.robot, joints=[j for j in (args.joints or "").split(",") if j] or None,
+                        ee_frame=args.ee_frame, controller=args.controller, duration=args.duration,
                         record=True, bag=bag, overrides=overrides)
     print(f"demo: {args.robot}, {args.controller}, lockstep, {args.duration:g} s sim time;"
           f" nodes {[s.name for s in nodes]}", flush=True)
@@ -203,10 +206,24 @@ def _cmd_selfcheck(args) -> int:
     return 0 if ok else 1
 
 
+def _add_robot_args(p) -> None:
+    p.add_argument("--robot", default="panda", help="a shipped robot (panda | iiwa14 | planar2) or a URDF file"
+                   " (default panda)")
+    p.add_argument("--joints", default=None, metavar="J1,J2,...", help="URDF robot: the joints to control"
+                   " (default: every moving joint; the others, e.g. a gripper's, are locked at 0)")
+    p.add_argument("--ee-frame", default=None, metavar="FRAME", help="URDF robot: the end-effector frame"
+                   " (default: the URDF's last link)")
+
+
+def _robot_spec(args):
+    from .robots import resolve_robot
+    joints = [j for j in (args.joints or "").split(",") if j] or None
+    return resolve_robot(args.robot, joints, args.ee_frame)
+
+
 def _add_graph_args(p, *, sim_default=True) -> None:
     from .launch_graph import CONTROLLERS, LEARNERS, MODES, REAL_PRESETS
-    from .robots import ROBOT_NAMES
-    p.add_argument("--robot", default="panda", choices=ROBOT_NAMES)
+    _add_robot_args(p)
     p.add_argument("--controller", default="computed_torque", choices=CONTROLLERS,
                    help="pd | computed_torque (node controller) | direct | composite (adaptive_controller) |"
                    " scqp (scqp_controller: the end effector on task_reference, the trajectory in task space)")
@@ -241,7 +258,8 @@ def _overrides(items) -> dict:
 def _graph_from_args(args, scenario):
     from .launch_graph import build_graph
     ust = None if args.use_sim_time is None else args.use_sim_time == "true"
-    return build_graph(scenario, robot=args.robot, controller=args.controller, learner=args.learner,
+    return build_graph(scenario, robot=args.robot, joints=[j for j in (args.joints or "").split(",") if j] or None,
+                       ee_frame=args.ee_frame, controller=args.controller, learner=args.learner,
                        learner_split=args.learner_split, use_sim_time=ust, record=args.record, mode=args.mode,
                        duration=args.duration, namespace=args.namespace, preset=args.preset, bag=args.bag,
                        overrides=_overrides(args.set), without=tuple(args.without))
@@ -509,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Learn a torque-controlled robot's dynamics online while controlling it.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("demo", help="the main job: closed-loop lockstep simulation, tracking table, plots, bag")
-    p.add_argument("--robot", default="panda", help="panda | iiwa14 | planar2 (default panda)")
+    _add_robot_args(p)
     p.add_argument("--controller", default="computed_torque", choices=JOINT_CONTROLLERS,
                    help="pd | computed_torque (baseline node) | direct | composite (adaptive_controller);"
                    " the demo tracks joint references (scqp: `launch sim --controller scqp`)")
@@ -535,7 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_graph_args(p)
     p.set_defaults(fn=_cmd_launch)
     p = sub.add_parser("info", help="joints, limits and parameter layout of a robot")
-    p.add_argument("robot", nargs="?", default="panda")
+    p.add_argument("robot", nargs="?", default="panda", help="a shipped robot or a URDF file")
+    p.add_argument("--joints", default=None, metavar="J1,J2,...", help="URDF robot: the joints (others locked)")
+    p.add_argument("--ee-frame", default=None, metavar="FRAME", help="URDF robot: the end-effector frame")
     p.add_argument("--friction", action="store_true", help="include friction parameters")
     p.add_argument("-v", "--verbose", action="store_true", help="list the base-parameter combinations")
     p.set_defaults(fn=_cmd_info)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .robots import ROBOT_NAMES, share_dir
+from .robots import resolve_robot, share_dir
 
 CONTROLLERS = ("pd", "computed_torque", "direct", "composite", "scqp")
 #: laws served by the adaptive_controller node (the lean baseline `controller` serves pd, computed_torque)
@@ -90,7 +90,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
                 learner: str = "none", learner_split: bool = False, use_sim_time: bool | None = None,
                 record: bool = False, mode: str = "lockstep", duration: float = 0.0, namespace: str = "",
                 preset: str = "franka", bag: str | None = None,
-                overrides: dict[str, dict[str, Any]] | None = None, without: tuple[str, ...] = ()) -> list[NodeSpec]:
+                overrides: dict[str, dict[str, Any]] | None = None, without: tuple[str, ...] = (),
+                joints=None, ee_frame: str | None = None) -> list[NodeSpec]:
     """The nodes of ``scenario`` ("sim": MuJoCo bridge + trajectory + controller; "real":
     trajectory + controller against a robot's ros2_control stack).
 
@@ -105,11 +106,14 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     ``learner/model``) and ``prediction`` (publishes ``feedforward/residual`` from them).
     ``without`` names nodes of the graph not to start here: they run elsewhere (another
     host on the same ROS_DOMAIN_ID), and the lockstep bridge still waits for them.
+
+    ``robot``: a shipped robot name, or a URDF file (:func:`~adaptive_dynamics.robots.resolve_robot`:
+    ``joints`` to use a subset of its moving joints, the others locked; ``ee_frame``; a
+    generated parameter file with model-derived gains replaces ``config/<robot>.yaml``).
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; available: {list(SCENARIOS)}")
-    if robot not in ROBOT_NAMES:
-        raise ValueError(f"unknown robot {robot!r}; available: {list(ROBOT_NAMES)}")
+    robot_spec = resolve_robot(robot, joints, ee_frame)
     if controller not in CONTROLLERS:
         raise ValueError(f"unknown controller {controller!r}; available: {list(CONTROLLERS)}")
     if learner not in LEARNERS:
@@ -133,7 +137,7 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         namespace = namespace or ns
     else:
         remaps = []
-    files = [config_path(f"{robot}.yaml"), config_path("sim.yaml" if sim else "real.yaml")]
+    files = [robot_spec.config, config_path("sim.yaml" if sim else "real.yaml")]
     common = {"use_sim_time": bool(use_sim_time)}
     overrides = overrides or {}
     nodes: list[NodeSpec] = []

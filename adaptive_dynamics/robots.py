@@ -9,6 +9,9 @@ No ROS import: works from a source checkout, a pip install or a colcon install.
 * ``friction()``      the simulated ("reality") joint friction of a robot
 * ``end_effector_links()`` / ``strip_inertials()``  the massive bodies a URDF fixes after
   its last moving joint (a gripper, a tool), and the URDF without their inertials
+* ``resolve_robot()``  any robot: a shipped name, or a URDF file (its moving joints or a
+  chosen subset, the others locked; checked for inertials and effort limits) with a
+  generated parameter file (``/**`` description + model-derived gains)
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import numpy as np
 import yaml
 
 __all__ = ["PACKAGE", "ROBOT_NAMES", "share_dir", "robot_config", "urdf_path", "friction", "end_effector_links",
-           "strip_inertials"]
+           "strip_inertials", "moving_joints", "lock_joints", "RobotSpec", "resolve_robot"]
 
 PACKAGE = "adaptive_dynamics"
 ROBOT_NAMES: Tuple[str, ...] = ("panda", "iiwa14", "planar2")
@@ -182,3 +185,150 @@ def strip_inertials(urdf_text: str, links) -> str:
             for inertial in link.findall("inertial"):
                 link.remove(inertial)
     return ET.tostring(root, encoding="unicode")
+
+
+def moving_joints(urdf_text: str) -> List[str]:
+    """The URDF's revolute / continuous / prismatic joints, in document order."""
+    import xml.etree.ElementTree as ET
+    return [j.get("name") for j in ET.fromstring(urdf_text).findall("joint") if j.get("type") in _MOVING]
+
+
+def lock_joints(urdf_text: str, keep) -> str:
+    """The URDF with every moving joint not in ``keep`` made fixed at its neutral position
+    (0, or the nearest limit when 0 is outside them: a gripper's fingers, a mobile base's
+    wheels), its ``origin`` then carrying that displacement."""
+    import xml.etree.ElementTree as ET
+
+    import pinocchio as pin
+    root = ET.fromstring(urdf_text)
+    keep = set(keep)
+    for j in root.findall("joint"):
+        if j.get("type") not in _MOVING or j.get("name") in keep:
+            continue
+        lim = j.find("limit")
+        lo = float(lim.get("lower", 0.0)) if lim is not None else 0.0
+        hi = float(lim.get("upper", 0.0)) if lim is not None else 0.0
+        q0 = min(max(0.0, lo), hi) if lim is not None and hi >= lo and j.get("type") != "continuous" else 0.0
+        origin = j.find("origin")
+        if origin is None:
+            origin = ET.SubElement(j, "origin")
+        xyz = np.array([float(x) for x in origin.get("xyz", "0 0 0").split()])
+        rpy = np.array([float(x) for x in origin.get("rpy", "0 0 0").split()])
+        axis_el = j.find("axis")
+        axis = np.array([float(x) for x in (axis_el.get("xyz", "1 0 0") if axis_el is not None else "1 0 0").split()])
+        M = pin.SE3(pin.rpy.rpyToMatrix(*rpy), xyz)
+        if q0 != 0.0:
+            u = axis / np.linalg.norm(axis)
+            step = pin.SE3(np.eye(3), q0 * u) if j.get("type") == "prismatic" else \
+                pin.SE3(pin.exp3(q0 * u), np.zeros(3))
+            M = M * step
+        origin.set("xyz", " ".join(repr(float(x)) for x in M.translation))
+        origin.set("rpy", " ".join(repr(float(x)) for x in pin.rpy.matrixToRpy(M.rotation)))
+        j.set("type", "fixed")
+        for tag in ("axis", "limit", "dynamics", "mimic", "safety_controller", "calibration"):
+            for el in j.findall(tag):
+                j.remove(el)
+    return ET.tostring(root, encoding="unicode")
+
+
+class RobotSpec:
+    """What the graph needs to know about a robot: ``label``, ``urdf`` (a file; for a
+    joint subset the locked URDF), ``joint_names``, ``ee_frame``, ``config`` (the
+    parameter file: shipped, or generated next to the locked URDF)."""
+
+    def __init__(self, label: str, urdf: str, joint_names: List[str], ee_frame: str, config: str, shipped: bool):
+        self.label, self.urdf, self.joint_names, self.ee_frame = label, urdf, joint_names, ee_frame
+        self.config, self.shipped = config, shipped
+
+    def __repr__(self) -> str:
+        return f"RobotSpec({self.label!r}, {len(self.joint_names)} joints, ee {self.ee_frame!r})"
+
+
+def _cache_dir() -> pathlib.Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / PACKAGE / "robots"
+
+
+def resolve_robot(robot: str, joints=None, ee_frame: str | None = None) -> RobotSpec:
+    """A :class:`RobotSpec` for a shipped robot name or a URDF file.
+
+    For a URDF: its moving joints, or ``joints`` (the others locked, e.g. a gripper's
+    fingers); ``ee_frame`` or the last link; every moving link must have mass and every
+    joint an effort limit (a clear error names the link or joint).  The locked URDF and a
+    parameter file -- ``/**`` (robot, urdf, joint_names, ee_frame) and the adaptive
+    controller's ``lam``/``kd`` from :func:`~adaptive_dynamics.control.gains.default_gains`
+    -- are written to ``~/.cache/adaptive_dynamics/robots/<hash>/`` (content-addressed:
+    the same robot gives the same files)."""
+    import hashlib
+
+    text_robot = os.fspath(robot)
+    if text_robot in ROBOT_NAMES:
+        if joints or ee_frame:
+            raise ValueError(f"--joints / --ee-frame are for a URDF file; robot {text_robot!r} ships its own"
+                             f" config/{text_robot}.yaml")
+        cfg = robot_config(text_robot)
+        return RobotSpec(text_robot, urdf_path(text_robot), list(cfg["joint_names"]), cfg.get("ee_frame", ""),
+                         str(_config_file(text_robot)), True)
+    if not os.path.isfile(text_robot):
+        raise ValueError(f"unknown robot {text_robot!r}: neither a shipped robot ({', '.join(ROBOT_NAMES)}) nor a"
+                         " URDF file")
+    path = os.path.abspath(text_robot)
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    try:
+        movable = moving_joints(text)
+    except Exception as exc:  # noqa: BLE001 -- xml.etree.ElementTree.ParseError and friends
+        raise ValueError(f"{path}: not a URDF ({type(exc).__name__}: {exc})") from None
+    keep = list(movable) if not joints else [str(j) for j in joints]
+    unknown = [j for j in keep if j not in movable]
+    if unknown or not keep:
+        raise ValueError(f"{path}: joints {unknown or keep} are not moving joints of the URDF; its moving joints:"
+                         f" {movable}")
+    if set(keep) != set(movable):
+        text = lock_joints(text, keep)
+    import pinocchio as pin
+    try:
+        pm = pin.buildModelFromXML(text)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{path}: pinocchio cannot load it ({exc})") from None
+    names = [pm.names[j] for j in range(1, pm.njoints)]
+    for j in range(1, pm.njoints):
+        if pm.joints[j].nq != 1:
+            raise ValueError(f"{path}: joint {pm.names[j]!r} is not a 1-DoF revolute/prismatic joint (a 'continuous'"
+                             " joint needs limits as 'revolute'; pass --joints to lock it)")
+        if not pm.inertias[j].mass > 0:
+            link = next((f.name for f in pm.frames if f.parentJoint == j and f.type == pin.FrameType.BODY), names[j - 1])
+            raise ValueError(f"{path}: link {link!r} (moved by joint {pm.names[j]!r}) has no mass: the URDF needs"
+                             " <inertial> for every moving link")
+    lim = np.array(pm.effortLimit, dtype=float)
+    bad = [n for n, e in zip(names, lim) if not (np.isfinite(e) and e > 0)]
+    if bad:
+        raise ValueError(f"{path}: joints {bad} have no effort limit (<limit effort=...>): torque control and the"
+                         " simulator need one")
+    ee = ee_frame or pm.frames[pm.nframes - 1].name
+    if not pm.existFrame(ee):
+        raise ValueError(f"{path}: no frame {ee!r}; frames: {[f.name for f in pm.frames]}")
+    key = hashlib.sha256((text + "\0" + ee).encode()).hexdigest()[:16]
+    out = _cache_dir() / key
+    out.mkdir(parents=True, exist_ok=True)
+    label = pathlib.Path(path).stem
+    if label in ROBOT_NAMES:           # not to be taken for the shipped robot of that name
+        label += "_urdf"
+    locked = out / f"{label}.urdf"
+    if not locked.exists():
+        locked.write_text(text, encoding="utf-8")
+    config = out / f"{label}.yaml"
+    if not config.exists():
+        from .control.gains import default_gains
+        from .dynamics import RobotModel
+        gains = default_gains(RobotModel(str(locked), ee_frame=ee))
+        doc = {"/**": {"ros__parameters": {"robot": label, "urdf": str(locked), "joint_names": names,
+                                           "ee_frame": ee}},
+               "/**/adaptive_controller": {"ros__parameters": gains}}
+        header = (f"# Generated by adaptive_dynamics from {path}" +
+                  (f" (joints {keep}; the others locked)" if set(keep) != set(movable) else "") +
+                  "\n# Gains: adaptive_dynamics.control.gains.default_gains (model-derived).\n")
+        tmp = config.with_suffix(".tmp")
+        tmp.write_text(header + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        os.replace(tmp, config)
+    return RobotSpec(label, str(locked), names, ee, str(config), False)

@@ -53,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="rosbag2 (directory, .mcap or .db3) with joint_states, or a CSV file (time,"
                    " <joint>/position, <joint>/velocity, <joint>/effort)")
     p.add_argument("--robot", default="panda", help="robot name (panda | iiwa14 | planar2) or URDF path")
+    p.add_argument("--joints", default=None, metavar="J1,J2,...", help="URDF robot: the recorded joints (the"
+                   " others locked at 0)")
+    p.add_argument("--ee-frame", default=None, metavar="FRAME", help="URDF robot: the end-effector frame")
     p.add_argument("--out", required=True, help="output directory (created)")
     p.add_argument("--train", type=float, default=0.5, help="fraction of the recorded time that identifies"
                    " (the first part; default 0.5); the rest is held out")
@@ -90,7 +93,10 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     if not 0.05 <= args.train <= 0.95:
         raise ValueError(f"--train must be in [0.05, 0.95], got {args.train}")
-    model = RobotModel(args.robot, friction=True)
+    from ..robots import resolve_robot
+    joints = [j for j in (getattr(args, "joints", None) or "").split(",") if j] or None
+    spec = resolve_robot(args.robot, joints, getattr(args, "ee_frame", None))
+    model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=True)
     rec = load_recording(args.source, model.joint_names)
     os.makedirs(args.out, exist_ok=True)
     t_split = rec.t.min() + args.train * (rec.t.max() - rec.t.min())
