@@ -109,11 +109,14 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
 
     ``robot``: a shipped robot name, or a URDF file (:func:`~adaptive_dynamics.robots.resolve_robot`:
     ``joints`` to use a subset of its moving joints, the others locked; ``ee_frame``; a
-    generated parameter file with model-derived gains replaces ``config/<robot>.yaml``).
+    generated parameter file with model-derived gains replaces ``config/<robot>.yaml``),
+    or ``robot_description``: every node takes the URDF from that topic at start (gains
+    from the scenario's parameter file and the overrides).
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; available: {list(SCENARIOS)}")
-    robot_spec = resolve_robot(robot, joints, ee_frame)
+    from_topic = robot == "robot_description"
+    robot_spec = None if from_topic else resolve_robot(robot, joints, ee_frame)
     if controller not in CONTROLLERS:
         raise ValueError(f"unknown controller {controller!r}; available: {list(CONTROLLERS)}")
     if learner not in LEARNERS:
@@ -137,14 +140,16 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         namespace = namespace or ns
     else:
         remaps = []
-    files = [robot_spec.config, config_path("sim.yaml" if sim else "real.yaml")]
+    files = ([] if from_topic else [robot_spec.config]) + [config_path("sim.yaml" if sim else "real.yaml")]
     common = {"use_sim_time": bool(use_sim_time)}
+    if from_topic:   # every node reads the URDF from the latched topic (gains: the parameter files')
+        common["robot"] = "robot_description"
     overrides = overrides or {}
     nodes: list[NodeSpec] = []
     if sim:
         # the bridge *is* the clock: it never runs on sim time itself
         nodes.append(NodeSpec("mujoco_bridge", "mujoco_bridge", files,
-                              {"use_sim_time": False, "mode": mode, "max_sim_time": float(duration),
+                              {**common, "use_sim_time": False, "mode": mode, "max_sim_time": float(duration),
                                **({"clock_decimation": REALTIME_CLOCK_DECIMATION,
                                    "realtime_priority": REALTIME_PRIORITY} if mode == "realtime" else {}),
                                "wait_for_nodes": 2 + int(record) + n_learners,

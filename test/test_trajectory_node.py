@@ -93,3 +93,25 @@ def test_task_space_publishes_task_reference_batches(ros):
     np.testing.assert_allclose(r.twist[:3], V[0], atol=1e-12)
     with pytest.raises(ValueError, match="type must be one of"):
         ros.add(TrajectoryNode, robot="panda", use_sim_time=True, space="task", type="fourier")
+
+
+def test_robot_from_the_robot_description_topic(ros, tmp_path, monkeypatch):
+    """robot: robot_description -- the URDF comes from the latched robot_description topic
+    (std_msgs/String, transient local), as ros2_control's robot_state_publisher gives it;
+    without a publisher the node fails with an error naming the topic."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from adaptive_dynamics.robots import urdf_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    pub_node = ros.node("robot_state_publisher")
+    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    pub = pub_node.create_publisher(String, "robot_description", qos)
+    pub.publish(String(data=open(urdf_path("planar2")).read()))       # latched before the node exists
+    node = ros.add(TrajectoryNode, robot="robot_description", use_sim_time=False, type="fourier")
+    assert node.model.joint_names == ["joint1", "joint2"]
+    assert str(tmp_path) in node.model.urdf_path
+    pub_node.destroy_publisher(pub)                                       # the latched URDF is gone
+    with pytest.raises(TimeoutError, match="robot_description"):
+        ros.add(TrajectoryNode, robot="robot_description", robot_description_timeout=0.3, use_sim_time=False)

@@ -96,7 +96,7 @@ class JointControllerShell(Node):
     def __init__(self, node_name: str, param_specs, **kwargs):
         super().__init__(node_name, **kwargs)
         self.p = declare_params(self, param_specs)
-        self.model, self.joint_names = load_robot(self.p, **self._model_kwargs())
+        self.model, self.joint_names = load_robot(self.p, self, **self._model_kwargs())
         n = self.n = self.model.n
         self.cmd_index = self.model.joint_index(self.joint_names)  # model joint k -> command slot
         self.limit = self.model.effort_limit.copy()

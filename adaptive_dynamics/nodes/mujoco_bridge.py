@@ -171,7 +171,7 @@ class MujocoBridgeNode(Node):
         names = [n for n in p["joint_names"] if n] or None
         q0 = None if list(p["q0"]) == [0.0] else np.asarray(p["q0"], dtype=float)
         self.dt = 1.0 / p["rate_hz"]
-        self.plant = MujocoPlant(resolve_urdf(p), joint_names=names, reality=reality_from_store(p),
+        self.plant = MujocoPlant(resolve_urdf(p, self), joint_names=names, reality=reality_from_store(p),
                                  timestep=self.dt, integrator=p["integrator"], q0=q0,
                                  end_effector=p["end_effector"])
         self.n = self.plant.n

@@ -136,7 +136,7 @@ class PredictionNode(Node):
     def __init__(self, **kwargs):
         super().__init__("prediction", **kwargs)
         p = self.p = declare_params(self, specs())
-        self.robot, _ = load_robot(p)
+        self.robot, _ = load_robot(p, self)
         self.names = list(self.robot.joint_names)
         self.n = self.robot.n
         self.counters = Counters("prediction", self.get_fully_qualified_name(),

@@ -80,7 +80,7 @@ class RegressorNode(Node):
     def __init__(self, **kwargs):
         super().__init__("regressor", **kwargs)
         p = self.p = declare_params(self, specs())
-        self.model, _ = load_robot(p, friction=p["friction"])
+        self.model, _ = load_robot(p, self, friction=p["friction"])
         m = self.model
         self.n = m.n
         self.base = m.base_parameters() if p["base_parameters"] else None

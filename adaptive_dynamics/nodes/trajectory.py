@@ -168,7 +168,7 @@ class TrajectoryNode(Node):
     def __init__(self, **kwargs):
         super().__init__("trajectory", **kwargs)
         p = self.p = declare_params(self, specs())
-        self.model, _ = load_robot(p)
+        self.model, _ = load_robot(p, self)
         self.names = self.model.joint_names
         self.dt_ns = int(round(1e9 / p["rate_hz"]))
         self.lookahead_ns = int(round(p["lookahead"] * 1e9))
