@@ -88,16 +88,19 @@ def test_urdfs_that_cannot_be_controlled_are_clear_errors(tmp_path):
                 link.remove(el)
     bad = tmp_path / "no_inertial.urdf"
     bad.write_text(ET.tostring(root, encoding="unicode"))
-    with pytest.raises(ValueError, match="'forearm_link'.*no mass"):
-        resolve_robot(str(bad))
+    from adaptive_dynamics.sim.plant import MujocoPlant
+    for build in (resolve_robot, MujocoPlant):          # the graph and the bridge alike
+        with pytest.raises(ValueError, match="'forearm_link'.*no mass"):
+            build(str(bad))
     root = ET.parse(UR5).getroot()
     for j in root.findall("joint"):
         if j.get("name") == "elbow_joint":
             j.find("limit").set("effort", "0")
     bad = tmp_path / "no_effort.urdf"
     bad.write_text(ET.tostring(root, encoding="unicode"))
-    with pytest.raises(ValueError, match="elbow_joint.*effort limit"):
-        resolve_robot(str(bad))
+    for build in (resolve_robot, MujocoPlant):
+        with pytest.raises(ValueError, match="elbow_joint.*effort limit"):
+            build(str(bad))
     with pytest.raises(ValueError, match="not moving joints.*shoulder_pan_joint"):
         resolve_robot(UR5, joints=["no_such_joint"])
     with pytest.raises(ValueError, match="neither a shipped robot"):

@@ -478,7 +478,15 @@ class MujocoPlant:
         self.lower = np.array(pm.lowerPositionLimit, dtype=float)[pin_idx]
         self.upper = np.array(pm.upperPositionLimit, dtype=float)[pin_idx]
         if not np.all(self.effort_limit > 0):
-            raise ValueError(f"URDF effort limits must be > 0, got {self.effort_limit.tolist()}")
+            bad = [j for j, e in zip(names, self.effort_limit) if not e > 0]
+            raise ValueError(f"{self.urdf}: joints {bad} have no effort limit (<limit effort=...>): the simulator"
+                             " saturates commands at it")
+        for j in names:
+            jid = pm.getJointId(j)
+            if not pm.inertias[jid].mass > 0:
+                link = next((f.name for f in pm.frames if f.parentJoint == jid and f.type == pin.FrameType.BODY), j)
+                raise ValueError(f"{self.urdf}: link {link!r} (moved by joint {j!r}) has no mass: the simulator"
+                                 " needs <inertial> for every moving link")
 
         if integrator not in INTEGRATORS:
             raise ValueError(f"integrator must be one of {sorted(INTEGRATORS)}, got {integrator!r}")
