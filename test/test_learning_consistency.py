@@ -231,7 +231,8 @@ def test_rbfn_transform_equals_retraining(forgetting):
     Ys = np.array([rm.regressor(x[:2], x[2:4], x[4:]) for x in X])
     y = tau - Ys @ pi_hat                         # residual target with the current estimate
     dpi = 0.2 * rng.standard_normal(rm.n_params)
-    kw = dict(n_basis=128, low=X.min(0), high=X.max(0), width=0.4, n_params=rm.n_params, forgetting=forgetting)
+    kw = dict(n_basis=128, low=X.min(0), high=X.max(0), width=0.4, n_params=rm.n_params, forgetting=forgetting,
+              standardize=False)
     A = RBFNetwork(6, 2, **kw)
     A.partial_fit(X[::2], y[::2], regressors=Ys[::2])
     old = A.predict(X)
@@ -244,6 +245,33 @@ def test_rbfn_transform_equals_retraining(forgetting):
     moved = A.predict(X[1::2]) - old[1::2]
     expect = -(Ys[1::2] @ dpi)
     assert np.sqrt(np.mean((moved - expect) ** 2)) < 0.05 * np.sqrt(np.mean(expect ** 2))
+
+
+def test_rbfn_transform_with_standardised_targets_is_exact_in_its_scaling():
+    """With target standardisation (the default) the scaling is fixed by the warm-up;
+    a transform by dpi gives exactly the network trained on (y - Y dpi) in that scaling
+    (a plain network on (y - Y dpi - mean) / std), whose prediction it returns in the
+    torque's units -- and the warm-up buffer itself is moved when dpi comes before it
+    is learnt."""
+    rm = RobotModel("planar2")
+    X, tau = _planar2_data(rm, T=20.0)
+    rng = np.random.default_rng(2)
+    Ys = np.array([rm.regressor(x[:2], x[2:4], x[4:]) for x in X])
+    y = tau - Ys @ (rm.parameters * (1 + 0.3 * rng.standard_normal(rm.n_params)))
+    dpi = 0.2 * rng.standard_normal(rm.n_params)
+    A = RBFNetwork(6, 2, n_basis=128, width=0.4, n_params=rm.n_params, warmup=100)
+    A.partial_fit(X[:60], y[:60], regressors=Ys[:60])
+    assert not A.ready
+    A.apply_parameter_update(dpi, rm)                            # still in the warm-up buffer
+    A.partial_fit(X[60::2], (y - Ys @ dpi)[60::2], regressors=Ys[60::2])
+    A.apply_parameter_update(dpi, rm)
+    target = y - 2.0 * (Ys @ dpi)         # every sample: one dpi before it was learnt, one after
+    mu, sd = A.y_mean, A.y_scale
+    B = RBFNetwork(6, 2, n_basis=128, width=0.4, n_params=rm.n_params, low=A.low, high=A.high, standardize=False)
+    idx = np.r_[0:60, 60:len(X):2]
+    B.partial_fit(X[idx], (target[idx] - mu) / sd, regressors=Ys[idx] / sd[None, :, None])
+    np.testing.assert_allclose(A.W, B.W, rtol=1e-7, atol=1e-9 * np.abs(B.W).max())
+    np.testing.assert_allclose(A.predict(X), mu + sd * B.predict(X), rtol=1e-7, atol=1e-8 * np.abs(y).max())
 
 
 def test_rbfn_transform_needs_sensitivity():

@@ -744,4 +744,5 @@ def workspace(model) -> np.ndarray:
     return np.zeros(18 * nj + 6 * nj * nj)
 
 
-__all__ = ["load_kernel", "load_filtered_step", "load_regressor_batch", "geometry", "workspace", "warn_fallback", "ENV_DISABLE"]
+__all__ = ["load_kernel", "load_filtered_step", "load_regressor_batch", "geometry", "workspace", "warn_fallback",
+           "ENV_DISABLE"]

@@ -96,7 +96,9 @@ HARMONICS = 5
 TRAIN_EVERY = 3
 KP, KD = 400.0, 40.0
 GMM_CONFIG = {"max_components": 64}
-RBFN_CONFIG = {"n_basis": 512, "width": 0.5, "reg": 1e-3}
+#: ARDL's plain network: Gaussians only, raw targets (the learner's default adds a bias
+#: feature and standardises the targets)
+RBFN_CONFIG = {"n_basis": 512, "width": 0.5, "reg": 1e-3, "bias": False, "standardize": False}
 BOX_MARGIN = 0.05
 
 

@@ -109,9 +109,11 @@ def learner_settings(learner: str, phases: list[float], trajectory: dict | None)
     The RBFN places its basis functions in the box its warm-up samples span: with the
     node's default 200 samples (2 s at the 100 Hz learning rate) that box covers a fifth
     of the default 10 s trajectory period and the network predicts ~0 outside it.  Its
-    warm-up here is one trajectory period (at most 80 % of phase 1)."""
+    warm-up here is one trajectory period (at most 80 % of phase 1), and the network is
+    ARDL's plain one (no bias feature, raw targets)."""
     if learner != "rbfn":
         return {}
+    import json
     from ..launch_graph import config_path
     from ..ros.params import load_param_file
     sim = config_path("sim.yaml")   # the learning rate the graph runs at
@@ -119,7 +121,9 @@ def learner_settings(learner: str, phases: list[float], trajectory: dict | None)
             / load_param_file(sim, "residual_learner")["learn_decimation"])
     traj = load_param_file(sim, "trajectory")
     period = 1.0 / float((trajectory or {}).get("base_frequency", traj["base_frequency"]))
-    return {"warmup": int(max(200, min(period, 0.8 * phases[0]) * rate))}
+    # ARDL's plain network (no bias feature, raw targets), as the paper's
+    return {"warmup": int(max(200, min(period, 0.8 * phases[0]) * rate)),
+            "learner_config": json.dumps({"bias": False, "standardize": False})}
 
 
 def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float], bag: str,
@@ -133,8 +137,10 @@ def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float
     boundaries = list(np.cumsum(phases)[:3])
     lrn = {"learner": learner, "transform": bool(transform), "monitor_decimation": 10,
            **learner_settings(learner, phases, trajectory), **PHASE_SETTINGS[1]["residual_learner"]}
-    if learner_config:
-        lrn["learner_config"] = learner_config
+    if learner_config:   # on top of the experiment's own settings
+        import json
+        lrn["learner_config"] = json.dumps({**json.loads(lrn.get("learner_config") or "{}"),
+                                            **json.loads(learner_config)})
     overrides = {
         "adaptive_controller": {"initial_estimate": "scaled", "nominal_scale": 0.5, **CONTROLLER,
                                 **(controller or {}), **PHASE_SETTINGS[1]["adaptive_controller"]},

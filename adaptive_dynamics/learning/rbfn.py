@@ -33,6 +33,27 @@ learnt with the new target: ``W <- W + D dpi`` (the network equals one trained o
 the regressors of the samples (``regressors=`` or ``model=`` to evaluate them from
 x = (q, qd, qdd)).
 
+Out of the box on real data (``low``/``high`` not given, ``bias``, ``standardize``): the
+first ``warmup`` samples are buffered (however they arrive: the same samples give the
+same network whatever the batch sizes), then the input box is their range widened by
+``box_margin`` of the span on each side (at least 0.1 wide per input), the targets are
+standardised with their mean and standard deviation (the network learns ``(y - mean) /
+std``: a joint with a large mean torque costs the ridge nothing), and a constant basis
+function (``bias``) takes the offset that is left; then the buffer is learnt.  Until
+then :meth:`predict` gives 0 with infinite variance.  A warm-up rarely spans the whole
+workspace, so a box from the data **grows** (``grow``): a learnt sample outside it
+widens the box on that side to the samples' range plus half of it (``GROW_MARGIN``),
+the centres are spread over the new box and the network is refitted from a uniform
+reservoir of the samples learnt so far (``memory`` samples, Vitter's algorithm R with
+draws that depend on the sample's position only, so batching does not matter; with the
+consistency transform their regressors too, so the refit stays consistent) -- growths
+become rare once the workspace is covered (``n_box_growths``).  After a growth
+the weights are the regularised least squares on the reservoir rather than on every
+sample.  Queries outside the box are counted (``n_queries_outside``): the Gaussians
+decay there and the network predicts the mean.  A given box does not grow; samples
+learnt outside it are counted (``n_outside_box``, with a warning the first time).
+``bias=False, standardize=False`` with an explicit box is ARDL's plain network.
+
 Predictive variance: Bayesian linear regression reading of RLS (prior W ~ N(0,
 sigma^2 / reg), noise sigma^2): ``var = sigma_o^2 (1 + theta^T P theta)`` with sigma_o^2
 the running mean of the squared a-priori residuals divided by (1 + theta^T P theta)
@@ -55,6 +76,20 @@ __all__ = ["RBFNetwork"]
 
 #: symmetrise P after this many rank updates (rounding drift of the in-place updates)
 _SYMMETRISE_EVERY = 256
+#: a growing box widens by at least this fraction of the range on the side that grows:
+#: few refits while the motion widens (5 instead of 16 with the warm-up's 0.2 in the tests)
+GROW_MARGIN = 0.5
+
+
+def _uniform(i: np.ndarray, seed: int) -> np.ndarray:
+    """A uniform [0, 1) number per sample index (splitmix64 of index and seed): the
+    reservoir's draws depend on the sample's position in the stream only."""
+    with np.errstate(over="ignore"):
+        z = (i.astype(np.uint64) + np.uint64(seed * 0x9E3779B97F4A7C15 % 2 ** 64)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(float) / float(2 ** 53)
 
 
 @register
@@ -70,7 +105,9 @@ class RBFNetwork(Learner):
         balanced).
     low, high:
         The input box (input_dim values each) the centres are spread over; inputs are
-        scaled by it.  Inputs outside the box are allowed (the basis functions decay).
+        scaled by it.  Inputs outside the box are allowed (the basis functions decay),
+        and counted.  Not given: the range of the first ``warmup`` samples, widened by
+        ``box_margin`` of the span on each side.
     width:
         Basis width in unit-box coordinates (``beta = 1 / (2 width^2)``).
     reg:
@@ -86,23 +123,62 @@ class RBFNetwork(Learner):
         Seed of the Sobol scrambling.
     block_size:
         Largest block absorbed in one RLS update (memory ~ block_size x K).
+    bias:
+        Add a constant basis function (K + 1 features).
+    standardize:
+        Learn the targets standardised by the mean and standard deviation of the first
+        ``warmup`` samples.
+    warmup:
+        Samples buffered before the first update when the box or the target scaling
+        come from the data.
+    box_margin:
+        Widening of the warm-up range on each side, as a fraction of its span.
+    grow:
+        A box from the data grows to take samples outside it (refit from the reservoir).
+    memory:
+        Reservoir size for the refits of a growing box.
     """
 
     kind = "rbfn"
 
     def __init__(self, input_dim: int, output_dim: int, *, n_basis: int = 512, low=None, high=None,
                  width: float = 0.5, reg: float = 1e-3, forgetting: float = 1.0, n_params: int = 0,
-                 normalize: bool = False, seed: int = 0, block_size: int = 256):
+                 normalize: bool = False, seed: int = 0, block_size: int = 256, bias: bool = True,
+                 standardize: bool = True, warmup: int = 200, box_margin: float = 0.2, grow: bool = True,
+                 memory: int = 4096):
         super().__init__(input_dim, output_dim)
         i = self.input_dim
         self.n_basis = int(n_basis)
         if self.n_basis < 1:
             raise ValueError(f"n_basis must be >= 1, got {n_basis}")
-        low = -np.ones(i) if low is None else np.broadcast_to(np.asarray(low, dtype=float), (i,)).copy()
-        high = np.ones(i) if high is None else np.broadcast_to(np.asarray(high, dtype=float), (i,)).copy()
+        if (low is None) != (high is None):
+            raise ValueError("give both low and high (the input box) or neither (the box from the warm-up data)")
+        self.box_from_data = low is None
+        if self.box_from_data:
+            low, high = -np.ones(i), np.ones(i)        # placeholders until the warm-up data arrive
+        low = np.broadcast_to(np.asarray(low, dtype=float), (i,)).copy()
+        high = np.broadcast_to(np.asarray(high, dtype=float), (i,)).copy()
         if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
             raise ValueError("the input box needs finite low < high in every coordinate")
         self.low, self.high = low, high
+        self.bias = bool(bias)
+        self.standardize = bool(standardize)
+        self.warmup = max(1, int(warmup))
+        self.box_margin = float(box_margin)
+        if not self.box_margin >= 0:
+            raise ValueError(f"box_margin must be >= 0, got {box_margin}")
+        self.n_features = self.n_basis + int(self.bias)
+        self.ready = not (self.box_from_data or self.standardize)
+        self.y_mean, self.y_scale = np.zeros(self.output_dim), np.ones(self.output_dim)
+        self._buf: list = []                           # warm-up: (X, y, R) blocks
+        self.n_outside_box = 0
+        self.n_queries_outside = 0
+        self._warned_outside = False
+        self.grow = bool(grow) and self.box_from_data
+        self.memory = max(1, int(memory))
+        self.n_box_growths = 0
+        self._seen = 0                                 # samples offered to the reservoir
+        self._res_X = self._res_y = self._res_R = None  # reservoir (raw targets)
         self.width = float(width)
         self.reg = float(reg)
         self.forgetting = float(forgetting)
@@ -123,7 +199,7 @@ class RBFNetwork(Learner):
         self._init_state()
 
     def _init_state(self) -> None:
-        K, o = self.n_basis, self.output_dim
+        K, o = self.n_features, self.output_dim
         self.W = np.zeros((K, o))
         self.P = np.eye(K) / self.reg
         self.D = np.zeros((K, o * self.n_params)) if self.n_params else None
@@ -132,6 +208,10 @@ class RBFNetwork(Learner):
         self._n_rank_updates = 0
         self._refresh_geometry()
         self._pred = (self.W, self.P, self.noise_var)
+
+    def _counters(self) -> Dict[str, int]:
+        return {**super()._counters(), "n_outside_box": self.n_outside_box,
+                "n_queries_outside": self.n_queries_outside, "n_box_growths": self.n_box_growths}
 
     def _refresh_geometry(self) -> None:
         i = self.input_dim
@@ -147,14 +227,17 @@ class RBFNetwork(Learner):
         return self.n_params > 0
 
     def get_config(self) -> Dict[str, Any]:
+        box = {} if self.box_from_data else {"low": self.low.tolist(), "high": self.high.tolist()}
         return {"input_dim": self.input_dim, "output_dim": self.output_dim, "n_basis": self.n_basis,
-                "low": self.low.tolist(), "high": self.high.tolist(), "width": self.width, "reg": self.reg,
+                **box, "width": self.width, "reg": self.reg,
                 "forgetting": self.forgetting, "n_params": self.n_params, "normalize": self.normalize,
-                "seed": self.seed, "block_size": self.block_size}
+                "seed": self.seed, "block_size": self.block_size, "bias": self.bias,
+                "standardize": self.standardize, "warmup": self.warmup, "box_margin": self.box_margin,
+                "grow": self.grow, "memory": self.memory}
 
     # ------------------------------------------------------------------ features
     def features(self, X: np.ndarray) -> np.ndarray:
-        """theta(x) for the rows of X (N x K)."""
+        """theta(x) for the rows of X (N x K, then the constant 1 with ``bias``)."""
         Xs = (np.atleast_2d(X) - self.low) * self._inv_span
         E = Xs @ self._Ct2
         E -= self._cnorm
@@ -162,7 +245,12 @@ class RBFNetwork(Learner):
         np.exp(E, out=E)
         if self.normalize:
             E /= np.maximum(E.sum(axis=1, keepdims=True), 1e-300)
+        if self.bias:
+            E = np.concatenate([E, np.ones((E.shape[0], 1))], axis=1)
         return E
+
+    def _outside(self, X: np.ndarray) -> int:
+        return int(np.count_nonzero(((X < self.low) | (X > self.high)).any(axis=1)))
 
     # ------------------------------------------------------------------ learning
     def _regressors(self, X, regressors, model) -> Optional[np.ndarray]:
@@ -187,9 +275,105 @@ class RBFNetwork(Learner):
         return R
 
     def _fit(self, X: np.ndarray, y: np.ndarray, R: Optional[np.ndarray]) -> None:
+        if not self.ready:
+            self._buf.append((X.copy(), y.copy(), None if R is None else R.copy()))
+            if sum(b[0].shape[0] for b in self._buf) < self.warmup:
+                return
+            X = np.concatenate([b[0] for b in self._buf])
+            y = np.concatenate([b[1] for b in self._buf])
+            R = None if R is None else np.concatenate([b[2] for b in self._buf])
+            self._buf = []
+            self._finish_warmup(X[: self.warmup], y[: self.warmup])   # the first `warmup`: batch sizes do not matter
+        while self.grow and X.shape[0]:              # in sample order: the result does not depend on batching
+            outside = ((X < self.low) | (X > self.high)).any(axis=1)
+            k = int(np.argmax(outside)) if outside.any() else X.shape[0]
+            if k:
+                self._remember(X[:k], y[:k], None if R is None else R[:k])
+                self._learn(X[:k], y[:k], None if R is None else R[:k])
+            if k == X.shape[0]:
+                return
+            self._remember(X[k:k + 1], y[k:k + 1], None if R is None else R[k:k + 1])
+            self._grow(X[k:k + 1])                     # refit from the reservoir, this sample included
+            X, y, R = X[k + 1:], y[k + 1:], None if R is None else R[k + 1:]
+        if not X.shape[0]:
+            return
+        out = self._outside(X)
+        if out:
+            self.n_outside_box += out
+            if not self._warned_outside:
+                self._warned_outside = True
+                warnings.warn(f"RBFNetwork: {out} of {X.shape[0]} learnt samples lie outside the input box (the"
+                              " basis functions decay there: widen low/high or the warm-up); counted in"
+                              " n_outside_box", RuntimeWarning, stacklevel=3)
+        self._learn(X, y, R)
+
+    def _learn(self, X: np.ndarray, y: np.ndarray, R: Optional[np.ndarray]) -> None:
+        """RLS on raw targets (standardised here), in blocks."""
+        y = (y - self.y_mean) / self.y_scale
+        if R is not None:
+            R = R / self.y_scale[None, :, None]
         for s0 in range(0, X.shape[0], self.block_size):
             sl = slice(s0, s0 + self.block_size)
             self._block(X[sl], y[sl], None if R is None else R[sl])
+
+    def _remember(self, X: np.ndarray, y: np.ndarray, R: Optional[np.ndarray]) -> None:
+        """Vitter's algorithm R: a uniform sample of every learnt sample, ``memory`` at most."""
+        if self._res_X is None:
+            self._res_X = np.empty((0, self.input_dim))
+            self._res_y = np.empty((0, self.output_dim))
+            self._res_R = None if R is None else np.empty((0,) + R.shape[1:])
+        free = self.memory - self._res_X.shape[0]
+        if free > 0:
+            k = min(free, X.shape[0])
+            self._res_X = np.concatenate([self._res_X, X[:k]])
+            self._res_y = np.concatenate([self._res_y, y[:k]])
+            if self._res_R is not None:
+                self._res_R = np.concatenate([self._res_R, R[:k]])
+            self._seen += k
+            X, y, R = X[k:], y[k:], None if R is None else R[k:]
+        if X.shape[0]:                                 # slot of sample i: floor(u_i (i + 1)), u_i a hash of i
+            i = self._seen + np.arange(X.shape[0], dtype=np.uint64)
+            j = np.floor(_uniform(i, self.seed) * (i + 1).astype(float)).astype(np.int64)
+            keep = j < self.memory
+            self._res_X[j[keep]] = X[keep]
+            self._res_y[j[keep]] = y[keep]
+            if self._res_R is not None:
+                self._res_R[j[keep]] = R[keep]
+            self._seen += X.shape[0]
+
+    def _grow(self, X_out: np.ndarray) -> None:
+        """Widen the box to the reservoir's range (the new samples are in it) plus the
+        margin, spread the centres over it and refit from the reservoir."""
+        lo = np.minimum(self.low, self._res_X.min(axis=0))
+        hi = np.maximum(self.high, self._res_X.max(axis=0))
+        span = hi - lo
+        wider = (X_out < self.low).any(axis=0), (X_out > self.high).any(axis=0)
+        m = max(self.box_margin, GROW_MARGIN)
+        self.low = np.where(wider[0], lo - m * span, self.low)
+        self.high = np.where(wider[1], hi + m * span, self.high)
+        self._refresh_geometry()
+        K, o = self.n_features, self.output_dim
+        self.W = np.zeros((K, o))
+        self.P = np.eye(K) / self.reg
+        self.D = np.zeros((K, o * self.n_params)) if self.n_params else None
+        self._n_rank_updates = 0
+        self._learn(self._res_X, self._res_y, self._res_R)
+        self.n_box_growths += 1
+
+    def _finish_warmup(self, X: np.ndarray, y: np.ndarray) -> None:
+        """Box and target scaling from the warm-up samples (see the module docstring)."""
+        if self.box_from_data:
+            lo, hi = X.min(axis=0), X.max(axis=0)
+            span = np.maximum(hi - lo, 0.1)
+            mid = 0.5 * (lo + hi)
+            lo, hi = np.minimum(lo, mid - 0.05), np.maximum(hi, mid + 0.05)
+            self.low, self.high = lo - self.box_margin * span, hi + self.box_margin * span
+            self._refresh_geometry()
+        if self.standardize:
+            self.y_mean = y.mean(axis=0)
+            sd = y.std(axis=0)
+            self.y_scale = np.where(sd > 1e-9 * (1.0 + np.abs(self.y_mean)), sd, 1.0)
+        self.ready = True
 
     def _block(self, X, y, R) -> None:
         m, o = X.shape[0], self.output_dim
@@ -248,8 +432,11 @@ class RBFNetwork(Learner):
 
     # ------------------------------------------------------------------ prediction
     def _predict(self, X: np.ndarray, return_var: bool):
-        W, P, nv = self._pred
         N = X.shape[0]
+        if not self.ready:
+            return np.zeros((N, self.output_dim)), (np.full((N, self.output_dim), np.inf) if return_var else None)
+        self.n_queries_outside += self._outside(X)
+        W, P, nv = self._pred
         mean = np.empty((N, self.output_dim))
         var = np.empty((N, self.output_dim)) if return_var else None
         chunk = max(1, 262144 // self.n_basis)
@@ -259,6 +446,11 @@ class RBFNetwork(Learner):
             if return_var:
                 q = np.einsum("nk,nk->n", Th @ P, Th)
                 var[s0: s0 + Th.shape[0]] = np.outer(1.0 + q, nv)
+        if self.standardize:
+            mean *= self.y_scale
+            mean += self.y_mean
+            if return_var:
+                var *= self.y_scale ** 2
         return mean, var
 
     # ------------------------------------------------------------------ consistency
@@ -267,7 +459,12 @@ class RBFNetwork(Learner):
             raise ValueError("this RBFNetwork does not carry dW/dpi: build it with n_params = model.n_params")
         if dpi.shape != (self.n_params,):
             raise ValueError(f"delta_pi has {dpi.size} entries, the network carries {self.n_params}")
-        K, o = self.n_basis, self.output_dim
+        if not self.ready:                            # warm-up buffer: move its targets exactly
+            self._buf = [(X, y - np.einsum("nop,p->no", R, dpi), R) for X, y, R in self._buf]
+            return
+        if self._res_R is not None:                   # the reservoir a growth refits from, likewise
+            self._res_y = self._res_y - np.einsum("nop,p->no", self._res_R, dpi)
+        K, o = self.n_features, self.output_dim
         dW = (self.D.reshape(K * o, self.n_params) @ dpi).reshape(K, o)
         self.W = self.W + dW
         self._pred = (self.W, self.P, self.noise_var)
@@ -275,13 +472,42 @@ class RBFNetwork(Learner):
     # ------------------------------------------------------------------ persistence
     def _get_arrays(self) -> Dict[str, np.ndarray]:
         out = {"W": self.W, "P": self.P, "noise_var": self.noise_var, "centres": self.centres,
-               "nv_count": np.array(self._nv_count)}
+               "nv_count": np.array(self._nv_count), "box": np.vstack([self.low, self.high]),
+               "y_scaling": np.vstack([self.y_mean, self.y_scale]), "ready": np.array(self.ready)}
         if self.D is not None:
             out["D"] = self.D
+        if self._res_X is not None:
+            out["res_X"], out["res_y"], out["res_seen"] = self._res_X, self._res_y, np.array(self._seen)
+            if self._res_R is not None:
+                out["res_R"] = self._res_R
+        if self._buf:
+            out["buf_X"] = np.concatenate([b[0] for b in self._buf])
+            out["buf_y"] = np.concatenate([b[1] for b in self._buf])
+            if self._buf[0][2] is not None:
+                out["buf_R"] = np.concatenate([b[2] for b in self._buf])
         return out
 
     def _set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
-        K, o = self.n_basis, self.output_dim
+        K, o = self.n_features, self.output_dim
+        if "box" in arrays:
+            box = np.asarray(arrays["box"], dtype=float)
+            ys = np.asarray(arrays["y_scaling"], dtype=float)
+            if box.shape != (2, self.input_dim) or ys.shape != (2, o) or not (box[1] > box[0]).all():
+                raise ValueError(f"saved network has an input box {box.shape} / target scaling {ys.shape}")
+            self.low, self.high = box[0].copy(), box[1].copy()
+            self.y_mean, self.y_scale = ys[0].copy(), ys[1].copy()
+            self.ready = bool(arrays["ready"])
+        self._res_X = self._res_y = self._res_R = None
+        if "res_X" in arrays:
+            self._res_X = np.asarray(arrays["res_X"], dtype=float).copy()
+            self._res_y = np.asarray(arrays["res_y"], dtype=float).copy()
+            self._seen = int(arrays["res_seen"])
+            if "res_R" in arrays:
+                self._res_R = np.asarray(arrays["res_R"], dtype=float).copy()
+        self._buf = []
+        if "buf_X" in arrays:
+            self._buf = [(np.asarray(arrays["buf_X"], dtype=float), np.asarray(arrays["buf_y"], dtype=float),
+                          np.asarray(arrays["buf_R"], dtype=float) if "buf_R" in arrays else None)]
         W = np.asarray(arrays["W"], dtype=float)
         P = np.asarray(arrays["P"], dtype=float)
         if W.shape != (K, o) or P.shape != (K, K):
@@ -296,7 +522,7 @@ class RBFNetwork(Learner):
         self._pred = (self.W, self.P, self.noise_var)
 
     def memory_bytes(self) -> int:
-        arrays = [self.W, self.P, self.centres, self._Ct2, self._cnorm, self.noise_var]
+        arrays = [self.W, self.P, self.centres, self._Ct2, self._cnorm, self.noise_var, self.low, self.high]
         if self.D is not None:
             arrays.append(self.D)
         return int(sum(a.nbytes for a in arrays))
