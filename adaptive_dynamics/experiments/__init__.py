@@ -18,6 +18,9 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                     "Smith & Mistry 2020: consistency transform, virtual-model table and 4-phase online run"),
     "pgpol": ("adaptive_dynamics.experiments.pgpol",
               "Habich et al. 2019: PGPOL/SGPOL feed-forward over DDS, Tables I-II, Fig. 5, payload change detection"),
+    "realdata": ("adaptive_dynamics.experiments.realdata",
+                 "a realistic Panda recording: identification (LS, consistent) and ID + residual learners with"
+                 " their defaults, held out"),
     "scqp": ("adaptive_dynamics.experiments.scqp",
              "Khadivar et al.: SCQP vs GP + PID vs MRAC alone over episodes, unmodelled mass/friction/noise (Fig. 2-5)"),
 }

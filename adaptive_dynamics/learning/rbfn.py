@@ -41,8 +41,9 @@ standardised with their mean and standard deviation (the network learns ``(y - m
 std``: a joint with a large mean torque costs the ridge nothing), and a constant basis
 function (``bias``) takes the offset that is left; then the buffer is learnt.  Until
 then :meth:`predict` gives 0 with infinite variance.  A warm-up rarely spans the whole
-workspace, so a box from the data **grows** (``grow``): a learnt sample outside it
-widens the box on that side to the samples' range plus half of it (``GROW_MARGIN``),
+workspace, so a box from the data **grows** (``grow``): a learnt sample beyond it (by
+more than half a basis width, which the Gaussians still cover) widens the box to the
+samples' range plus half of it on every side (``GROW_MARGIN``),
 the centres are spread over the new box and the network is refitted from a uniform
 reservoir of the samples learnt so far (``memory`` samples, Vitter's algorithm R with
 draws that depend on the sample's position only, so batching does not matter; with the
@@ -250,7 +251,9 @@ class RBFNetwork(Learner):
         return E
 
     def _outside(self, X: np.ndarray) -> int:
-        return int(np.count_nonzero(((X < self.low) | (X > self.high)).any(axis=1)))
+        """Rows beyond the box by more than :meth:`_grow_tolerance` (what the Gaussians cover)."""
+        tol = self._grow_tolerance()
+        return int(np.count_nonzero(((X < self.low - tol) | (X > self.high + tol)).any(axis=1)))
 
     # ------------------------------------------------------------------ learning
     def _regressors(self, X, regressors, model) -> Optional[np.ndarray]:
@@ -285,7 +288,8 @@ class RBFNetwork(Learner):
             self._buf = []
             self._finish_warmup(X[: self.warmup], y[: self.warmup])   # the first `warmup`: batch sizes do not matter
         while self.grow and X.shape[0]:              # in sample order: the result does not depend on batching
-            outside = ((X < self.low) | (X > self.high)).any(axis=1)
+            tol = self._grow_tolerance()
+            outside = ((X < self.low - tol) | (X > self.high + tol)).any(axis=1)
             k = int(np.argmax(outside)) if outside.any() else X.shape[0]
             if k:
                 self._remember(X[:k], y[:k], None if R is None else R[:k])
@@ -293,7 +297,7 @@ class RBFNetwork(Learner):
             if k == X.shape[0]:
                 return
             self._remember(X[k:k + 1], y[k:k + 1], None if R is None else R[k:k + 1])
-            self._grow(X[k:k + 1])                     # refit from the reservoir, this sample included
+            self._grow()                               # refit from the reservoir, this sample included
             X, y, R = X[k + 1:], y[k + 1:], None if R is None else R[k + 1:]
         if not X.shape[0]:
             return
@@ -341,16 +345,20 @@ class RBFNetwork(Learner):
                 self._res_R[j[keep]] = R[keep]
             self._seen += X.shape[0]
 
-    def _grow(self, X_out: np.ndarray) -> None:
-        """Widen the box to the reservoir's range (the new samples are in it) plus the
-        margin, spread the centres over it and refit from the reservoir."""
-        lo = np.minimum(self.low, self._res_X.min(axis=0))
-        hi = np.maximum(self.high, self._res_X.max(axis=0))
-        span = hi - lo
-        wider = (X_out < self.low).any(axis=0), (X_out > self.high).any(axis=0)
-        m = max(self.box_margin, GROW_MARGIN)
-        self.low = np.where(wider[0], lo - m * span, self.low)
-        self.high = np.where(wider[1], hi + m * span, self.high)
+    def _grow_tolerance(self) -> np.ndarray:
+        """How far beyond the box a sample may lie before the box grows: half a basis
+        width (at most a quarter of the box) -- the Gaussians still cover it."""
+        return min(0.5 * self.width, 0.25) * (self.high - self.low)
+
+    def _grow(self) -> None:
+        """Widen the box to the reservoir's range (the new samples are in it) plus
+        ``GROW_MARGIN`` of it on every side, spread the centres over it and refit from
+        the reservoir."""
+        lo, hi = self._res_X.min(axis=0), self._res_X.max(axis=0)
+        span = np.maximum(hi - lo, 0.1)
+        m = max(self.box_margin, GROW_MARGIN)      # every side at once: one growth, not one per input and side
+        self.low = np.minimum(self.low, lo - m * span)
+        self.high = np.maximum(self.high, hi + m * span)
         self._refresh_geometry()
         K, o = self.n_features, self.output_dim
         self.W = np.zeros((K, o))
