@@ -39,6 +39,18 @@ def save_plot(fig, out_dir: str, name: str, files: list) -> str:
     return path
 
 
+def write_result(out_dir: str, name: str, summary: dict, default=None) -> int:
+    """Write ``summary`` as ``out_dir/name.json`` and print it as the last line (compact);
+    returns 0 (the experiment's exit status)."""
+    import json
+    import os
+
+    with open(os.path.join(out_dir, f"{name}.json"), "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=1, default=default)
+    print(json.dumps(summary, separators=(",", ":"), default=default))
+    return 0
+
+
 def run(name: str, argv: list[str]) -> int:
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose from {sorted(EXPERIMENTS)}")

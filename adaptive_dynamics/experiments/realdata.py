@@ -31,7 +31,6 @@ to the identification's (target <= 0.5 with default settings), with the learner 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -39,7 +38,7 @@ import time
 
 import numpy as np
 
-from . import save_plot
+from . import save_plot, write_result
 
 #: the simulated robot's departures from the URDF (see the module docstring)
 REALITY = {"coulomb_scale": 1.5, "coulomb_smoothing": 0.05, "stribeck_ratio": 0.5, "stribeck_velocity": 0.05,
@@ -190,10 +189,7 @@ def main(argv=None) -> int:
     out = {"experiment": "realdata", "quick": bool(args.quick), "seconds": seconds, "reality": REALITY,
            "excitation": EXCITATION, "learners": learners, **_round(res), "target": TARGET,
            "plots": [os.path.basename(f) for f in files], "runtime_s": round(time.perf_counter() - t0, 1)}
-    with open(os.path.join(args.out, "realdata.json"), "w", encoding="utf-8") as fh:
-        json.dump(out, fh, indent=1)
-    print(json.dumps(out, separators=(",", ":")))
-    return 0
+    return write_result(args.out, "realdata", out)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,6 @@ the worst ``episodes_to_baseline`` and ratio, the failures, and whether the targ
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -51,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from . import save_plot
+from . import save_plot, write_result
 
 #: start configuration per robot (the path starts at its end-effector pose)
 Q_START = {"panda": [0.0, -0.6, 0.0, -2.2, 0.0, 1.6, 0.785],
@@ -285,10 +284,7 @@ def main(argv=None) -> int:
         "runtime_s": round(time.perf_counter() - t_start, 1)}
     summary["targets_met"] = bool(summary["episodes_to_baseline"] is not None and summary["episodes_to_baseline"] <= 3
                                   and summary["ends_lowest"] and summary["qp_failures"] == 0)
-    with open(os.path.join(args.out, "scqp.json"), "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=1)
-    print(json.dumps(summary, separators=(",", ":")))
-    return 0
+    return write_result(args.out, "scqp", summary)
 
 
 if __name__ == "__main__":
