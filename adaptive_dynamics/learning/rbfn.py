@@ -208,7 +208,16 @@ class RBFNetwork(Learner):
         self._nv_count = 0.0
         self._n_rank_updates = 0
         self._refresh_geometry()
-        self._pred = (self.W, self.P, self.noise_var)
+        self._snapshot(self.W)
+
+    def _snapshot(self, W: np.ndarray) -> None:
+        """The prediction snapshot (swapped atomically): W, P, the noise variance and the
+        mean's weights in the target's units -- the Gaussians' ``W[:K] * std`` and the
+        constant ``W[K] * std + mean`` (bias and standardisation folded in)."""
+        K = self.n_basis
+        Wg = W[:K] * self.y_scale
+        const = self.y_mean + (W[K] * self.y_scale if self.bias else 0.0)
+        self._pred = (W, self.P, self.noise_var, Wg, const)
 
     def _counters(self) -> Dict[str, int]:
         return {**super()._counters(), "n_outside_box": self.n_outside_box,
@@ -237,8 +246,8 @@ class RBFNetwork(Learner):
                 "grow": self.grow, "memory": self.memory}
 
     # ------------------------------------------------------------------ features
-    def features(self, X: np.ndarray) -> np.ndarray:
-        """theta(x) for the rows of X (N x K, then the constant 1 with ``bias``)."""
+    def _gaussians(self, X: np.ndarray) -> tuple:
+        """``(theta, x~)``: the K Gaussians at the rows of X and the unit-box coordinates."""
         Xs = (np.atleast_2d(X) - self.low) * self._inv_span
         E = Xs @ self._Ct2
         E -= self._cnorm
@@ -246,6 +255,11 @@ class RBFNetwork(Learner):
         np.exp(E, out=E)
         if self.normalize:
             E /= np.maximum(E.sum(axis=1, keepdims=True), 1e-300)
+        return E, Xs
+
+    def features(self, X: np.ndarray) -> np.ndarray:
+        """theta(x) for the rows of X (N x K, then the constant 1 with ``bias``)."""
+        E = self._gaussians(X)[0]
         if self.bias:
             E = np.concatenate([E, np.ones((E.shape[0], 1))], axis=1)
         return E
@@ -345,10 +359,14 @@ class RBFNetwork(Learner):
                 self._res_R[j[keep]] = R[keep]
             self._seen += X.shape[0]
 
+    @property
+    def _unit_tolerance(self) -> float:
+        """How far beyond the box (in box units) a sample may lie before the box grows:
+        half a basis width, at most a quarter of the box -- the Gaussians still cover it."""
+        return min(0.5 * self.width, 0.25)
+
     def _grow_tolerance(self) -> np.ndarray:
-        """How far beyond the box a sample may lie before the box grows: half a basis
-        width (at most a quarter of the box) -- the Gaussians still cover it."""
-        return min(0.5 * self.width, 0.25) * (self.high - self.low)
+        return self._unit_tolerance * (self.high - self.low)
 
     def _grow(self) -> None:
         """Widen the box to the reservoir's range (the new samples are in it) plus
@@ -429,7 +447,7 @@ class RBFNetwork(Learner):
             if not np.shares_memory(out, self.D):              # pragma: no cover - BLAS made a copy
                 self.D[...] = out.T
         self.W = W_new
-        self._pred = (W_new, P, self.noise_var)
+        self._snapshot(W_new)
 
     def _update_noise(self, err, inflation) -> None:
         e2 = (err * err) / inflation[:, None]
@@ -443,22 +461,22 @@ class RBFNetwork(Learner):
         N = X.shape[0]
         if not self.ready:
             return np.zeros((N, self.output_dim)), (np.full((N, self.output_dim), np.inf) if return_var else None)
-        self.n_queries_outside += self._outside(X)
-        W, P, nv = self._pred
+        W, P, nv, Wg, const = self._pred
+        tol = self._unit_tolerance
         mean = np.empty((N, self.output_dim))
         var = np.empty((N, self.output_dim)) if return_var else None
         chunk = max(1, 262144 // self.n_basis)
         for s0 in range(0, N, chunk):
-            Th = self.features(X[s0: s0 + chunk])
-            mean[s0: s0 + Th.shape[0]] = Th @ W
+            E, Xs = self._gaussians(X[s0: s0 + chunk])
+            if Xs.min() < -tol or Xs.max() > 1.0 + tol:          # queries beyond the data's region
+                self.n_queries_outside += int(np.count_nonzero(((Xs < -tol) | (Xs > 1.0 + tol)).any(axis=1)))
+            m = mean[s0: s0 + E.shape[0]]
+            np.matmul(E, Wg, out=m)
+            m += const
             if return_var:
+                Th = np.concatenate([E, np.ones((E.shape[0], 1))], axis=1) if self.bias else E
                 q = np.einsum("nk,nk->n", Th @ P, Th)
-                var[s0: s0 + Th.shape[0]] = np.outer(1.0 + q, nv)
-        if self.standardize:
-            mean *= self.y_scale
-            mean += self.y_mean
-            if return_var:
-                var *= self.y_scale ** 2
+                var[s0: s0 + E.shape[0]] = np.outer(1.0 + q, nv * self.y_scale ** 2)
         return mean, var
 
     # ------------------------------------------------------------------ consistency
@@ -475,7 +493,7 @@ class RBFNetwork(Learner):
         K, o = self.n_features, self.output_dim
         dW = (self.D.reshape(K * o, self.n_params) @ dpi).reshape(K, o)
         self.W = self.W + dW
-        self._pred = (self.W, self.P, self.noise_var)
+        self._snapshot(self.W)
 
     # ------------------------------------------------------------------ persistence
     def _get_arrays(self) -> Dict[str, np.ndarray]:
@@ -527,7 +545,7 @@ class RBFNetwork(Learner):
         self._nv_count = float(arrays["nv_count"])
         if self.n_params:
             self.D = np.asarray(arrays["D"], dtype=float).copy()
-        self._pred = (self.W, self.P, self.noise_var)
+        self._snapshot(self.W)
 
     def memory_bytes(self) -> int:
         arrays = [self.W, self.P, self.centres, self._Ct2, self._cnorm, self.noise_var, self.low, self.high]
