@@ -1,7 +1,8 @@
 """SCQP experiments (Khadivar, Chatzilygeroudis & Billard, sec. V-A, Fig. 2-5) in MuJoCo.
 
 ``adaptive-dynamics experiment scqp --out DIR [--quick] [--robots iiwa14,panda]
-[--tasks z,yz] [--replicates 20] [--episodes 10] [--seconds 10] [--jobs N]``
+[--tasks z,yz] [--replicates 20] [--episodes 10] [--seconds 10] [--jobs N]
+[--gp-subsample 5] [--gp-max-points 4000] [--adapt-stiffness 2]``
 
 The arm tracks an end-effector path with the QP inverse dynamics
 (:mod:`adaptive_dynamics.control.qp_id`) at 200 Hz, five 1 ms MuJoCo steps per control
@@ -87,8 +88,9 @@ def reality(robot: str, seed: int):
 
 
 def run_replicate(robot: str, task_name: str, method: str, seed: int, episodes: int, seconds: float,
-                  keep_traces: bool = False) -> dict:
-    """One replicate: ``episodes`` episodes of one approach; per-episode errors."""
+                  keep_traces: bool = False, residual: dict | None = None, mrac: dict | None = None) -> dict:
+    """One replicate: ``episodes`` episodes of one approach; per-episode errors
+    (``residual``/``mrac``: the settings, default :data:`RESIDUAL` / :data:`MRAC`)."""
     from ..control.scqp import SCQPController
     from ..dynamics import RobotModel
     from ..sim.plant import MujocoPlant
@@ -97,8 +99,8 @@ def run_replicate(robot: str, task_name: str, method: str, seed: int, episodes: 
     q0 = np.asarray(Q_START[robot], dtype=float)
     plant = MujocoPlant(robot, reality=reality(robot, seed), q0=q0)
     dt = 1.0 / RATE_HZ
-    ctrl = SCQPController(model, dt=dt, mode=method, **GAINS, qp={"q_posture": q0}, residual=dict(RESIDUAL),
-                          mrac=dict(MRAC))
+    ctrl = SCQPController(model, dt=dt, mode=method, **GAINS, qp={"q_posture": q0},
+                          residual=dict(residual or RESIDUAL), mrac=dict(mrac or MRAC))
     T0 = model.frame_pose(q0)
     p0, R0 = T0[:3, 3], T0[:3, :3]
     path = path_for(TASKS[task_name])
@@ -230,7 +232,17 @@ def main(argv=None) -> int:
     ap.add_argument("--episodes", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=10.0, help="episode length [s]")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    ap.add_argument("--gp-subsample", type=int, default=RESIDUAL["subsample"],
+                    help=f"every N-th control cycle is a GP sample (default {RESIDUAL['subsample']})")
+    ap.add_argument("--gp-max-points", type=int, default=RESIDUAL["max_points"],
+                    help=f"GP size cap (default {RESIDUAL['max_points']})")
+    ap.add_argument("--adapt-stiffness", type=float, default=MRAC["adapt_stiffness"],
+                    help=f"MRAC adaptation, in units of kp of added stiffness (default {MRAC['adapt_stiffness']})")
     args = ap.parse_args(argv)
+    if args.gp_subsample < 1 or args.gp_max_points < 10 or not args.adapt_stiffness > 0:
+        raise SystemExit("--gp-subsample >= 1, --gp-max-points >= 10, --adapt-stiffness > 0")
+    residual = {**RESIDUAL, "subsample": args.gp_subsample, "max_points": args.gp_max_points}
+    mrac = {**MRAC, "adapt_stiffness": args.adapt_stiffness}
     if args.quick:
         args.robots, args.tasks, args.replicates, args.episodes, args.seconds = "panda", "z", 2, 3, 3.0
     robots = [r for r in args.robots.split(",") if r]
@@ -245,7 +257,7 @@ def main(argv=None) -> int:
         raise SystemExit("--replicates >= 1, --episodes >= 2, --seconds > 0 and --jobs >= 1")
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
-    units = [(r, t, m, s, args.episodes, args.seconds, s == 0 and m in ("scqp", "gp_pid"))
+    units = [(r, t, m, s, args.episodes, args.seconds, s == 0 and m in ("scqp", "gp_pid"), residual, mrac)
              for r in robots for t in tasks for m in METHODS for s in range(args.replicates)]
     print(f"[scqp] {len(units)} replicate runs ({args.episodes} episodes x {args.seconds:g} s) on"
           f" {args.jobs} process(es) ...", flush=True)
@@ -273,8 +285,8 @@ def main(argv=None) -> int:
     summary: dict[str, Any] = {
         "experiment": "scqp", "quick": bool(args.quick), "robots": robots, "tasks": tasks,
         "replicates": args.replicates, "episodes": args.episodes, "episode_s": args.seconds,
-        "rate_hz": RATE_HZ, "payload_kg": PAYLOAD_KG, "noise": NOISE, "gains": GAINS, "residual": RESIDUAL,
-        "mrac": MRAC,
+        "rate_hz": RATE_HZ, "payload_kg": PAYLOAD_KG, "noise": NOISE, "gains": GAINS, "residual": residual,
+        "mrac": mrac,
         "table": table,
         "episodes_to_baseline": None if None in etb else max(etb),
         "scqp_final_vs_gp_pid": max(v["scqp_final_vs_gp_pid"] for v in table.values()),
