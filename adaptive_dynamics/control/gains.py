@@ -21,7 +21,10 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["default_gains", "LAMBDA", "KD_BOUNDS"]
+__all__ = ["default_gains", "LAMBDA", "KD_BOUNDS", "GAINS_VERSION"]
+
+#: part of the cache key of generated parameter files: change it with the rule below
+GAINS_VERSION = "1"
 
 #: sliding-variable bandwidth [1/s]
 LAMBDA = 10.0

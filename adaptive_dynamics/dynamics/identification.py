@@ -296,11 +296,14 @@ def identify_consistent(model, q, qd, qdd, tau, *, weights=None, offset: bool = 
     off = sol[nP:] if offset else np.zeros(0)
     Yb = model.regressor_batch(q, qd, qdd, base=base)
     res = tau - Yb @ theta - (off if offset else 0.0)
+    Ab = (Yb * w[None, :, None]).reshape(N * n, -1)          # condition of the (identifiable) base columns
+    nb = np.linalg.norm(Ab, axis=0)
+    sv = np.linalg.svd(Ab / np.where(nb > 0, nb, 1.0), compute_uv=False)
     return Identification(theta=theta, names=list(base.names), pi=pi,
                           residual_rmse=np.sqrt(np.mean(res * res, axis=0)),
                           tau_rms=np.sqrt(np.mean(tau * tau, axis=0)),
-                          condition=float(np.linalg.cond(R)), samples=N, offset=off, method="consistent",
-                          min_pseudo_inertia_eig=eig)
+                          condition=float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf"), samples=N, offset=off,
+                          method="consistent", min_pseudo_inertia_eig=eig)
 
 
 def estimate_file(model, ident: Identification, path: str, *, law: str = "direct") -> str:

@@ -448,6 +448,8 @@ class RobotModel:
         if check:
             check_physical_consistency(blk, [link])
         self._link_pi[10 * i: 10 * i + 10] = blk
+        if i == self.n - 1 and self.end_effector == "hand":   # as get_link_parameters: the end effector included
+            self._link_pi[10 * i: 10 * i + 10] -= self._ee_pi
         self._sync()
 
     def get_link_parameters(self, link: str) -> np.ndarray:
@@ -483,7 +485,10 @@ class RobotModel:
         pi_bare = np.concatenate([bare.inertias[j].toDynamicParameters() for j in range(1, bare.njoints)])
         diff = self._link_pi - pi_bare
         if np.abs(diff[:-10]).max(initial=0.0) > 1e-9 * max(1.0, np.abs(self._link_pi).max()):
-            raise RuntimeError(f"end-effector bodies {links} are not all carried by the last joint")
+            import warnings
+            warnings.warn(f"end-effector bodies {links} change other links than the last: kept merged",
+                          RuntimeWarning, stacklevel=3)   # pragma: no cover - end_effector_links picks the last
+            return
         self.end_effector_links = links
         self._ee_pi = diff[-10:].copy()
         self._link_pi = pi_bare
@@ -644,8 +649,8 @@ class RobotModel:
     def regressor_batch(self, Q, V, A, *, base=None) -> np.ndarray:
         """Standard regressors of K samples at once: ``Y[k] = regressor(Q[k], V[k], A[k])``
         (K x n x n_params), or with ``base`` (a :class:`~.base_parameters.BaseParameters`
-        of this model, or True for :meth:`base_parameters`) the base regressors
-        ``Y[k] @ base.projector`` (K x n x n_base).
+        of this model, or True for :meth:`base_parameters`) the base regressors: the
+        ``base.index`` columns, ``Y[k] @ base.projector`` (K x n x n_base).
 
         ``Q, V, A``: K x n (one sample: n values).  One compiled call for all samples
         (the kernel of :meth:`slotine_li_regressor` with vr = v, ar = a), else one

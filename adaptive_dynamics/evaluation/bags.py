@@ -125,36 +125,39 @@ class BagSource:
             raise ValueError(f"bag {str(self.path)!r}: {exc}") from None
         return files[0]
 
-    def _records(self):
-        """(channel id -> (topic, msgtype), message records) of the MCAP stream, stopping
-        quietly at the first incomplete record; sets :attr:`_error`."""
+    def _records(self, channels: dict, status: dict):
+        """Message records of the MCAP stream, stopping quietly at the first incomplete
+        record (its error in ``status["error"]``); fills ``channels`` (id -> (topic,
+        msgtype)) as the stream declares them -- both the caller's own, so iterations
+        may overlap."""
         from mcap import records as R
         from mcap.stream_reader import StreamReader
-        self._error = None
         schemas: dict = {}
-        self._channels: dict = {}
         with open(self._mcap, "rb") as fh:
             try:
                 for rec in StreamReader(fh).records:
                     if isinstance(rec, R.Schema):
                         schemas[rec.id] = rec.name
                     elif isinstance(rec, R.Channel):
-                        self._channels[rec.id] = (rec.topic, schemas.get(rec.schema_id, ""))
+                        channels[rec.id] = (rec.topic, schemas.get(rec.schema_id, ""))
                     elif isinstance(rec, R.Message):
                         yield rec
             except Exception as exc:  # noqa: BLE001 -- the cut: struct.error, EndOfFile, bad CRC, ...
-                self._error = f"{type(exc).__name__}: {exc}"
+                status["error"] = f"{type(exc).__name__}: {exc}"
 
     def _scan(self) -> None:
         counts: dict = {}
+        channels: dict = {}
+        status: dict = {"error": None}
         n, first, last = 0, None, None
-        for rec in self._records():
+        for rec in self._records(channels, status):
             counts[rec.channel_id] = counts.get(rec.channel_id, 0) + 1
             n += 1
-            first = rec.log_time if first is None else first
-            last = rec.log_time
+            first = rec.log_time if first is None else min(first, rec.log_time)
+            last = rec.log_time if last is None else max(last, rec.log_time)
+        self._error = status["error"]
         self.topics = {}
-        for cid, (topic, mt) in self._channels.items():
+        for cid, (topic, mt) in channels.items():
             t_mt, cnt = self.topics.get(topic, (mt, 0))
             self.topics[topic] = (t_mt, cnt + counts.get(cid, 0))
         self.start_ns, self.end_ns = int(first or 0), int(last or 0)
@@ -176,8 +179,9 @@ class BagSource:
                 for conn, t, raw in reader.messages(connections=conns):
                     yield conn.topic, conn.msgtype, t, bytes(raw)
             return
-        for rec in self._records():
-            topic, mt = self._channels[rec.channel_id]
+        channels: dict = {}
+        for rec in self._records(channels, {}):
+            topic, mt = channels[rec.channel_id]
             if want is None or topic in want:
                 yield topic, mt, int(rec.log_time), bytes(rec.data)
 
@@ -192,11 +196,13 @@ def open_bag(path: str | os.PathLike) -> BagSource:
     if isinstance(path, BagSource):
         return path
     p = pathlib.Path(path)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"bag {str(path)!r} does not exist") from None
-    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    if not p.exists():
+        raise FileNotFoundError(f"bag {str(path)!r} does not exist")
+    # keyed by the storage files' sizes and times (a directory's own do not change as they grow)
+    d = p if p.is_dir() else p.parent
+    files = sorted(d.glob("*.mcap")) + sorted(d.glob("*.db3"))
+    stats = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files) or ((p.name, p.stat().st_mtime_ns),)
+    key = (str(p.resolve()), stats)
     src = _OPENED.get(key)
     if src is None:
         if len(_OPENED) > 16:

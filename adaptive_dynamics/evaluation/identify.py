@@ -210,8 +210,11 @@ def main_args(args) -> int:
     """Run with parsed arguments; the JSON is the last line printed; 2 on bad input."""
     try:
         out = run(args)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         print(f"identify: {exc}", file=sys.stderr)
+        return 2
+    except (RuntimeError, ImportError) as exc:       # the SDP solver (cvxpy / Clarabel) failed or is missing
+        print(f"identify: the consistent identification failed ({exc}); --no-consistent skips it", file=sys.stderr)
         return 2
     print(json.dumps(out, default=_json_default))
     return 0

@@ -262,7 +262,7 @@ class Learner:
         klass = LEARNERS[kind]
         if cls is not Learner and not issubclass(klass, cls):
             raise ValueError(f"{where} holds a {kind!r} learner, not a {cls.kind!r}")
-        obj = klass(**meta["config"])
+        obj = klass(**{**getattr(klass, "LEGACY_CONFIG", {}), **meta["config"]})
         obj._set_arrays(arrays)
         for k, v in meta.get("counters", {}).items():
             setattr(obj, k, int(v))

@@ -341,7 +341,7 @@ class PGPOL(Learner):
         sf2 = np.stack([s[6] for s in snaps])                     # K x G
         w, R = np.stack([s[1] for s in snaps]), np.stack([s[2] for s in snaps])
         # k(x, z) = exp(log sf2 - |xs|^2 / 2 - |zs|^2 / 2 + xs.zs), xs = (x - mean) / (std ls)
-        self._snap = dict(
+        snap = dict(
             off=np.stack([s[3].mean for s in snaps])[:, None, None, :],
             scale=1.0 / (xsd[:, None, None, :] * ls[:, :, None, :]),            # K x G x 1 x d
             ZsT=np.ascontiguousarray(np.swapaxes(Zs, 2, 3)),
@@ -349,7 +349,8 @@ class PGPOL(Learner):
             w=w, WR=np.concatenate([w, R], axis=3), c=w.shape[3], sf2=sf2,
             ym=np.stack([s[4].mean for s in snaps])[:, None, :], ysd=np.stack([s[4].std for s in snaps]),
             sn2=np.stack([g.sn2 for g in fitted]), joint=self.groups == "joint")
-        self._snap["one"] = self._one_query_arrays(self._snap)
+        snap["one"] = self._one_query_arrays(snap)
+        self._snap = snap                                  # one atomic swap, complete
 
     @staticmethod
     def _one_query_arrays(s: dict) -> dict:
@@ -372,15 +373,15 @@ class PGPOL(Learner):
                     sf2=s["sf2"].reshape(K * G), ysd=ysd, ym=s["ym"][:, 0, :], ysd2=ysd2,
                     noise=(s["sn2"] if joint else s["sn2"][:, :1]) * ysd2, K=K, G=G, m=m)
 
-    def _predict_one(self, x: np.ndarray, return_var: bool):
-        s = self._snap["one"]
-        K, G, m, c = s["K"], s["G"], s["m"], self._snap["c"]
+    def _predict_one(self, snap: dict, x: np.ndarray, return_var: bool):
+        s = snap["one"]
+        K, G, m, c = s["K"], s["G"], s["m"], snap["c"]
         u = x - s["off"]                                                     # K x d
         E = np.concatenate((u, u * u), axis=1)[:, None, :] @ s["A"]          # K x 1 x G m
         E += s["C"]
         kq = np.exp(E, out=E).reshape(K * G, 1, m)
         P = kq @ s["WR"]                                                     # K G x 1 x (c + m)
-        joint = self._snap["joint"]
+        joint = snap["joint"]
         mean = (P[:, 0, 0].reshape(K, G) if joint else P[:, 0, :c]) * s["ysd"] + s["ym"]   # K x o
         if K == 1 and not return_var:
             return mean, None
@@ -400,7 +401,7 @@ class PGPOL(Learner):
         if s is None:
             return np.zeros((N, o)), (np.full((N, o), np.inf) if return_var else None)
         if N == 1:
-            return self._predict_one(X[0], return_var)
+            return self._predict_one(s, X[0], return_var)
         Qs = (X - s["off"]) * s["scale"]                                     # K x G x N x d
         E = Qs @ s["ZsT"]
         E -= 0.5 * np.einsum("kgnd,kgnd->kgn", Qs, Qs)[..., None]

@@ -77,8 +77,8 @@ __all__ = ["RBFNetwork"]
 
 #: symmetrise P after this many rank updates (rounding drift of the in-place updates)
 _SYMMETRISE_EVERY = 256
-#: a growing box widens by at least this fraction of the range on the side that grows:
-#: few refits while the motion widens (5 instead of 16 with the warm-up's 0.2 in the tests)
+#: a growing box widens by at least this fraction of the samples' range on every side, so
+#: that a motion widening gradually costs a few refits rather than one per new extreme
 GROW_MARGIN = 0.5
 
 
@@ -141,6 +141,8 @@ class RBFNetwork(Learner):
     """
 
     kind = "rbfn"
+    #: constructor arguments of files written before they existed (the plain network)
+    LEGACY_CONFIG = {"bias": False, "standardize": False}
 
     def __init__(self, input_dim: int, output_dim: int, *, n_basis: int = 512, low=None, high=None,
                  width: float = 0.5, reg: float = 1e-3, forgetting: float = 1.0, n_params: int = 0,
@@ -178,6 +180,8 @@ class RBFNetwork(Learner):
         self.grow = bool(grow) and self.box_from_data
         self.memory = max(1, int(memory))
         self.n_box_growths = 0
+        self._refitting = False
+        self._pred = None
         self._seen = 0                                 # samples offered to the reservoir
         self._res_X = self._res_y = self._res_R = None  # reservoir (raw targets)
         self.width = float(width)
@@ -211,13 +215,19 @@ class RBFNetwork(Learner):
         self._snapshot(self.W)
 
     def _snapshot(self, W: np.ndarray) -> None:
-        """The prediction snapshot (swapped atomically): W, P, the noise variance and the
-        mean's weights in the target's units -- the Gaussians' ``W[:K] * std`` and the
-        constant ``W[K] * std + mean`` (bias and standardisation folded in)."""
+        """The prediction snapshot (swapped atomically; a predicting thread never sees a
+        half-changed network): W, P, the noise variance, the mean's weights in the
+        target's units -- the Gaussians' ``W[:K] * std`` and the constant
+        ``W[K] * std + mean`` (bias and standardisation folded in) -- and the geometry
+        (box, centres) they belong to.  None until the warm-up has been learnt; not
+        refreshed while a growing box refits (the previous network answers meanwhile)."""
+        if not self.ready or self._refitting:
+            return
         K = self.n_basis
         Wg = W[:K] * self.y_scale
         const = self.y_mean + (W[K] * self.y_scale if self.bias else 0.0)
-        self._pred = (W, self.P, self.noise_var, Wg, const)
+        geo = (self.low.copy(), self._inv_span.copy(), self._Ct2, self._cnorm)
+        self._pred = (W, self.P, self.noise_var * self.y_scale ** 2, Wg, const, geo)
 
     def _counters(self) -> Dict[str, int]:
         return {**super()._counters(), "n_outside_box": self.n_outside_box,
@@ -246,11 +256,13 @@ class RBFNetwork(Learner):
                 "grow": self.grow, "memory": self.memory}
 
     # ------------------------------------------------------------------ features
-    def _gaussians(self, X: np.ndarray) -> tuple:
-        """``(theta, x~)``: the K Gaussians at the rows of X and the unit-box coordinates."""
-        Xs = (np.atleast_2d(X) - self.low) * self._inv_span
-        E = Xs @ self._Ct2
-        E -= self._cnorm
+    def _gaussians(self, X: np.ndarray, geo=None) -> tuple:
+        """``(theta, x~)``: the K Gaussians at the rows of X and the unit-box coordinates
+        (``geo``: a snapshot's box and centres, default the current ones)."""
+        low, inv_span, Ct2, cnorm = geo or (self.low, self._inv_span, self._Ct2, self._cnorm)
+        Xs = (np.atleast_2d(X) - low) * inv_span
+        E = Xs @ Ct2
+        E -= cnorm
         E -= self.beta * np.einsum("ni,ni->n", Xs, Xs)[:, None]
         np.exp(E, out=E)
         if self.normalize:
@@ -310,8 +322,10 @@ class RBFNetwork(Learner):
                 self._learn(X[:k], y[:k], None if R is None else R[:k])
             if k == X.shape[0]:
                 return
-            self._remember(X[k:k + 1], y[k:k + 1], None if R is None else R[k:k + 1])
-            self._grow()                               # refit from the reservoir, this sample included
+            kept = self._remember(X[k:k + 1], y[k:k + 1], None if R is None else R[k:k + 1])
+            self._grow(X[k])                           # refit from the reservoir
+            if not kept:                               # (a full reservoir may not keep it: learn it on top)
+                self._learn(X[k:k + 1], y[k:k + 1], None if R is None else R[k:k + 1])
             X, y, R = X[k + 1:], y[k + 1:], None if R is None else R[k + 1:]
         if not X.shape[0]:
             return
@@ -334,8 +348,9 @@ class RBFNetwork(Learner):
             sl = slice(s0, s0 + self.block_size)
             self._block(X[sl], y[sl], None if R is None else R[sl])
 
-    def _remember(self, X: np.ndarray, y: np.ndarray, R: Optional[np.ndarray]) -> None:
-        """Vitter's algorithm R: a uniform sample of every learnt sample, ``memory`` at most."""
+    def _remember(self, X: np.ndarray, y: np.ndarray, R: Optional[np.ndarray]) -> bool:
+        """Vitter's algorithm R: a uniform sample of every learnt sample, ``memory`` at
+        most.  Returns whether the last of these samples is in the reservoir."""
         if self._res_X is None:
             self._res_X = np.empty((0, self.input_dim))
             self._res_y = np.empty((0, self.output_dim))
@@ -349,6 +364,7 @@ class RBFNetwork(Learner):
                 self._res_R = np.concatenate([self._res_R, R[:k]])
             self._seen += k
             X, y, R = X[k:], y[k:], None if R is None else R[k:]
+        last_kept = True
         if X.shape[0]:                                 # slot of sample i: floor(u_i (i + 1)), u_i a hash of i
             i = self._seen + np.arange(X.shape[0], dtype=np.uint64)
             j = np.floor(_uniform(i, self.seed) * (i + 1).astype(float)).astype(np.int64)
@@ -358,6 +374,8 @@ class RBFNetwork(Learner):
             if self._res_R is not None:
                 self._res_R[j[keep]] = R[keep]
             self._seen += X.shape[0]
+            last_kept = bool(keep[-1])
+        return last_kept
 
     @property
     def _unit_tolerance(self) -> float:
@@ -368,11 +386,12 @@ class RBFNetwork(Learner):
     def _grow_tolerance(self) -> np.ndarray:
         return self._unit_tolerance * (self.high - self.low)
 
-    def _grow(self) -> None:
-        """Widen the box to the reservoir's range (the new samples are in it) plus
-        ``GROW_MARGIN`` of it on every side, spread the centres over it and refit from
-        the reservoir."""
-        lo, hi = self._res_X.min(axis=0), self._res_X.max(axis=0)
+    def _grow(self, x: np.ndarray) -> None:
+        """Widen the box to the reservoir's range and ``x`` (the sample beyond it) plus
+        ``GROW_MARGIN`` of that range on every side, spread the centres over it and refit
+        from the reservoir; the prediction snapshot is swapped once, at the end."""
+        lo = np.minimum(self._res_X.min(axis=0), x)
+        hi = np.maximum(self._res_X.max(axis=0), x)
         span = np.maximum(hi - lo, 0.1)
         m = max(self.box_margin, GROW_MARGIN)      # every side at once: one growth, not one per input and side
         self.low = np.minimum(self.low, lo - m * span)
@@ -382,8 +401,15 @@ class RBFNetwork(Learner):
         self.W = np.zeros((K, o))
         self.P = np.eye(K) / self.reg
         self.D = np.zeros((K, o * self.n_params)) if self.n_params else None
+        self.noise_var = np.zeros(o)
+        self._nv_count = 0.0
         self._n_rank_updates = 0
-        self._learn(self._res_X, self._res_y, self._res_R)
+        self._refitting = True
+        try:
+            self._learn(self._res_X, self._res_y, self._res_R)
+        finally:
+            self._refitting = False
+        self._snapshot(self.W)
         self.n_box_growths += 1
 
     def _finish_warmup(self, X: np.ndarray, y: np.ndarray) -> None:
@@ -459,15 +485,16 @@ class RBFNetwork(Learner):
     # ------------------------------------------------------------------ prediction
     def _predict(self, X: np.ndarray, return_var: bool):
         N = X.shape[0]
-        if not self.ready:
+        snap = self._pred
+        if snap is None:
             return np.zeros((N, self.output_dim)), (np.full((N, self.output_dim), np.inf) if return_var else None)
-        W, P, nv, Wg, const = self._pred
+        W, P, nv, Wg, const, geo = snap
         tol = self._unit_tolerance
         mean = np.empty((N, self.output_dim))
         var = np.empty((N, self.output_dim)) if return_var else None
         chunk = max(1, 262144 // self.n_basis)
         for s0 in range(0, N, chunk):
-            E, Xs = self._gaussians(X[s0: s0 + chunk])
+            E, Xs = self._gaussians(X[s0: s0 + chunk], geo)
             if Xs.min() < -tol or Xs.max() > 1.0 + tol:          # queries beyond the data's region
                 self.n_queries_outside += int(np.count_nonzero(((Xs < -tol) | (Xs > 1.0 + tol)).any(axis=1)))
             m = mean[s0: s0 + E.shape[0]]
@@ -476,7 +503,7 @@ class RBFNetwork(Learner):
             if return_var:
                 Th = np.concatenate([E, np.ones((E.shape[0], 1))], axis=1) if self.bias else E
                 q = np.einsum("nk,nk->n", Th @ P, Th)
-                var[s0: s0 + E.shape[0]] = np.outer(1.0 + q, nv * self.y_scale ** 2)
+                var[s0: s0 + E.shape[0]] = np.outer(1.0 + q, nv)
         return mean, var
 
     # ------------------------------------------------------------------ consistency
@@ -551,4 +578,6 @@ class RBFNetwork(Learner):
         arrays = [self.W, self.P, self.centres, self._Ct2, self._cnorm, self.noise_var, self.low, self.high]
         if self.D is not None:
             arrays.append(self.D)
+        arrays += [a for a in (self._res_X, self._res_y, self._res_R) if a is not None]
+        arrays += [a for b in self._buf for a in b if a is not None]
         return int(sum(a.nbytes for a in arrays))

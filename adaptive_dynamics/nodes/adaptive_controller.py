@@ -171,7 +171,8 @@ class AdaptiveControllerNode(JointControllerShell):
             src = p["initial_estimate_file"]
             if not src or not os.path.exists(src):
                 raise ValueError(f"initial_estimate=file needs an existing initial_estimate_file, got {src!r}")
-            self.core.load_state(src)  # raises with what differs (law, friction, base parameters)
+            self.core.load_state(src, covariance=False)  # the estimate; P stays this node's p0
+                                                         # (raises with what differs: friction, base parameters)
             self.get_logger().info(f"initial estimate loaded from {src}")
         self._theta0 = self.core.theta.copy()
         # pd / computed torque: the same sliding variables and K_D with a fixed estimate

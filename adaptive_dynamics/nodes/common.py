@@ -102,10 +102,9 @@ def resolve_urdf(store, node=None) -> str:
         text = fetch_robot_description(node, float(store["robot_description_timeout"]))
         path = _cache_dir() / "robot_description" / (hashlib.sha256(text.encode()).hexdigest()[:16] + ".urdf")
         if not path.exists():
+            from ..robots import _atomic_text
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
+            _atomic_text(path, text)
         return str(path)
     if not store["urdf"] and os.path.isfile(robot):
         return os.path.abspath(robot)

@@ -158,12 +158,12 @@ def task_reference_msg(stamp0_ns: StampLike, dt_ns: int, frame_id: str, name: st
     return msg
 
 
-def task_reference_bytes(stamp0_ns: int, dt_ns: int, frame_id: str, name: str, P, quaternion=None,
+def task_reference_bytes(stamp0_ns: StampLike, dt_ns: int, frame_id: str, name: str, P, quaternion=None,
                          V=None, A=None) -> bytes:
     """:func:`task_reference_msg` serialized (publish the bytes): the same wire bytes from
     :func:`adaptive_dynamics.wire.encode_multidof` without building a Python object per point."""
     P, Qr, V, A = _batch_rows(P, quaternion, V, A)
-    return encode_multidof(int(stamp0_ns), int(dt_ns), [str(name)], np.hstack([P, Qr])[:, None],
+    return encode_multidof(to_ns(stamp0_ns), int(dt_ns), [str(name)], np.hstack([P, Qr])[:, None],
                            None if V is None else V[:, None], None if A is None else A[:, None],
                            frame_id=str(frame_id))
 
