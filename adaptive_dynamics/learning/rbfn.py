@@ -396,16 +396,9 @@ class RBFNetwork(Learner):
         m = max(self.box_margin, GROW_MARGIN)      # every side at once: one growth, not one per input and side
         self.low = np.minimum(self.low, lo - m * span)
         self.high = np.maximum(self.high, hi + m * span)
-        self._refresh_geometry()
-        K, o = self.n_features, self.output_dim
-        self.W = np.zeros((K, o))
-        self.P = np.eye(K) / self.reg
-        self.D = np.zeros((K, o * self.n_params)) if self.n_params else None
-        self.noise_var = np.zeros(o)
-        self._nv_count = 0.0
-        self._n_rank_updates = 0
         self._refitting = True
         try:
+            self._init_state()                     # new geometry, empty RLS (no snapshot while refitting)
             self._learn(self._res_X, self._res_y, self._res_R)
         finally:
             self._refitting = False
