@@ -178,3 +178,20 @@ def test_gmr_variance_on_linear_gaussian_data():
     np.testing.assert_allclose(m[:, 0], Xq @ [0.5, -1.0] + 0.3, atol=0.02)
     expected = np.sqrt(sigma ** 2 + (L.reg * 1.2) ** 2)
     np.testing.assert_allclose(np.sqrt(v), expected, rtol=0.05)
+
+
+def test_queries_outside_the_data_are_counted():
+    """A query farther than the 99.9 % chi^2 quantile from every component's input
+    marginal is counted in n_queries_outside (and saved with the model)."""
+    from adaptive_dynamics.learning import Learner
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 2))
+    Y = np.sin(X[:, :1]) + 0.01 * rng.normal(size=(600, 1))
+    g = IncrementalGMM(2, 1, max_components=8)
+    g.partial_fit(X, Y)
+    g.predict(X[:50])
+    inside = g.n_queries_outside
+    assert inside <= 1
+    g.predict(np.array([[40.0, 0.0], [0.0, -40.0], [0.1, 0.2]]))
+    assert g.n_queries_outside == inside + 2
+    assert Learner.from_bytes(g.to_bytes()).n_queries_outside == inside + 2

@@ -158,6 +158,10 @@ class IncrementalGMM(Learner):
         self.n_removed = 0
         self.n_merged = 0
         self.n_floored = 0
+        #: queries farther than the 99.9 % chi^2 quantile (input marginal) from every
+        #: component: outside the region the mixture has data for
+        self.n_queries_outside = 0
+        self._outside_d2 = float(chi2.ppf(0.999, self.input_dim))
         self._pred = None                     # immutable prediction snapshot (tuple)
 
     # ---------------------------------------------------------------- config
@@ -193,7 +197,7 @@ class IncrementalGMM(Learner):
     def _counters(self) -> Dict[str, int]:
         c = super()._counters()
         c.update(n_created=self.n_created, n_removed=self.n_removed, n_merged=self.n_merged,
-                 n_floored=self.n_floored)
+                 n_floored=self.n_floored, n_queries_outside=self.n_queries_outside)
         return c
 
     @classmethod
@@ -496,7 +500,10 @@ class IncrementalGMM(Learner):
             Rr = Xc @ GT
             Rr -= off
             Zi = Rr[:, : K * i].reshape(n, K, i)
-            m = logc - 0.5 * np.einsum("nki,nki->nk", Zi, Zi)
+            d2 = np.einsum("nki,nki->nk", Zi, Zi)        # squared Mahalanobis distance to each component
+            if d2.min(axis=1).max() > self._outside_d2:
+                self.n_queries_outside += int(np.count_nonzero(d2.min(axis=1) > self._outside_d2))
+            m = logc - 0.5 * d2
             m -= m.max(axis=1, keepdims=True)
             h = np.exp(m)
             h /= h.sum(axis=1, keepdims=True)
