@@ -476,7 +476,7 @@ class RobotModel:
                 text = fh.read()
         if text is None:
             return
-        links = end_effector_links(text, self.model)
+        links = end_effector_links(text)
         if not links:
             return
         bare = pin.buildModelFromXML(strip_inertials(text, links))

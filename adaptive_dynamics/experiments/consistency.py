@@ -74,6 +74,7 @@ first trajectory: measured, parametric + learner without and with the transform)
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -83,7 +84,7 @@ from typing import Any
 
 import numpy as np
 
-from . import save_plot, write_result
+from . import save_plot
 
 TARGET_RATIO = 0.15
 #: start (and end) pose of the trajectories; default the middle of the joint limits
@@ -427,7 +428,11 @@ def main(argv=None) -> int:
     if args.part in ("online", "all"):
         summary.update(run_online(args))
     summary["runtime_s"] = round(time.perf_counter() - t0, 1)
-    return write_result(args.out, "consistency", summary)
+    path = os.path.join(args.out, "consistency.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=1)
+    print(json.dumps(summary, separators=(",", ":")))
+    return 0
 
 
 if __name__ == "__main__":
