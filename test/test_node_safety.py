@@ -179,6 +179,31 @@ def test_bridge_run_wall_time_ends_at_the_last_step(ros):
     assert bridge.stats()["wall_time"] == st["wall_time"]  # frozen once finished
 
 
+def test_bridge_lockstep_max_speed_caps_the_pace(ros):
+    """``lockstep_max_speed``: a graph that answers at once still gets each state no
+    sooner than dt / cap after the previous one (the pace an asynchronous learner needs)."""
+    bridge = ros.add(MujocoBridgeNode, robot=ROBOT, mode="lockstep", wait_for_nodes=0,
+                     wait_for_state_subscribers=1, max_sim_time=0.04, lockstep_max_speed=0.02)
+    node = ros.node("answer")
+    pub = node.create_publisher(Float64MultiArray, "effort_controller/commands", COMMAND_QOS)
+    times = []
+
+    def answer(msg):
+        times.append(time.monotonic())
+        pub.publish(stamped_command_msg(np.zeros(bridge.n), _stamp(msg)))
+
+    node.create_subscription(JointState, "joint_states", answer, RELIABLE_STREAM_QOS)
+    try:
+        ros.spin_until(lambda: bridge._done, timeout=30.0)
+    except Exception:  # the bridge shuts the (test's own) context down when it finishes
+        pass
+    assert bridge.plant.steps == 40 and len(times) == 40
+    gaps = np.diff(times)                              # 1 ms of sim per 50 ms of wall
+    assert np.median(gaps) == pytest.approx(0.05, rel=0.2), np.round(gaps * 1e3, 1)
+    # (each gap also carries this test executor's reception jitter; their sum does not)
+    assert 39 * 0.05 - 0.04 < gaps.sum() < 39 * 0.05 * 1.2
+
+
 # ------------------------------------------------------------------- controller
 
 

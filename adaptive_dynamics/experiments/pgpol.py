@@ -169,6 +169,9 @@ OFFLINE_GP = {"n_points": 3000, "n_inducing": 100, "max_iter": 100, "groups": "j
 #: would run under PD; it binds on no joint of the Panda
 UNMODELLED = {"ripple_fraction": 0.02, "ripple_periods": 10.0, "max_deflection": 0.025,
               "stribeck_ratio": 1.0, "stribeck_velocity": 0.1}
+#: --quick caps the pace (sim s per wall s): the short runs' learners then get what a faster
+#: machine would give them whatever else the machine is doing, so the quick figures are stable
+QUICK_MAX_SPEED = 0.5
 LEARN_RATE_HZ = 100.0            # model_update learn_decimation 10 at 1 kHz
 QUEUE_LIMIT = 20                 # samples waiting for the learner at most (0.2 s): never learn stale data
 PUBLISH_PERIOD = 0.1             # model_update: wall s between snapshots at most
@@ -741,10 +744,11 @@ class Runner:
     per-run summaries."""
 
     def __init__(self, robot: str, out_dir: str, *, keep_bags: bool, echo: bool, quick: bool,
-                 reality_kind: str = "unmodelled"):
+                 reality_kind: str = "unmodelled", max_speed: float = 0.0):
         from ..robots import robot_config
         self.robot, self.out_dir, self.keep, self.echo, self.quick = robot, out_dir, keep_bags, echo, quick
         self.reality = reality(robot, reality_kind)
+        self.max_speed = float(max_speed)
         self.names = list(robot_config(robot)["joint_names"])
         self.bag_root = out_dir if keep_bags else tempfile.mkdtemp(prefix="pgpol_bags_")
         self.files_dir = tempfile.mkdtemp(prefix="pgpol_files_")   # estimate / model files the nodes read
@@ -771,7 +775,8 @@ class Runner:
         if os.path.exists(bag):
             shutil.rmtree(bag)
         print(f"[pgpol] {self.robot} {key}: {spec['duration']:.1f} s sim ...", flush=True)
-        spec = {**spec, "bridge": {**self.reality, **spec.get("bridge", {})}}
+        pace = {"lockstep_max_speed": self.max_speed} if spec.get("learner") else {}   # only a learner needs it
+        spec = {**spec, "bridge": {**self.reality, **pace, **spec.get("bridge", {})}}
         info = run_graph(self.robot, spec, bag, echo=self.echo)
         data = load_bag(bag, self.names)
         index = data.pop("q_index")
@@ -1181,20 +1186,28 @@ def main(argv=None) -> int:
                     help="the simulated arm: unmodelled (default; config/<robot>.yaml plus a 2 %% position"
                          " ripple and Stribeck friction, which the identified rigid-body model cannot"
                          " represent, as on a real arm) or model (rigid bodies + viscous/Coulomb friction only)")
+    ap.add_argument("--max-speed", type=float, default=None,
+                    help="cap the pace of every run with a learner at this many sim s per wall s (the bridge's"
+                         " lockstep_max_speed), so the asynchronous learner gets the CPU a faster machine"
+                         " would give it; default: as fast as the graph runs, %(quick)s with --quick"
+                         % {"quick": QUICK_MAX_SPEED})
     ap.add_argument("--keep-bags", action="store_true", help="keep every run's bag in --out")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the nodes' logs")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
+    max_speed = args.max_speed if args.max_speed is not None else (QUICK_MAX_SPEED if args.quick else 0.0)
+    if max_speed < 0:
+        ap.error("--max-speed must be >= 0")
     R = Runner(args.robot, args.out, keep_bags=args.keep_bags, echo=args.verbose, quick=args.quick,
-               reality_kind=args.reality)
+               reality_kind=args.reality, max_speed=max_speed)
     files: list[str] = []
     summary: dict[str, Any] = {"experiment": "pgpol", "robot": args.robot, "quick": bool(args.quick),
                                "part": args.part, "reality": args.reality,
                                "reality_parameters": R.reality,
                                "gains": {**R.gains, "law": "pd: tau = K_D (e_dot + Lambda e) (+ Y pi_hat for the RBD)"},
                                "learner_base": LEARNER_BASE, "change_detection_settings": CHANGE,
-                               "learn_rate_hz": LEARN_RATE_HZ}
+                               "learn_rate_hz": LEARN_RATE_HZ, "max_speed_sim_s_per_wall_s": max_speed}
     try:
         est = None
         if args.part in ("all", "1") or (args.part == "2" and not args.quick):

@@ -14,6 +14,8 @@ Modes
   watchdog or shutdown zero must not be taken as a step's answer: that would make runs
   depend on timing) unless ``lockstep_accept_unstamped`` is set for a controller that
   cannot stamp its commands.
+  ``lockstep_max_speed`` > 0 caps the pace (sim s per wall s: each state is held until
+  ``dt / lockstep_max_speed`` after the previous one; a slow stretch is not made up).
   No answer within ``lockstep_timeout`` wall seconds: one step with the safe action,
   logged and counted.
 * ``realtime`` — a 1 kHz (``rate_hz``) wall-clock loop publishes the state of step k at
@@ -74,6 +76,9 @@ def specs() -> list[ParamSpec]:
         ParamSpec("integrator", "implicitfast", "MuJoCo integrator", choices=["implicitfast", "implicit",
                   "euler", "rk4"], read_only=True),
         ParamSpec("lockstep_timeout", 0.5, "lockstep: wall s to wait for the command of a step", min=0.001, max=600.0),
+        ParamSpec("lockstep_max_speed", 0.0, "lockstep: at most this many sim s per wall s (0 = as fast as"
+                  " the graph answers); leaves CPU to asynchronous nodes, e.g. a learner that should keep"
+                  " up as it would on a faster machine", min=0.0, max=1000.0),
         ParamSpec("lockstep_accept_unstamped", False, "lockstep: take a command without a state stamp"
                   " as the current step's (for controllers that cannot stamp; not deterministic)",
                   read_only=True),
@@ -246,7 +251,7 @@ class MujocoBridgeNode(Node):
 
     def _start(self) -> None:
         self._started = True
-        self._run_wall0 = time.monotonic()
+        self._run_wall0 = self._pace_wall = time.monotonic()
         self._publish_state()
         if not self.lockstep:
             self._housekeeping_timer.cancel()
@@ -282,6 +287,14 @@ class MujocoBridgeNode(Node):
         if self.p["max_sim_time"] > 0 and self.plant.time >= self.p["max_sim_time"] - 1e-12:
             self._finish()
             return
+        cap = self.p["lockstep_max_speed"] if self.lockstep else 0.0
+        if cap > 0.0:   # hold the next state until its time at the capped pace
+            target = self._pace_wall + self.dt / cap
+            now = time.monotonic()
+            if target > now:
+                time.sleep(target - now)
+            # a slow stretch earns at most 10 ms of catching up (the pace is a cap, not a schedule)
+            self._pace_wall = max(target, now - 0.01)
         self._publish_state()
 
     def _finish(self) -> None:
