@@ -145,18 +145,21 @@ def friction(name: str) -> Tuple[np.ndarray, np.ndarray]:
 _MOVING = ("revolute", "continuous", "prismatic")
 
 
-def end_effector_links(urdf_text: str) -> List[str]:
+def end_effector_links(urdf_text: str, model=None) -> List[str]:
     """The links with mass that the URDF attaches by fixed joints to the body of its last
     joint in the kinematic tree (pinocchio's order, whatever the document order) other
     than that joint's own link: the end effector (the Franka Hand of the Panda, a tool);
-    ``[]`` when there are none."""
+    ``[]`` when there are none.  ``model``: the URDF's ``pinocchio.Model`` if already
+    built."""
     import xml.etree.ElementTree as ET
 
     import pinocchio as pin
-    try:
-        pm = pin.buildModelFromXML(urdf_text)
-    except Exception:  # noqa: BLE001 -- not loadable: no end effector to split off
-        return []
+    pm = model
+    if pm is None:
+        try:
+            pm = pin.buildModelFromXML(urdf_text)
+        except Exception:  # noqa: BLE001 -- not loadable: no end effector to split off
+            return []
     if pm.njoints < 2:
         return []
     last = pm.njoints - 1

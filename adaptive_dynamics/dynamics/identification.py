@@ -55,11 +55,11 @@ class Identification:
     method: str = "least_squares"  # or "consistent"
     min_pseudo_inertia_eig: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per link, of pi
 
-    def torque(self, model, q, qd, qdd) -> np.ndarray:
-        """Predicted joint torque (N x n): ``Y_b theta (+ offset)``."""
-        base = model.base_parameters()
-        tau = model.regressor_batch(q, qd, qdd, base=base) @ self.theta
-        return tau + self.offset if self.offset.size else tau
+    def torque(self, model, q, qd, qdd, *, offset: bool = True) -> np.ndarray:
+        """Predicted joint torque (N x n): ``Y pi = Y_b theta``, plus the offsets unless
+        ``offset=False`` (the model the adaptive controller runs from the estimate file)."""
+        tau = model.regressor_batch(q, qd, qdd) @ self.pi
+        return tau + self.offset if offset and self.offset.size else tau
 
     def to_dict(self) -> dict:
         out = {"method": self.method, "samples": int(self.samples), "condition": float(self.condition),

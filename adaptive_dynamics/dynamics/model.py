@@ -476,7 +476,7 @@ class RobotModel:
                 text = fh.read()
         if text is None:
             return
-        links = end_effector_links(text)
+        links = end_effector_links(text, self.model)
         if not links:
             return
         bare = pin.buildModelFromXML(strip_inertials(text, links))

@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-__all__ = ["add_arguments", "run", "main", "main_args", "DESCRIPTION"]
+__all__ = ["add_arguments", "run", "main", "main_args", "split_prepared", "DESCRIPTION"]
 
 DESCRIPTION = (
     "Identify the rigid-body model (base parameters + viscous/Coulomb friction + a torque offset per joint) from"
@@ -85,9 +85,25 @@ def _prepared(pieces, cutoff_hz: float, decimate: int):
     return tuple(np.concatenate([o[i] for o in out]) for i in range(4))
 
 
+def split_prepared(t, q, qd, tau, train: float, cutoff_hz: float = 20.0, decimate: int = 0, where: str = ""):
+    """``(train, test, counts)``: the recording split at ``train`` of its time span, each
+    part cut into segments, filtered and differentiated into ``(q, qd, qdd, tau)``
+    (``decimate`` 0: to ~200 Hz); ``counts`` per part as :func:`segments` gives them.
+    ValueError when a part has no usable segment."""
+    from ..dynamics.identification import segments
+    t_split = t.min() + train * (t.max() - t.min())
+    parts, counts = {}, {}
+    for name, sel in (("train", t < t_split), ("test", t >= t_split)):
+        pieces, counts[name] = segments(t[sel], q[sel], qd[sel], tau[sel])
+        parts[name] = _prepared(pieces, cutoff_hz, decimate)
+        if parts[name] is None:
+            raise ValueError(f"{where}: no usable {name} segment (counts {counts})")
+    return parts["train"], parts["test"], counts
+
+
 def run(args) -> dict:
     from ..dynamics import RobotModel
-    from ..dynamics.identification import (estimate_file, identify, identify_consistent, nmse, segments)
+    from ..dynamics.identification import estimate_file, identify, identify_consistent, nmse
     from .recordings import load_recording
 
     t0 = time.perf_counter()
@@ -99,16 +115,9 @@ def run(args) -> dict:
     model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=True)
     rec = load_recording(args.source, model.joint_names)
     os.makedirs(args.out, exist_ok=True)
-    t_split = rec.t.min() + args.train * (rec.t.max() - rec.t.min())
-    parts, counts = {}, {"recording": rec.counts}
-    for name, sel in (("train", rec.t < t_split), ("test", rec.t >= t_split)):
-        pieces, c = segments(rec.t[sel], rec.q[sel], rec.qd[sel], rec.tau[sel])
-        counts[name] = c
-        parts[name] = _prepared(pieces, args.cutoff_hz, args.decimate)
-        if parts[name] is None:
-            raise ValueError(f"{args.source!r}: no usable {name} segment (counts {counts})")
-    q, qd, qdd, tau = parts["train"]
-    qt, qdt, qddt, taut = parts["test"]
+    (q, qd, qdd, tau), (qt, qdt, qddt, taut), counts = split_prepared(
+        rec.t, rec.q, rec.qd, rec.tau, args.train, args.cutoff_hz, args.decimate, where=repr(args.source))
+    counts = {"recording": rec.counts, **counts}
     offset = not args.no_offset
     results, files = {}, {}
     nominal = model.regressor_batch(qt, qdt, qddt) @ model.parameters
@@ -117,18 +126,19 @@ def run(args) -> dict:
     if not args.no_consistent:
         w = 1.0 / np.maximum(fits["ls"].residual_rmse, 1e-9)
         fits["consistent"] = identify_consistent(model, q, qd, qdd, tau, weights=w, offset=offset)
-    pred = {"nominal": nominal}
+    pred, train_pred = {"nominal": nominal}, {}
     for key, ident in fits.items():
         pred[key] = ident.torque(model, qt, qdt, qddt)
-        results[key] = {"test_nmse": nmse(taut, pred[key]), "train_nmse": nmse(tau, ident.torque(model, q, qd, qdd)),
+        train_pred[key] = ident.torque(model, q, qd, qdd)
+        results[key] = {"test_nmse": nmse(taut, pred[key]), "train_nmse": nmse(tau, train_pred[key]),
                         **ident.to_dict()}
         path = os.path.join(args.out, f"estimate_{key}.npz")
         estimate_file(model, ident, path, law=args.law)
         files[f"estimate_{key}"] = path
     # the residual of the model the controller runs: its estimate has no offset column, so
     # the learner takes the offset up with the rest
-    ls = fits["ls"]
-    resid = tau - (ls.torque(model, q, qd, qdd) - (ls.offset if ls.offset.size else 0.0))
+    offsets = fits["ls"].offset if fits["ls"].offset.size else 0.0
+    resid = tau - (train_pred["ls"] - offsets)
     X = np.hstack([q, qd, qdd])
     path = os.path.join(args.out, "warmstart.npz")
     np.savez(path, X=X, Y=resid, joint_names=np.array(model.joint_names), target=np.array("tau - Y theta_ls"))
@@ -142,7 +152,7 @@ def run(args) -> dict:
         path = os.path.join(args.out, f"learner_{args.learner}.npz")
         L.save(path)
         files[f"learner_{args.learner}"] = path
-        base_t = pred["ls"] - (ls.offset if ls.offset.size else 0.0)
+        base_t = pred["ls"] - offsets
         results["ls+" + args.learner] = {"test_nmse": nmse(taut, base_t + L.predict(np.hstack([qt, qdt, qddt])))}
     files["plot"] = _plot(os.path.join(args.out, "identify_torque.png"), taut, pred, model.joint_names)
     for r in results.values():

@@ -71,7 +71,7 @@ def _finish(source, joints, t, q, qd, tau, counts) -> Recording:
 
 def _load_bag(path: pathlib.Path, joints: list) -> Recording:
     from .bags import open_bag, read_raw
-    from .offline import _FastReader, _find_topics
+    from .offline import _FastReader, _find_topics, _JointMap
 
     src = open_bag(path)
     topics, info = _find_topics(src)
@@ -80,28 +80,21 @@ def _load_bag(path: pathlib.Path, joints: list) -> Recording:
                          f" the bag: {sorted(info) or 'none'}")
     fast = _FastReader()
     n = len(joints)
-    index_of: dict = {}
+    jmap = _JointMap(joints, "", topics["joint_states"])
     t, rows = [], []
     counts = {"messages": 0, "missing_joints": 0}
-    missing_seen: set = set()
     for _, _, _, raw in read_raw(src, [topics["joint_states"]]):
         counts["messages"] += 1
         stamp, names, pos, vel, eff = fast.joint_state(raw)
-        idx = index_of.get(names)
-        if idx is None:
-            pos_of = {nm: k for k, nm in enumerate(names)}
-            missing = [j for j in joints if j not in pos_of]
-            idx = index_of[names] = None if missing else np.array([pos_of[j] for j in joints])
-            if missing:
-                missing_seen.update(missing)
+        idx = jmap(names)
         m = len(names)
         if idx is None or len(pos) != m or len(vel) != m or len(eff) != m:
             counts["missing_joints"] += 1
             continue
         t.append(stamp * 1e-9)
         rows.append(np.concatenate([np.asarray(pos)[idx], np.asarray(vel)[idx], np.asarray(eff)[idx]]))
-    if missing_seen:
-        counts["missing_joint_names"] = sorted(missing_seen)
+    if jmap.missing:
+        counts["missing_joint_names"] = sorted(jmap.missing)
     if src.recovered:
         counts["truncated"] = src.recovered
     R = np.array(rows, dtype=float).reshape(-1, 3 * n)

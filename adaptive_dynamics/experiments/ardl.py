@@ -77,7 +77,6 @@ case.  Top-level copies are the Panda's; targets: ratio <= 0.2, error < 0.05.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -87,7 +86,7 @@ from typing import Any
 
 import numpy as np
 
-from . import save_plot
+from . import save_plot, write_result
 
 TARGETS = {"composite_vs_pd_rmse_ratio": 0.2, "base_param_rel_error": 0.05}
 PHASES = (("feedback", 0.0, 16.0), ("learning", 16.0, 96.0), ("off", 96.0, 112.0))
@@ -474,11 +473,7 @@ def main(argv=None) -> int:
     summary["reference_robot"] = ref
     summary["meets_targets"] = all(v["meets_targets"] for v in summary["robots"].values())
     summary["runtime_s"] = round(time.perf_counter() - t_start, 1)
-    path = os.path.join(args.out, "ardl.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=1)
-    print(json.dumps(summary, separators=(",", ":")))
-    return 0
+    return write_result(args.out, "ardl", summary)
 
 
 def _print_table(robot: str, rs: dict) -> None:

@@ -74,7 +74,6 @@ first trajectory: measured, parametric + learner without and with the transform)
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -84,7 +83,7 @@ from typing import Any
 
 import numpy as np
 
-from . import save_plot
+from . import save_plot, write_result
 
 TARGET_RATIO = 0.15
 #: start (and end) pose of the trajectories; default the middle of the joint limits
@@ -428,11 +427,7 @@ def main(argv=None) -> int:
     if args.part in ("online", "all"):
         summary.update(run_online(args))
     summary["runtime_s"] = round(time.perf_counter() - t0, 1)
-    path = os.path.join(args.out, "consistency.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=1)
-    print(json.dumps(summary, separators=(",", ":")))
-    return 0
+    return write_result(args.out, "consistency", summary)
 
 
 if __name__ == "__main__":

@@ -122,7 +122,7 @@ from typing import Any
 import numpy as np
 
 from ..learning.pgpol import CHANGE_DEFAULTS, CHANGE_PAPER, ChangeTest
-from . import save_plot
+from . import save_plot, write_result
 from .clock_follower import ClockFollower
 
 #: per robot: the task's start pose, the pick-and-place base pose and offsets, the payload
@@ -1244,11 +1244,7 @@ def main(argv=None) -> int:
     summary["runs"] = R.runs
     summary["plots"] = [os.path.basename(f) for f in files]
     summary["runtime_s"] = round(time.perf_counter() - t_start, 1)
-    path = os.path.join(args.out, "pgpol.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=1, default=_json_default)
-    print(json.dumps(summary, separators=(",", ":"), default=_json_default))
-    return 0
+    return write_result(args.out, "pgpol", summary, default=_json_default)
 
 
 def _json_default(x):

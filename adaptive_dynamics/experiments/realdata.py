@@ -91,30 +91,24 @@ def record(seconds: float, seed: int = 0) -> dict:
 
 def evaluate(rec: dict, learners, seed: int = 0) -> dict:
     from ..dynamics import RobotModel
-    from ..dynamics.identification import identify, identify_consistent, nmse, segments
-    from ..evaluation.identify import _prepared
+    from ..dynamics.identification import identify, identify_consistent, nmse
+    from ..evaluation.identify import split_prepared
     from ..learning import make_learner
 
     model = RobotModel("panda", friction=True)
     t = rec["t"]
-    split = t.min() + 0.5 * (t.max() - t.min())
-    parts, counts = {}, {}
-    for name, sel in (("train", t < split), ("test", t >= split)):
-        pieces, c = segments(t[sel], rec["q"][sel], rec["qd"][sel], rec["tau"][sel])
-        counts[name] = c
-        parts[name] = _prepared(pieces, 20.0, 0)
-    q, qd, qdd, tau = parts["train"]
-    qt, qdt, qddt, taut = parts["test"]
+    (q, qd, qdd, tau), (qt, qdt, qddt, taut), counts = split_prepared(
+        t, rec["q"], rec["qd"], rec["tau"], 0.5, 20.0, 0, where="realdata")
     res: dict = {"counts": counts, "samples": {"train": int(len(q)), "test": int(len(qt))}}
     res["nominal_nmse"] = nmse(taut, model.regressor_batch(qt, qdt, qddt) @ model.parameters)
     ls = identify(model, q, qd, qdd, tau, offset=True)
-    res["id_nmse"] = nmse(taut, ls.torque(model, qt, qdt, qddt))
+    base_te = ls.torque(model, qt, qdt, qddt, offset=False)      # the model the controller runs
+    res["id_nmse"] = nmse(taut, base_te + ls.offset)
     t0 = time.perf_counter()
     cons = identify_consistent(model, q, qd, qdd, tau, weights=1.0 / np.maximum(ls.residual_rmse, 1e-9), offset=True)
     res["id_consistent_s"] = round(time.perf_counter() - t0, 2)
     res["id_consistent_nmse"] = nmse(taut, cons.torque(model, qt, qdt, qddt))
-    base_tr = ls.torque(model, q, qd, qdd) - ls.offset
-    base_te = ls.torque(model, qt, qdt, qddt) - ls.offset
+    base_tr = ls.torque(model, q, qd, qdd, offset=False)
     X, Y = np.hstack([q, qd, qdd]), tau - base_tr
     Xt = np.hstack([qt, qdt, qddt])
     step = max(1, int(round(len(q) / (0.5 * (t.max() - t.min()) * LEARN_RATE_HZ))))

@@ -500,7 +500,7 @@ class MujocoPlant:
             from adaptive_dynamics.robots import end_effector_links, strip_inertials
             with open(self.urdf, encoding="utf-8") as fh:
                 text = fh.read()
-            source = strip_inertials(text, end_effector_links(text))
+            source = strip_inertials(text, end_effector_links(text, pm))
         self.model = load_mujoco_model(source, timestep=self.timestep)
         self.model.opt.integrator = int(INTEGRATORS[integrator])
         if self.model.nv != self.n:
