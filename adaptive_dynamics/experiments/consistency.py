@@ -94,7 +94,9 @@ AMPLITUDE = 0.1
 HARMONICS = 5
 TRAIN_EVERY = 3
 KP, KD = 400.0, 40.0
-GMM_CONFIG = {"max_components": 64}
+#: the geometry and novelty of the mixture these tables were made with (first batch; the
+#: beta level at the size cap: IncrementalGMM.LEGACY_CONFIG)
+GMM_CONFIG = {"max_components": 64, "warmup": 0, "full_novelty": None}
 #: ARDL's plain network: Gaussians only, raw targets (the learner's default adds a bias
 #: feature and standardises the targets)
 RBFN_CONFIG = {"n_basis": 512, "width": 0.5, "reg": 1e-3, "bias": False, "standardize": False}

@@ -110,10 +110,12 @@ def learner_settings(learner: str, phases: list[float], trajectory: dict | None)
     node's default 200 samples (2 s at the 100 Hz learning rate) that box covers a fifth
     of the default 10 s trajectory period and the network predicts ~0 outside it.  Its
     warm-up here is one trajectory period (at most 80 % of phase 1), and the network is
-    ARDL's plain one (no bias feature, raw targets)."""
+    ARDL's plain one (no bias feature, raw targets).  The GMM keeps the ``beta`` novelty
+    level at its size cap (``full_novelty: null``), as these runs were made."""
+    if learner == "gmm":   # the novelty level at the size cap these runs were made with
+        return {"learner_config": json.dumps({"full_novelty": None})}
     if learner != "rbfn":
         return {}
-    import json
     from ..launch_graph import config_path
     from ..ros.params import load_param_file
     sim = config_path("sim.yaml")   # the learning rate the graph runs at

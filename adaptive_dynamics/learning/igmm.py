@@ -19,7 +19,15 @@ on the *joint* vector z = (x, y), D = input_dim + output_dim, in coordinates sca
   ``sp_j < sp_min``;
 * **size cap** ``max_components``: when a new component is needed at the cap, the two
   components whose moment-matched merge loses the least (Runnalls' KL upper bound) are
-  merged first (pair costs cached, recomputed only for components that changed).
+  merged first (pair costs cached, recomputed only for components that changed).  At the
+  cap a sample is novel only if it is also an outlier (squared Mahalanobis distance to
+  every component at least ``chi2.ppf(full_novelty, D)``, default 0.99) or farther than
+  ``sqrt(FULL_FAR)`` outlier radii from every mean (no component chases a sweep into new
+  territory).  The novelty level of ``beta`` (the 10 % quantile by default: a fresh,
+  point-like component must capture its neighbours) flags most samples of a *noisy*
+  stream -- a component per sample, each merged away again, for up to 98 % of the
+  samples on torque data with sensor noise -- while a mixture that already covers the
+  data needs a new component only for what it cannot explain.
 
 Choosing delta (and reg) -- what we learnt: for a *stream* (robot data in time order)
 the outcome hinges on the ratio of ``delta`` to the scaled distance between consecutive
@@ -27,12 +35,19 @@ samples and on ``delta / reg``.  Too small a delta and every sample is novel; to
 and new components lose the posterior competition to the older, already elongated ones
 and die as "spurious" while the old ones chase the trajectory (few, long components).
 The default ``delta=None`` therefore sets ``delta = 3 * median step / sqrt(threshold)``
-from the first batch (the novelty radius is three steps; clipped to [1e-3, 0.1]) and
+from the first ``warmup`` samples (the novelty radius is three steps; clipped to [1e-3, 0.1]) and
 ``reg = 0.6 delta``: on the Panda/iiwa virtual-model data this gives one clean
 segmentation (~70 components created for 64 kept, none removed) whatever the sampling
 rate (1 kHz / 3, / 6, / 9 tested), and on i.i.d. data (large steps -> delta = 0.1) it
-stays within 0.005 nMSE of batch EM (``test_learning_igmm.py``).  For the online node,
-pass ``delta``/``scale`` explicitly when the first batch is too short to estimate them.
+stays within 0.005 nMSE of batch EM (``test_learning_igmm.py``).  The geometry
+(``scale``, ``delta``) comes from the first ``warmup`` samples (default 200) however they
+arrive -- they are buffered and learnt in order once it is set -- so the batch sizes of
+``partial_fit`` do not change the model (tested: batches of 1 to 1000 give the same
+mixture); until then the mixture is empty and predicts the prior (zero).  A first batch
+of 50 samples (a quarter second of a 200 Hz stream) set a scale that made every later
+sample novel.  Files saved before ``warmup`` / ``full_novelty`` existed load with
+:data:`IncrementalGMM.LEGACY_CONFIG` (the first batch's geometry, the ``beta`` level at
+the cap).
 
 Near-singular covariances (the failure mode the consistency paper reports, sec. VII:
 data on a trajectory is locally a curve, so a component's covariance collapses onto
@@ -71,6 +86,9 @@ __all__ = ["IncrementalGMM"]
 REG_PER_DELTA = 0.6
 #: largest automatic delta
 DELTA_MAX = 0.1
+#: at the size cap a sample inside the novelty level is still novel when it is farther than
+#: sqrt(FULL_FAR) times the outlier radius from every mean (no component chases a sweep)
+FULL_FAR = 16.0
 
 
 @register
@@ -111,13 +129,23 @@ class IncrementalGMM(Learner):
         Components whose posterior for a sample is below this are not updated (their
         change would be below rounding anyway); keeps the update cost at the few
         responsible components.
+    warmup:
+        Samples buffered before ``scale`` / ``delta`` (those not given) are estimated
+        from them; 0 = from the first ``partial_fit`` batch.
+    full_novelty:
+        At ``max_components``: the chi^2 level (of D degrees of freedom) a sample's
+        squared Mahalanobis distance to every component must reach to be novel (module
+        docstring); ``None`` = the ``beta`` level, as below the cap.
     """
 
     kind = "gmm"
+    #: what a file saved before ``warmup`` / ``full_novelty`` existed was learnt with
+    LEGACY_CONFIG = {"warmup": 0, "full_novelty": None}
 
     def __init__(self, input_dim: int, output_dim: int, *, max_components: int = 64, beta: float = 0.9,
                  delta: Optional[float] = None, reg: Optional[float] = None, eig_floor: Optional[float] = None,
-                 v_min: Optional[int] = None, sp_min: float = 3.0, scale=None, post_tol: float = 1e-6):
+                 v_min: Optional[int] = None, sp_min: float = 3.0, scale=None, post_tol: float = 1e-6,
+                 warmup: int = 200, full_novelty: Optional[float] = 0.99):
         super().__init__(input_dim, output_dim)
         D = self.input_dim + self.output_dim
         self.D = D
@@ -139,6 +167,15 @@ class IncrementalGMM(Learner):
         self.sp_min = float(sp_min)
         self.post_tol = float(post_tol)
         self.threshold = float(chi2.ppf(1.0 - self.beta, D))
+        if int(warmup) < 0:
+            raise ValueError(f"warmup must be >= 0, got {warmup}")
+        self.warmup = int(warmup)
+        if full_novelty is not None and not 0.0 < float(full_novelty) < 1.0:
+            raise ValueError(f"full_novelty must be in (0, 1) or None, got {full_novelty}")
+        self.full_novelty = None if full_novelty is None else float(full_novelty)
+        self.full_threshold = self.threshold if full_novelty is None else max(
+            self.threshold, float(chi2.ppf(self.full_novelty, D)))
+        self._buf: list = []                  # warm-up rows (scale / delta not known yet)
         self.scale = None if scale is None else self._check_scale(scale)
 
         Kmax = self.max_components
@@ -175,7 +212,8 @@ class IncrementalGMM(Learner):
         return {"input_dim": self.input_dim, "output_dim": self.output_dim,
                 "max_components": self.max_components, "beta": self.beta, "delta": self.delta,
                 "reg": self.reg, "eig_floor": self.eig_floor, "v_min": self.v_min, "sp_min": self.sp_min,
-                "scale": None if self.scale is None else self.scale.tolist(), "post_tol": self.post_tol}
+                "scale": None if self.scale is None else self.scale.tolist(), "post_tol": self.post_tol,
+                "warmup": self.warmup, "full_novelty": self.full_novelty}
 
     @property
     def n_components(self) -> int:
@@ -228,6 +266,22 @@ class IncrementalGMM(Learner):
     # ---------------------------------------------------------------- learning
     def _fit(self, X: np.ndarray, y: np.ndarray, R) -> None:
         Z = np.hstack([X, y])
+        if (self.scale is None or self.delta is None) and self.warmup > 0:
+            # the geometry comes from the first `warmup` rows however they arrive
+            self._buf.append(Z)
+            if sum(b.shape[0] for b in self._buf) < self.warmup:
+                return
+            Z = np.concatenate(self._buf)
+            self._buf = []
+            self._set_geometry(Z[: self.warmup])
+        else:
+            self._set_geometry(Z)
+        for z in Z:
+            self._learn_one(z)
+        self._rebuild_predict()
+
+    def _set_geometry(self, Z: np.ndarray) -> None:
+        """scale and delta (those not given) from these rows."""
         if self.scale is None:
             if Z.shape[0] >= 2:
                 s = Z.std(axis=0)
@@ -240,9 +294,6 @@ class IncrementalGMM(Learner):
         if self.delta is None:
             self.delta = self._auto_delta(Z)
             self._resolve_geometry()
-        for z in Z:
-            self._learn_one(z)
-        self._rebuild_predict()
 
     def _resolve_geometry(self) -> None:
         """Fill the defaults that depend on delta and validate the three."""
@@ -275,7 +326,14 @@ class IncrementalGMM(Learner):
         r = np.einsum("kij,j->ki", self.white[:K], z) - self.wmu[:K]
         d2 = np.einsum("ki,ki->k", r, r)
         self.age[:K] += 1.0
-        if d2.min() >= self.threshold and self._far(z, K) and (K < self.max_components or K >= 2):
+        full = K >= self.max_components
+        if full:   # a new component costs a merge: only an outlier, or a sample far from every mean
+            novel = K >= 2 and d2.min() >= self.threshold and (
+                (d2.min() >= self.full_threshold and self._far(z, K))
+                or self._far(z, K, FULL_FAR * self.full_threshold))
+        else:
+            novel = d2.min() >= self.threshold and self._far(z, K)
+        if novel:
             self._create(z)
         else:
             logp = np.log(self.sp[:K]) - 0.5 * self.logdet[:K] - 0.5 * d2
@@ -297,12 +355,13 @@ class IncrementalGMM(Learner):
             self._refresh(idx)
         self._prune()
 
-    def _far(self, z: np.ndarray, K: int) -> bool:
+    def _far(self, z: np.ndarray, K: int, radius2: Optional[float] = None) -> bool:
         """Whether z is farther than ``delta sqrt(threshold)`` (scaled Euclidean) from
         every component mean: a young, still point-like component always absorbs the
         samples within the radius of its initial covariance's novelty ellipsoid."""
         dz = (z - self.mu[:K]) / self.scale
-        return bool(np.einsum("ki,ki->k", dz, dz).min() >= self.delta ** 2 * self.threshold)
+        r2 = self.threshold if radius2 is None else radius2
+        return bool(np.einsum("ki,ki->k", dz, dz).min() >= self.delta ** 2 * r2)
 
     def _create(self, z: np.ndarray) -> None:
         if self.K >= self.max_components:
@@ -519,9 +578,13 @@ class IncrementalGMM(Learner):
     # ---------------------------------------------------------------- consistency
     def _transform(self, dpi: np.ndarray, model) -> None:
         K, i = self.K, self.input_dim
+        ev = ParameterChange.for_model(model).set(dpi)
+        if self._buf:                                  # warm-up rows: move their targets exactly
+            Z = np.concatenate(self._buf)
+            Z[:, i:] -= ev.jacobians(Z[:, :i])[0]
+            self._buf = [Z]
         if K == 0:
             return
-        ev = ParameterChange.for_model(model).set(dpi)
         g, J = ev.jacobians(self.mu[:K, :i])
         self.apply_output_shift(g, J)
 
@@ -561,8 +624,11 @@ class IncrementalGMM(Learner):
     # ---------------------------------------------------------------- persistence
     def _get_arrays(self) -> Dict[str, np.ndarray]:
         K = self.K
-        return {"mu": self.mu[:K], "cov": self.cov[:K], "sp": self.sp[:K], "age": self.age[:K],
-                "scale": self.scale if self.scale is not None else np.zeros(0)}
+        out = {"mu": self.mu[:K], "cov": self.cov[:K], "sp": self.sp[:K], "age": self.age[:K],
+               "scale": self.scale if self.scale is not None else np.zeros(0)}
+        if self._buf:
+            out["buf_Z"] = np.concatenate(self._buf)
+        return out
 
     def _set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
         mu = np.asarray(arrays["mu"], dtype=float)
@@ -576,6 +642,10 @@ class IncrementalGMM(Learner):
         self.cov[:K] = arrays["cov"]
         self.sp[:K] = arrays["sp"]
         self.age[:K] = arrays["age"]
+        buf = np.asarray(arrays.get("buf_Z", np.zeros((0, self.D))), dtype=float)
+        if buf.ndim != 2 or buf.shape[1] != self.D or not np.isfinite(buf).all():
+            raise ValueError(f"saved warm-up rows have shape {buf.shape}, expected (N, {self.D}) finite")
+        self._buf = [buf] if buf.shape[0] else []
         if K:
             self._enforce_floor(np.arange(K))
             self._refresh(np.arange(K))

@@ -327,6 +327,8 @@ class OnlineResidual:
             # this stream's warm-up is the network's: its target scaling comes from the same
             # samples, and it predicts from the first update on
             cfg.setdefault("warmup", max(1, X.shape[0]))
+        elif self.kind == "gmm":   # likewise: its geometry from this stream's warm-up samples
+            cfg.setdefault("warmup", max(1, X.shape[0]))
         return make_learner(self.kind, input_dim=3 * n, output_dim=n, **cfg)
 
     # ---------------------------------------------------------------- control
