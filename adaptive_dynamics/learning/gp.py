@@ -39,7 +39,7 @@ from scipy.optimize import minimize
 
 from .base import Learner, register, split_state
 from .consistency import ParameterChange
-from .gp_kernel import se_kernel, se_kernel_grads
+from .gp_kernel import OUTSIDE_CORRELATION, se_kernel, se_kernel_grads
 
 __all__ = ["ExactGP", "Standardiser", "nlml_exact", "minimise_nlml"]
 
@@ -167,6 +167,7 @@ class ExactGP(Learner):
         self.Y = np.zeros((0, o))
         self._pending = 0
         self.n_refits = 0
+        self.n_queries_outside = 0
         self._fit_data = None   # (X, Y) raw data of the factorisation in use (Y shifted by transforms)
         self._snap = None   # immutable prediction snapshot (tuple), replaced atomically
 
@@ -184,6 +185,7 @@ class ExactGP(Learner):
     def _counters(self) -> Dict[str, int]:
         c = super()._counters()
         c["n_refits"] = self.n_refits
+        c["n_queries_outside"] = self.n_queries_outside
         return c
 
     # ---------------------------------------------------------------- fitting
@@ -256,6 +258,9 @@ class ExactGP(Learner):
             return np.zeros((N, o)), (np.full((N, o), np.inf) if return_var else None)
         Xs, L, alpha, xs, ys, ls, sf2, _ = snap
         Ks = se_kernel(xs(X), Xs, ls, sf2)                          # G x N x n (G = 1 or o)
+        near = (Ks / sf2[:, None, None]).max(axis=2).max(axis=0) >= OUTSIDE_CORRELATION
+        if not near.all():
+            self.n_queries_outside += int(N - np.count_nonzero(near))
         if Ks.shape[0] == 1 and o > 1:
             mean = ys.mean + ys.std * (Ks[0] @ alpha.T)
         else:

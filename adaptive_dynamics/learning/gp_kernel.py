@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["scaled", "sqdist", "se_kernel", "se_kernel_grads"]
+__all__ = ["scaled", "sqdist", "se_kernel", "se_kernel_grads", "OUTSIDE_CORRELATION"]
+
+#: a query whose kernel correlation k / sf2 with every training (or inducing) input of
+#: every GP is below this -- farther than 3 length scales from all of them -- is outside
+#: the region the model has data for: its prediction is the prior's (counted by the GP
+#: learners as ``n_queries_outside``)
+OUTSIDE_CORRELATION = float(np.exp(-4.5))
 
 
 def _per_gp(X: np.ndarray, G: int) -> np.ndarray:

@@ -65,7 +65,9 @@ import numpy as np
 from .base import Learner, register, split_state
 from .consistency import ParameterChange
 from .gp import Standardiser
+from .gp_kernel import OUTSIDE_CORRELATION
 from .sparse_gp import SparseGP
+
 
 __all__ = ["PGPOL", "SGPOL"]
 
@@ -207,6 +209,7 @@ class PGPOL(Learner):
         self._rr = 0                # round-robin counter: the next GP to refit
         self._query: Optional[np.ndarray] = None
         self.n_refits = 0
+        self.n_queries_outside = 0
         self.n_changes = 0          # database clears by the change detection
         self.last_change = -1       # sequence number of the sample that triggered the last one
         self._cd = ChangeTest(self.output_dim, self.change_threshold or 1.0, self.change_horizon,
@@ -232,7 +235,8 @@ class PGPOL(Learner):
 
     def _counters(self) -> Dict[str, int]:
         c = super()._counters()
-        c.update(n_refits=self.n_refits, n_changes=self.n_changes, last_change=self.last_change)
+        c.update(n_refits=self.n_refits, n_changes=self.n_changes, last_change=self.last_change,
+                 n_queries_outside=self.n_queries_outside)
         return c
 
     @property
@@ -370,7 +374,7 @@ class PGPOL(Learner):
         joint = s["joint"]
         return dict(off=s["off"][:, 0, 0, :], A=np.ascontiguousarray(A.reshape(K, G * m, 2 * d).transpose(0, 2, 1)),
                     C=s["c0"][:, :, 0, :].reshape(K, 1, G * m).copy(), WR=s["WR"].reshape(K * G, m, -1),
-                    sf2=s["sf2"].reshape(K * G), ysd=ysd, ym=s["ym"][:, 0, :], ysd2=ysd2,
+                    sf2=s["sf2"].reshape(K * G), sf2_out=OUTSIDE_CORRELATION * s["sf2"].reshape(K * G), ysd=ysd, ym=s["ym"][:, 0, :], ysd2=ysd2,
                     noise=(s["sn2"] if joint else s["sn2"][:, :1]) * ysd2, K=K, G=G, m=m)
 
     def _predict_one(self, snap: dict, x: np.ndarray, return_var: bool):
@@ -380,6 +384,8 @@ class PGPOL(Learner):
         E = np.concatenate((u, u * u), axis=1)[:, None, :] @ s["A"]          # K x 1 x G m
         E += s["C"]
         kq = np.exp(E, out=E).reshape(K * G, 1, m)
+        if (kq[:, 0].max(axis=1) < s["sf2_out"]).all():
+            self.n_queries_outside += 1
         P = kq @ s["WR"]                                                     # K G x 1 x (c + m)
         joint = snap["joint"]
         mean = (P[:, 0, 0].reshape(K, G) if joint else P[:, 0, :c]) * s["ysd"] + s["ym"]   # K x o
@@ -407,6 +413,9 @@ class PGPOL(Learner):
         E -= 0.5 * np.einsum("kgnd,kgnd->kgn", Qs, Qs)[..., None]
         E += s["c0"]
         Kq = np.exp(E, out=E)                                                # K x G x N x m
+        near = (Kq.max(axis=3) >= OUTSIDE_CORRELATION * s["sf2"][:, :, None]).any(axis=(0, 1))
+        if not near.all():
+            self.n_queries_outside += int(N - np.count_nonzero(near))
         K, joint, c = Kq.shape[0], s["joint"], s["c"]
         need_var = return_var or K > 1
         P = Kq @ (s["WR"] if need_var else s["w"])                          # K x G x N x (c [+ m])
