@@ -149,12 +149,11 @@ def test_bridge_realtime_holds_still_until_the_graph_is_connected(ros):
 
 
 
-def test_bridge_run_wall_time_ends_at_the_last_step(ros):
-    """``wall_time`` / ``sim_per_wall`` (the lockstep throughput bench/loop.py reports)
-    cover the stepping only: not the wait for the readers' final acknowledgements at the
-    end (Fast DDS acknowledges on its heartbeat, up to ~3 s later)."""
+def _run_answered(ros, timeout, **params):
+    """A lockstep bridge run to ``max_sim_time`` with a node answering every state at
+    once with zeros; returns the bridge and the wall times the states were received."""
     bridge = ros.add(MujocoBridgeNode, robot=ROBOT, mode="lockstep", wait_for_nodes=0,
-                     wait_for_state_subscribers=1, max_sim_time=0.05)
+                     wait_for_state_subscribers=1, **params)
     node = ros.node("answer")
     pub = node.create_publisher(Float64MultiArray, "effort_controller/commands", COMMAND_QOS)
     times = []
@@ -165,9 +164,17 @@ def test_bridge_run_wall_time_ends_at_the_last_step(ros):
 
     node.create_subscription(JointState, "joint_states", answer, RELIABLE_STREAM_QOS)
     try:
-        ros.spin_until(lambda: bridge._done, timeout=15.0)
+        ros.spin_until(lambda: bridge._done, timeout=timeout)
     except Exception:  # the bridge shuts the (test's own) context down when it finishes
         pass
+    return bridge, times
+
+
+def test_bridge_run_wall_time_ends_at_the_last_step(ros):
+    """``wall_time`` / ``sim_per_wall`` (the lockstep throughput bench/loop.py reports)
+    cover the stepping only: not the wait for the readers' final acknowledgements at the
+    end (Fast DDS acknowledges on its heartbeat, up to ~3 s later)."""
+    bridge, times = _run_answered(ros, 15.0, max_sim_time=0.05)
     deadline = time.monotonic() + 5.0
     while bridge.latency_ns.total < 50 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -182,21 +189,7 @@ def test_bridge_run_wall_time_ends_at_the_last_step(ros):
 def test_bridge_lockstep_max_speed_caps_the_pace(ros):
     """``lockstep_max_speed``: a graph that answers at once still gets each state no
     sooner than dt / cap after the previous one (the pace an asynchronous learner needs)."""
-    bridge = ros.add(MujocoBridgeNode, robot=ROBOT, mode="lockstep", wait_for_nodes=0,
-                     wait_for_state_subscribers=1, max_sim_time=0.04, lockstep_max_speed=0.02)
-    node = ros.node("answer")
-    pub = node.create_publisher(Float64MultiArray, "effort_controller/commands", COMMAND_QOS)
-    times = []
-
-    def answer(msg):
-        times.append(time.monotonic())
-        pub.publish(stamped_command_msg(np.zeros(bridge.n), _stamp(msg)))
-
-    node.create_subscription(JointState, "joint_states", answer, RELIABLE_STREAM_QOS)
-    try:
-        ros.spin_until(lambda: bridge._done, timeout=30.0)
-    except Exception:  # the bridge shuts the (test's own) context down when it finishes
-        pass
+    bridge, times = _run_answered(ros, 30.0, max_sim_time=0.04, lockstep_max_speed=0.02)
     assert bridge.plant.steps == 40 and len(times) == 40
     gaps = np.diff(times)                              # 1 ms of sim per 50 ms of wall
     assert np.median(gaps) == pytest.approx(0.05, rel=0.2), np.round(gaps * 1e3, 1)
