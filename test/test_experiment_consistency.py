@@ -74,7 +74,7 @@ def test_online_rbfn_warmup_spans_one_trajectory_period():
     """The RBFN's input box comes from its warm-up samples: the online experiment makes
     the warm-up one trajectory period at the 100 Hz learning rate (at most 80 % of phase 1)."""
     from adaptive_dynamics.experiments.consistency_online import learner_settings
-    assert learner_settings("gmm", [20, 20, 30, 30], None) == {}
+    assert learner_settings("gmm", [20, 20, 30, 30], None) == {"learner_config": '{"full_novelty": null}'}
     plain = '{"bias": false, "standardize": false}'                                       # ARDL's network
     assert learner_settings("rbfn", [20, 20, 30, 30], None) == {"warmup": 1000, "learner_config": plain}  # 10 s
     assert learner_settings("rbfn", [4, 4, 4, 4], {"base_frequency": 0.25}) == {"warmup": 320, "learner_config": plain}  # capped
