@@ -57,6 +57,8 @@ def manual(model, kind, X, Y, warmup, cut, d, cfg):
         lo, hi = X[:warmup].min(0), X[:warmup].max(0)
         span = np.maximum(hi - lo, 1e-3)
         cfg.update(low=lo - 0.2 * span, high=hi + 0.2 * span, n_params=model.n_params, warmup=warmup)
+    else:   # the stream's warm-up is the mixture's too (its geometry from the same samples)
+        cfg.update(warmup=warmup)
     L = make_learner(kind, input_dim=X.shape[1], output_dim=Y.shape[1], **cfg)
     if cut < warmup:  # the update lands in the warm-up buffer: targets shifted exactly
         Y = Y.copy()

@@ -413,6 +413,5 @@ class OnlineResidual:
                  learning=self.learning, transform=self.transform,
                  warmup_buffered=sum(len(a) for a in self._warm_X))
         if self.learner is not None:
-            d.update(n_updates=self.learner.n_updates, n_rejected=self.learner.n_rejected,
-                     n_transforms=self.learner.n_transforms)
+            d.update(self.learner._counters())   # n_updates, n_rejected, n_queries_outside, ...
         return d
