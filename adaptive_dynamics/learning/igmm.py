@@ -43,9 +43,9 @@ stays within 0.005 nMSE of batch EM (``test_learning_igmm.py``).  The geometry
 (``scale``, ``delta``) comes from the first ``warmup`` samples (default 200) however they
 arrive -- they are buffered and learnt in order once it is set -- so the batch sizes of
 ``partial_fit`` do not change the model (tested: batches of 1 to 1000 give the same
-mixture); until then the mixture is empty and predicts the prior (zero).  A first batch
-of 50 samples (a quarter second of a 200 Hz stream) set a scale that made every later
-sample novel.  Files saved before ``warmup`` / ``full_novelty`` existed load with
+mixture); until then the mixture is empty and predicts the prior (zero).  (A scale from
+a first batch of 50 samples -- a quarter second of a 200 Hz stream -- makes nearly
+every later sample novel.)  Files saved before ``warmup`` / ``full_novelty`` existed load with
 :data:`IncrementalGMM.LEGACY_CONFIG` (the first batch's geometry, the ``beta`` level at
 the cap).
 
