@@ -258,7 +258,7 @@ class ExactGP(Learner):
             return np.zeros((N, o)), (np.full((N, o), np.inf) if return_var else None)
         Xs, L, alpha, xs, ys, ls, sf2, _ = snap
         Ks = se_kernel(xs(X), Xs, ls, sf2)                          # G x N x n (G = 1 or o)
-        near = (Ks / sf2[:, None, None]).max(axis=2).max(axis=0) >= OUTSIDE_CORRELATION
+        near = (Ks.max(axis=2) >= OUTSIDE_CORRELATION * sf2[:, None]).any(axis=0)   # per query
         if not near.all():
             self.n_queries_outside += int(N - np.count_nonzero(near))
         if Ks.shape[0] == 1 and o > 1:

@@ -326,13 +326,16 @@ class IncrementalGMM(Learner):
         r = np.einsum("kij,j->ki", self.white[:K], z) - self.wmu[:K]
         d2 = np.einsum("ki,ki->k", r, r)
         self.age[:K] += 1.0
-        full = K >= self.max_components
-        if full:   # a new component costs a merge: only an outlier, or a sample far from every mean
-            novel = K >= 2 and d2.min() >= self.threshold and (
-                (d2.min() >= self.full_threshold and self._far(z, K))
-                or self._far(z, K, FULL_FAR * self.full_threshold))
-        else:
-            novel = d2.min() >= self.threshold and self._far(z, K)
+        d2min = d2.min()
+        novel = d2min >= self.threshold
+        if novel:
+            e2 = self._nearest2(z, K)
+            if K >= self.max_components:   # a new component costs a merge: only an outlier, or
+                novel = K >= 2 and (        # a sample far from every mean
+                    (d2min >= self.full_threshold and e2 >= self.threshold)
+                    or e2 >= FULL_FAR * self.full_threshold)
+            else:
+                novel = e2 >= self.threshold
         if novel:
             self._create(z)
         else:
@@ -355,13 +358,13 @@ class IncrementalGMM(Learner):
             self._refresh(idx)
         self._prune()
 
-    def _far(self, z: np.ndarray, K: int, radius2: Optional[float] = None) -> bool:
-        """Whether z is farther than ``delta sqrt(threshold)`` (scaled Euclidean) from
-        every component mean: a young, still point-like component always absorbs the
-        samples within the radius of its initial covariance's novelty ellipsoid."""
+    def _nearest2(self, z: np.ndarray, K: int) -> float:
+        """Squared scaled Euclidean distance from z to the nearest component mean, in
+        units of delta^2: z is "far" beyond ``threshold`` (the radius of a fresh
+        component's novelty ellipsoid: a young, still point-like component always absorbs
+        the samples within it)."""
         dz = (z - self.mu[:K]) / self.scale
-        r2 = self.threshold if radius2 is None else radius2
-        return bool(np.einsum("ki,ki->k", dz, dz).min() >= self.delta ** 2 * r2)
+        return float(np.einsum("ki,ki->k", dz, dz).min()) / self.delta ** 2
 
     def _create(self, z: np.ndarray) -> None:
         if self.K >= self.max_components:
@@ -560,8 +563,9 @@ class IncrementalGMM(Learner):
             Rr -= off
             Zi = Rr[:, : K * i].reshape(n, K, i)
             d2 = np.einsum("nki,nki->nk", Zi, Zi)        # squared Mahalanobis distance to each component
-            if d2.min(axis=1).max() > self._outside_d2:
-                self.n_queries_outside += int(np.count_nonzero(d2.min(axis=1) > self._outside_d2))
+            outside = np.count_nonzero(d2.min(axis=1) > self._outside_d2)
+            if outside:
+                self.n_queries_outside += int(outside)
             m = logc - 0.5 * d2
             m -= m.max(axis=1, keepdims=True)
             h = np.exp(m)

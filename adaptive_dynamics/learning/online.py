@@ -324,10 +324,9 @@ class OnlineResidual:
                 cfg.setdefault("low", lo)
                 cfg.setdefault("high", hi)
             cfg.setdefault("n_params", self.model.n_params)
-            # this stream's warm-up is the network's: its target scaling comes from the same
-            # samples, and it predicts from the first update on
-            cfg.setdefault("warmup", max(1, X.shape[0]))
-        elif self.kind == "gmm":   # likewise: its geometry from this stream's warm-up samples
+        if self.kind in ("rbfn", "gmm"):
+            # this stream's warm-up is the learner's: the network's target scaling, the
+            # mixture's geometry come from the same samples, and it predicts from the first update
             cfg.setdefault("warmup", max(1, X.shape[0]))
         return make_learner(self.kind, input_dim=3 * n, output_dim=n, **cfg)
 

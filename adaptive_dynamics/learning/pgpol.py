@@ -68,7 +68,6 @@ from .gp import Standardiser
 from .gp_kernel import OUTSIDE_CORRELATION
 from .sparse_gp import SparseGP
 
-
 __all__ = ["PGPOL", "SGPOL"]
 
 
@@ -374,7 +373,8 @@ class PGPOL(Learner):
         joint = s["joint"]
         return dict(off=s["off"][:, 0, 0, :], A=np.ascontiguousarray(A.reshape(K, G * m, 2 * d).transpose(0, 2, 1)),
                     C=s["c0"][:, :, 0, :].reshape(K, 1, G * m).copy(), WR=s["WR"].reshape(K * G, m, -1),
-                    sf2=s["sf2"].reshape(K * G), sf2_out=OUTSIDE_CORRELATION * s["sf2"].reshape(K * G), ysd=ysd, ym=s["ym"][:, 0, :], ysd2=ysd2,
+                    sf2=s["sf2"].reshape(K * G), sf2_out=OUTSIDE_CORRELATION * s["sf2"].reshape(K * G),
+                    ysd=ysd, ym=s["ym"][:, 0, :], ysd2=ysd2,
                     noise=(s["sn2"] if joint else s["sn2"][:, :1]) * ysd2, K=K, G=G, m=m)
 
     def _predict_one(self, snap: dict, x: np.ndarray, return_var: bool):
