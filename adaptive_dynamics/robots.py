@@ -24,7 +24,8 @@ import numpy as np
 import yaml
 
 __all__ = ["PACKAGE", "ROBOT_NAMES", "share_dir", "robot_config", "urdf_path", "friction", "end_effector_links",
-           "strip_inertials", "moving_joints", "lock_joints", "RobotSpec", "resolve_robot"]
+           "strip_inertials", "moving_joints", "lock_joints", "RobotSpec", "resolve_robot", "controller_gains",
+           "robot_label", "default_ee_frame", "urdf_friction", "DEFAULT_FRICTION_PER_EFFORT"]
 
 PACKAGE = "adaptive_dynamics"
 ROBOT_NAMES: Tuple[str, ...] = ("panda", "iiwa14", "planar2")
@@ -74,9 +75,30 @@ def _unknown(name: str) -> ValueError:
     return ValueError(f"unknown robot {name!r}; valid robot names: {', '.join(ROBOT_NAMES)}")
 
 
+def _generated_config(robot: str) -> "pathlib.Path | None":
+    """The parameter file :func:`resolve_robot` generated for the URDF file ``robot`` (its
+    sibling ``<stem>.yaml`` whose ``urdf`` names it), or None when ``robot`` is not such a
+    file."""
+    if not os.path.isfile(robot):
+        return None
+    path = pathlib.Path(os.path.abspath(robot))
+    cfg = path.with_suffix(".yaml")
+    if not cfg.is_file():
+        return None
+    try:
+        doc = yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}
+        params = doc[_WILDCARD_NODE]["ros__parameters"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return cfg if params.get("urdf") == str(path) else None
+
+
 def _config_file(name: str) -> pathlib.Path:
     if name not in ROBOT_NAMES:
-        raise _unknown(name)
+        generated = _generated_config(name)
+        if generated is None:
+            raise _unknown(name)
+        return generated
     path = share_dir() / "config" / f"{name}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"parameter file of robot {name!r} not found: {path}")
@@ -84,7 +106,8 @@ def _config_file(name: str) -> pathlib.Path:
 
 
 def robot_config(name: str) -> Dict[str, Any]:
-    """The robot's ``config/<name>.yaml`` as one dict.
+    """The robot's ``config/<name>.yaml`` as one dict (``name``: a shipped robot, or the URDF
+    file of a :func:`resolve_robot` result: its generated parameter file).
 
     The ``/**`` ``ros__parameters`` (shared by every node) merged with the
     ``mujoco_bridge`` ``ros__parameters`` (the simulated plant's "reality").
@@ -125,6 +148,56 @@ def urdf_path(name_or_path: "str | os.PathLike[str]") -> str:
         f"{text!r} is neither a known robot nor an existing file; "
         f"valid robot names: {', '.join(ROBOT_NAMES)}"
     )
+
+
+def controller_gains(name: str) -> Dict[str, Any]:
+    """The ``adaptive_controller`` section of the robot's parameter file (``lam``, ``kd``,
+    ...; shipped: tuned, generated: :func:`~adaptive_dynamics.control.gains.default_gains`)."""
+    path = _config_file(name)
+    with open(path, "r", encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh) or {}
+    section = doc.get("/**/adaptive_controller") or doc.get("adaptive_controller") or {}
+    return dict(section.get("ros__parameters") or {})
+
+
+def robot_label(name: str) -> str:
+    """A shipped robot's name, or the label of a resolved URDF (its file stem): for file
+    names and tables."""
+    return name if name in ROBOT_NAMES else str(robot_config(name).get("robot") or pathlib.Path(name).stem)
+
+
+def default_ee_frame(name: str) -> "str | None":
+    """The end-effector frame the robot's parameter file names (shipped robot or resolved
+    URDF), else None."""
+    if name not in ROBOT_NAMES and _generated_config(name) is None:
+        return None
+    return robot_config(name).get("ee_frame") or None
+
+
+#: friction of a URDF whose ``<dynamics>`` declare none, per N m of the joint's effort
+#: limit: viscous [N m s/rad], Coulomb [N m] (the order of the Panda's identified friction,
+#: Gaz et al. 2019: 0.0001-0.002 and 0.002-0.01 of its ratings)
+DEFAULT_FRICTION_PER_EFFORT = (0.001, 0.004)
+
+
+def urdf_friction(urdf_text: str, joints, effort_limit) -> Tuple[List[float], List[float], str]:
+    """(viscous, Coulomb, source) of the simulated joints of a URDF: its ``<dynamics
+    damping friction>`` when any is non-zero, else :data:`DEFAULT_FRICTION_PER_EFFORT`
+    times the effort limits."""
+    import xml.etree.ElementTree as ET
+    by_name = {j.get("name"): j for j in ET.fromstring(urdf_text).findall("joint")}
+    fv, fc = [], []
+    for name in joints:
+        dyn = by_name[name].find("dynamics") if name in by_name else None
+        fv.append(float(dyn.get("damping", 0.0)) if dyn is not None else 0.0)
+        fc.append(float(dyn.get("friction", 0.0)) if dyn is not None else 0.0)
+    if any(x > 0 for x in fv + fc):
+        return fv, fc, "the URDF's <dynamics damping friction>"
+    lim = np.asarray(effort_limit, dtype=float)
+    return ([round(float(x), 4) for x in DEFAULT_FRICTION_PER_EFFORT[0] * lim],
+            [round(float(x), 4) for x in DEFAULT_FRICTION_PER_EFFORT[1] * lim],
+            f"none in the URDF: {DEFAULT_FRICTION_PER_EFFORT[0]} / {DEFAULT_FRICTION_PER_EFFORT[1]} of the effort"
+            " limits (adaptive_dynamics.robots.DEFAULT_FRICTION_PER_EFFORT)")
 
 
 def friction(name: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -262,10 +335,11 @@ def resolve_robot(robot: str, joints=None, ee_frame: str | None = None) -> Robot
     For a URDF: its moving joints, or ``joints`` (the others locked, e.g. a gripper's
     fingers); ``ee_frame`` or the last link; every moving link must have mass and every
     joint an effort limit (a clear error names the link or joint).  The locked URDF and a
-    parameter file -- ``/**`` (robot, urdf, joint_names, ee_frame) and the adaptive
+    parameter file -- ``/**`` (robot, urdf, joint_names, ee_frame), the adaptive
     controller's ``lam``/``kd`` from :func:`~adaptive_dynamics.control.gains.default_gains`
-    -- are written to ``~/.cache/adaptive_dynamics/robots/<hash>/`` (content-addressed:
-    the same robot gives the same files)."""
+    and the simulator's joint friction (:func:`urdf_friction`) -- are written to
+    ``~/.cache/adaptive_dynamics/robots/<hash>/`` (content-addressed: the same robot gives
+    the same files).  The URDF file of a result resolves to that result again."""
     import hashlib
 
     text_robot = os.fspath(robot)
@@ -280,6 +354,11 @@ def resolve_robot(robot: str, joints=None, ee_frame: str | None = None) -> Robot
         raise ValueError(f"unknown robot {text_robot!r}: neither a shipped robot ({', '.join(ROBOT_NAMES)}) nor a"
                          " URDF file")
     path = os.path.abspath(text_robot)
+    generated = _generated_config(path)
+    if generated is not None and not joints and not ee_frame:   # a URDF this function wrote: as it is
+        cfg = robot_config(path)
+        return RobotSpec(str(cfg["robot"]), path, list(cfg["joint_names"]), str(cfg["ee_frame"]), str(generated),
+                         False)
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     try:
@@ -331,11 +410,14 @@ def resolve_robot(robot: str, joints=None, ee_frame: str | None = None) -> Robot
         from .control.gains import default_gains
         from .dynamics import RobotModel
         gains = default_gains(RobotModel(str(locked), ee_frame=ee))
+        fv, fc, source = urdf_friction(text, names, lim)
         doc = {"/**": {"ros__parameters": {"robot": label, "urdf": str(locked), "joint_names": names,
                                            "ee_frame": ee}},
+               "/**/mujoco_bridge": {"ros__parameters": {"friction_viscous": fv, "friction_coulomb": fc}},
                "/**/adaptive_controller": {"ros__parameters": gains}}
         header = (f"# Generated by adaptive_dynamics from {path}" +
                   (f" (joints {keep}; the others locked)" if set(keep) != set(movable) else "") +
-                  "\n# Gains: adaptive_dynamics.control.gains.default_gains (model-derived).\n")
+                  "\n# Gains: adaptive_dynamics.control.gains.default_gains (model-derived)."
+                  f"\n# Simulated friction (mujoco_bridge): {source}.\n")
         _atomic_text(config, header + yaml.safe_dump(doc, sort_keys=False))
     return RobotSpec(label, str(locked), names, ee, str(config), False)

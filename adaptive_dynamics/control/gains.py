@@ -23,8 +23,9 @@ import numpy as np
 
 __all__ = ["default_gains", "LAMBDA", "KD_BOUNDS", "GAINS_VERSION"]
 
-#: part of the cache key of generated parameter files: change it with the rule below
-GAINS_VERSION = "1"
+#: part of the cache key of generated parameter files: change it with the rule below or
+#: with anything else :func:`~adaptive_dynamics.robots.resolve_robot` writes into them
+GAINS_VERSION = "2"
 
 #: sliding-variable bandwidth [1/s]
 LAMBDA = 10.0

@@ -301,7 +301,9 @@ class RobotModel:
         :mod:`adaptive_dynamics.robots` (``"panda"``, ``"iiwa14"``, ``"planar2"``), or a
         ``pinocchio.Model`` (copied).
     ee_frame:
-        Name of the end-effector frame (default: the last frame of the model).
+        Name of the end-effector frame (default: the one the robot's parameter file names
+        -- a shipped robot, or a URDF :func:`~adaptive_dynamics.robots.resolve_robot` wrote
+        -- else the last frame of the model).
     friction:
         Append viscous and Coulomb friction columns (``n`` each) to every regressor
         and to pi.
@@ -361,6 +363,9 @@ class RobotModel:
         self._half_diff = np.empty(self.n)
         self._probes = self._choose_probes()
 
+        if ee_frame is None and isinstance(urdf, (str, os.PathLike)) and text is None:
+            from ..robots import default_ee_frame  # a shipped robot's or resolved URDF's parameter file
+            ee_frame = default_ee_frame(os.fspath(urdf))
         if ee_frame is None:
             ee_frame = model.frames[model.nframes - 1].name
         self.ee_frame = ee_frame

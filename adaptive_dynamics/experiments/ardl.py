@@ -1,6 +1,6 @@
 """ARDL §4.1 reproduction: PD, computed torque, direct and composite adaptive control.
 
-``adaptive-dynamics experiment ardl --out DIR [--robots panda,iiwa14] [--quick]
+``adaptive-dynamics experiment ardl --out DIR [--robots panda,iiwa14|URDF] [--quick]
 [--duration-scale S] [--jobs J]``
 
 Set-up (Smith & Mistry 2021, §4.1, with Panda and KUKA iiwa 14 in MuJoCo):
@@ -59,6 +59,11 @@ Gains (per robot, :data:`GAINS`) and why:
 * ``kd`` upper bounds come from the sampled loop: ``dt K_D / M_jj`` must stay well
   below 2 (iiwa joint 7: M_77 = 0.001 kg m^2, hence K_D = 0.2).
 
+Any other arm: ``--robots path/to/arm.urdf`` (``--joints``, ``--ee-frame`` as for ``demo``)
+runs with its model-derived ``lam``/``kd`` (:mod:`~adaptive_dynamics.control.gains`), the
+other settings of :data:`GENERATED`, the reference around the middle of its joint ranges
+and the friction of its parameter file (:mod:`~adaptive_dynamics.experiments.robot_choice`).
+
 Computed torque with the 50 %-wrong model and no friction/payload knowledge is *worse*
 than PD here (its feedback is scaled by the wrong M_hat); that is the point of adapting.
 
@@ -87,6 +92,7 @@ from typing import Any
 import numpy as np
 
 from . import save_plot, write_result
+from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
 
 TARGETS = {"composite_vs_pd_rmse_ratio": 0.2, "base_param_rel_error": 0.05}
 PHASES = (("feedback", 0.0, 16.0), ("learning", 16.0, 96.0), ("off", 96.0, 112.0))
@@ -119,6 +125,20 @@ GAINS: dict[str, dict[str, Any]] = {
 }
 
 ADAPTIVE_KEYS = ("lam", "kd", "gamma", "p0", "r", "filter_lambda", "lambda0", "k0", "k1")
+#: a URDF robot's settings besides its model-derived lam, kd (the shipped robots' values)
+GENERATED = {"gamma": 1.0, "p0": 1.0, "r": 10.0, "filter_lambda": 20.0, "lambda0": 0.5, "k0": 200.0, "k1": 100.0,
+             "amplitude": 0.6, "vel_fraction": 0.6}
+
+
+def robot_gains(robot: str) -> dict:
+    """:data:`GAINS` of a shipped robot; for a URDF robot its model-derived ``lam``/``kd``
+    (:mod:`~adaptive_dynamics.experiments.robot_choice`) with :data:`GENERATED`, the
+    reference around the middle of the joint ranges."""
+    if robot in GAINS:
+        return GAINS[robot]
+    from .robot_choice import gains
+    g = gains(robot)
+    return {**GENERATED, "lam": float(g["lam"][0]), "kd": g["kd"]}
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -415,7 +435,7 @@ def main(argv=None) -> int:
                                  description="ARDL §4.1: PD / computed torque / direct / composite adaptive "
                                              "control in MuJoCo (lockstep, in-process)")
     ap.add_argument("--out", required=True, help="output directory (created)")
-    ap.add_argument("--robots", default=None, help="comma-separated robots (default panda,iiwa14; --quick: panda)")
+    add_robot_args(ap, None, extra_help="; default panda,iiwa14, --quick: panda")
     ap.add_argument("--quick", action="store_true",
                     help="short version for tests: duration scale 0.25, PD + composite only")
     ap.add_argument("--duration-scale", type=float, default=None,
@@ -423,11 +443,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="parallel simulation processes (default: CPU count, max 4)")
     args = ap.parse_args(argv)
 
-    robots = (args.robots or ("panda" if args.quick else "panda,iiwa14")).split(",")
-    robots = [r.strip() for r in robots if r.strip()]
-    for r in robots:
-        if r not in GAINS:
-            ap.error(f"unknown robot {r!r}; choose from {sorted(GAINS)}")
+    args.robots = args.robots or ("panda" if args.quick else "panda,iiwa14")
+    robots = chosen_robots(args, allowed=GAINS)
     scale = args.duration_scale if args.duration_scale is not None else (0.25 if args.quick else 1.0)
     if not scale > 0:
         ap.error("--duration-scale must be > 0")
@@ -439,7 +456,7 @@ def main(argv=None) -> int:
     for r in robots:
         for case, ctl, nom in run_specs(r, args.quick):
             specs.append({"robot": r, "case": case, "controller": ctl, "nominal": nom, "scale": scale,
-                          "gains": GAINS[r]})
+                          "gains": robot_gains(r)})
     # longest runs first (adaptive > baselines) for a better schedule
     order = sorted(range(len(specs)), key=lambda i: specs[i]["controller"] in ("pd", "computed_torque"))
     results: list[Any] = [None] * len(specs)
@@ -459,15 +476,18 @@ def main(argv=None) -> int:
         runs = {run_key(s["case"], s["controller"], s["nominal"]): res
                 for s, res in zip(specs, results) if s["robot"] == r}
         rs = summarise(r, runs, scale)
-        rs["gains"] = {k: GAINS[r][k] for k in ADAPTIVE_KEYS}
+        rs["gains"] = {k: robot_gains(r)[k] for k in ADAPTIVE_KEYS}
         rs["meets_targets"] = bool(
             rs["composite_vs_pd_rmse_ratio"] is not None and rs["base_param_rel_error"] is not None
             and rs["composite_vs_pd_rmse_ratio"] <= TARGETS["composite_vs_pd_rmse_ratio"]
             and rs["base_param_rel_error"] < TARGETS["base_param_rel_error"])
-        summary["robots"][r] = rs
-        summary["plots"] += [os.path.basename(f) for f in plot_robot(r, runs, scale, args.out)]
-        _print_table(r, rs)
-    ref = "panda" if "panda" in summary["robots"] else robots[0]
+        name = label(r)
+        if not is_shipped(r):
+            rs["urdf"] = r
+        summary["robots"][name] = rs
+        summary["plots"] += [os.path.basename(f) for f in plot_robot(name, runs, scale, args.out)]
+        _print_table(name, rs)
+    ref = "panda" if "panda" in summary["robots"] else label(robots[0])
     summary["composite_vs_pd_rmse_ratio"] = summary["robots"][ref]["composite_vs_pd_rmse_ratio"]
     summary["base_param_rel_error"] = summary["robots"][ref]["base_param_rel_error"]
     summary["reference_robot"] = ref

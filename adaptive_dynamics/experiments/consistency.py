@@ -1,7 +1,12 @@
 """Smith & Mistry 2020: the semi-parametric consistency transform.
 
 ``adaptive-dynamics experiment consistency --out DIR [--part virtual|online|all]
-[--robots panda,iiwa14] [--quick] [--amplitude A] [--seed S] [--no-sweep] [--jobs J]``
+[--robots panda,iiwa14|URDF] [--quick] [--amplitude A] [--seed S] [--no-sweep] [--jobs J]``
+
+Any other arm: ``--robots`` / ``--online-robots`` take URDF files too (``--joints``,
+``--ee-frame`` as for ``demo``): the trajectories then start from the middle of its joint
+ranges, the online runs use its generated parameter file (model-derived gains, friction)
+-- :mod:`~adaptive_dynamics.experiments.robot_choice`.
 
 Part ``virtual`` -- the virtual-model experiment (paper §IV-A, Table I)
 -----------------------------------------------------------------------
@@ -84,6 +89,7 @@ from typing import Any
 import numpy as np
 
 from . import save_plot, write_result
+from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
 
 TARGET_RATIO = 0.15
 #: start (and end) pose of the trajectories; default the middle of the joint limits
@@ -298,16 +304,19 @@ def run_virtual(args) -> dict:
     sweep = []
     for spec, o in zip(specs, outs):
         res = o["result"]
+        name = label(o["robot"])
         if spec.get("sweep"):
-            entry = {"robot": o["robot"], "seed": spec["seed"], "amplitude_rad": spec["amplitude"]}
+            entry = {"robot": name, "seed": spec["seed"], "amplitude_rad": spec["amplitude"]}
             for name, lr in res["learners"].items():
                 entry[f"{name}_ratio_max"] = lr["ratio_max"]
                 entry[f"{name}_worst_joint"] = int(np.argmax(lr["ratio"])) + 1
             sweep.append(entry)
             continue
-        virtual["robots"][o["robot"]] = res
-        virtual["plots"] += [os.path.basename(f) for f in plot_robot(o["robot"], res, o["traces"], args.out)]
-        _print_table(o["robot"], res)
+        if not is_shipped(o["robot"]):
+            res["urdf"] = o["robot"]
+        virtual["robots"][name] = res
+        virtual["plots"] += [os.path.basename(f) for f in plot_robot(name, res, o["traces"], args.out)]
+        _print_table(name, res)
     if sweep:
         virtual["sensitivity"] = sweep
         print("\nsensitivity (max over joints of (c)/(b)):")
@@ -315,7 +324,7 @@ def run_virtual(args) -> dict:
             print(f"  {e['robot']:7s} seed {e['seed']} amplitude {e['amplitude_rad']:.2f}:"
                   f" GMM {e['gmm_ratio_max']:.3f} (joint {e['gmm_worst_joint']}),"
                   f" RBFN {e['rbfn_ratio_max']:.4f}")
-    ref = "panda" if "panda" in virtual["robots"] else robots[0]
+    ref = "panda" if "panda" in virtual["robots"] else label(robots[0])
     summary = {"virtual": virtual, "reference_robot": ref}
     for name in ("gmm", "rbfn"):
         summary[f"{name}_transform_ratio_max"] = virtual["robots"][ref]["learners"][name]["ratio_max"]
@@ -336,9 +345,9 @@ def run_online(args) -> dict:
             print(f"\nonline 4-phase run: {robot}, {learner}, phases {args.phases} s (twice: with and without"
                   f" the transform)", flush=True)
             res = co.run(robot, learner, args.phases, args.out, keep_bags=args.keep_bags, trajectory=traj)
-            out["online"][f"{robot}_{learner}"] = res
+            out["online"][f"{label(robot)}_{learner}"] = res
             _print_online(res)
-    first = out["online"][f"{args.online_robots[0]}_{args.learners[0]}"]
+    first = out["online"][f"{label(args.online_robots[0])}_{args.learners[0]}"]
     out["four_phase_ratio"] = first["four_phase_ratio"]
     out["four_phase_ratio_no_transform"] = first["four_phase_ratio_no_transform"]
     out["four_phase_ratio_max"] = float(np.max([r["four_phase_ratio"] for r in out["online"].values()]))  # NaN wins
@@ -379,11 +388,11 @@ def main(argv=None) -> int:
     ap.add_argument("--phases", default=None,
                     help="online: the four phase lengths in sim seconds (default 20,20,30,30; --quick 4,4,4,4)")
     ap.add_argument("--online-robots", default=None,
-                    help="online: comma-separated robots (default panda,iiwa14; --quick: panda)")
+                    help="online: comma-separated robots or URDF files (default panda,iiwa14; --quick: panda)")
     ap.add_argument("--learners", default=None, help="online: comma-separated learners, gmm and/or rbfn"
                     " (default gmm,rbfn; --quick: gmm)")
     ap.add_argument("--keep-bags", action="store_true", help="online: keep the runs' bags in --out")
-    ap.add_argument("--robots", default=None, help="comma-separated robots (default panda,iiwa14; --quick: panda)")
+    add_robot_args(ap, None, extra_help="; default panda,iiwa14, --quick: panda")
     ap.add_argument("--quick", action="store_true",
                     help="short version for tests: Panda only, plant at 500 Hz (half the samples)")
     ap.add_argument("--amplitude", type=float, default=AMPLITUDE,
@@ -393,11 +402,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-sweep", dest="sweep", action="store_false",
                     help="skip the robustness runs (seeds 1, 2 and amplitudes 0.15, 0.2 rad; never with --quick)")
     args = ap.parse_args(argv)
-    robots = [r.strip() for r in (args.robots or ("panda" if args.quick else "panda,iiwa14")).split(",") if r.strip()]
-    from adaptive_dynamics.robots import ROBOT_NAMES
-    for r in robots:
-        if r not in ROBOT_NAMES:
-            ap.error(f"unknown robot {r!r}; choose from {', '.join(ROBOT_NAMES)}")
+    args.robots = args.robots or ("panda" if args.quick else "panda,iiwa14")
+    robots = chosen_robots(args)
     if not args.amplitude > 0:
         ap.error("--amplitude must be > 0")
     args.robots = robots
@@ -407,13 +413,11 @@ def main(argv=None) -> int:
         ap.error("--phases takes four numbers, e.g. 20,20,30,30")
     if len(args.phases) != 4 or min(args.phases) <= 0:
         ap.error("--phases takes four positive numbers")
-    args.online_robots = [r.strip() for r in (args.online_robots or ("panda" if args.quick else "panda,iiwa14"))
-                          .split(",") if r.strip()]
+    args.online_robots = chosen_robots(argparse.Namespace(
+        robots=args.online_robots or ("panda" if args.quick else "panda,iiwa14"), joints=args.joints,
+        ee_frame=args.ee_frame))
     args.learners = [x.strip() for x in (args.learners or ("gmm" if args.quick else "gmm,rbfn")).split(",")
                      if x.strip()]
-    for r in args.online_robots:
-        if r not in ROBOT_NAMES:
-            ap.error(f"unknown robot {r!r}; choose from {', '.join(ROBOT_NAMES)}")
     for x in args.learners:
         if x not in ("gmm", "rbfn"):
             ap.error(f"unknown learner {x!r}; choose gmm or rbfn")

@@ -309,15 +309,16 @@ def run(robot: str = "panda", learner: str = "gmm", phases=(20.0, 20.0, 30.0, 30
     """Both runs (with / without the transform), metrics, plots; JSON-able summary."""
     import shutil
 
-    from ..robots import robot_config
+    from ..robots import robot_config, robot_label
     phases = [float(p) for p in phases]
     names = robot_config(robot)["joint_names"]
+    name = robot_label(robot)
     results: dict[str, Any] = {}
     runs: dict[str, Any] = {}
     bag_root = out_dir if keep_bags else tempfile.mkdtemp(prefix="consistency_online_")
     try:
         for key, transform in (("transform", True), ("no_transform", False)):
-            bag = os.path.join(bag_root, f"bag_online_{robot}_{learner}_{key}")
+            bag = os.path.join(bag_root, f"bag_online_{name}_{learner}_{key}")
             if os.path.exists(bag):
                 shutil.rmtree(bag)
             runs[key] = run_graph_once(robot, learner, transform, phases, bag, learner_config, echo=echo,
@@ -326,9 +327,9 @@ def run(robot: str = "panda", learner: str = "gmm", phases=(20.0, 20.0, 30.0, 30
     finally:
         if not keep_bags:
             shutil.rmtree(bag_root, ignore_errors=True)
-    files = plot(results, phases, robot, out_dir, learner=learner)
+    files = plot(results, phases, name, out_dir, learner=learner)
     summary = {
-        "robot": robot, "learner": learner, "phases_s": phases, "phase_names": PHASE_NAMES,
+        "robot": name, **({} if name == robot else {"urdf": robot}), "learner": learner, "phases_s": phases, "phase_names": PHASE_NAMES,
         "controller": dict(CONTROLLER, initial_estimate="scaled", nominal_scale=0.5),
         "trajectory": dict(trajectory or {}),
         "four_phase_ratio": round(results["transform"]["ratio"], 4),

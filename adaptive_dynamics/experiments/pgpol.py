@@ -1,6 +1,6 @@
 """PGPOL experiments (Habich et al. 2019, sec. IV, Tables I-II, Fig. 3-5) in MuJoCo.
 
-``adaptive-dynamics experiment pgpol --out DIR [--quick] [--robot panda|iiwa14]
+``adaptive-dynamics experiment pgpol --out DIR [--quick] [--robot panda|iiwa14|URDF]
 [--part all|1|2|payload] [--reality unmodelled|model] [--keep-bags] [-v]``
 
 Every run is the closed loop over DDS, in lockstep, as separate processes (the graph
@@ -53,6 +53,11 @@ with adaptation off, ``tau = Y(q, qd, qd_r, qdd_r) pi_hat - K_D s (+ feedforward
 Gains: the soft ones of ``config/<robot>.yaml`` (``lam`` = 10 1/s, ``kd``; Panda
 K_P = 300/300/200/200/40/40/10 N m/rad, K_D = 30/30/20/20/4/4/1 N m s/rad): without
 feed-forward the arm sags under gravity by centi- to deci-radians.
+
+Any other arm: ``--robot path/to/arm.urdf`` (``--joints``, ``--ee-frame`` as for ``demo``)
+runs with its generated parameter file (model-derived gains, friction) and
+:data:`GENERATED` around its task pose (:func:`robot_settings`,
+:mod:`~adaptive_dynamics.experiments.robot_choice`).
 
 **Identification (the RBD baseline):** an excitation run (Modified Fourier reference of
 the trajectory node, ``fourier``, 0.4 rad, 0.1 Hz, 4 harmonics; PD only), recorded;
@@ -108,6 +113,7 @@ cycles, database clears and ``data_lag_s``.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import math
@@ -124,6 +130,7 @@ import numpy as np
 from ..learning.pgpol import CHANGE_DEFAULTS, CHANGE_PAPER, ChangeTest
 from . import save_plot, write_result
 from .clock_follower import ClockFollower
+from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
 
 #: per robot: the task's start pose, the pick-and-place base pose and offsets, the payload
 #: (``q_pp``: the pick-and-place base pose, default ``q_task``; ``pp_centre``: the circle's
@@ -137,6 +144,8 @@ ROBOTS: dict[str, dict[str, Any]] = {
                "pick_place": {"move_time": 0.7}},
 }
 TASK = {"type": "square_circle", "cartesian_size": 0.2, "cartesian_period": 7.0, "cartesian_plane": "xy"}
+#: the trajectory node's acceleration check [rad/s^2] (its ``acceleration_limit`` default)
+TRAJECTORY_ACCELERATION_LIMIT = 10.0
 EXCITATION = {"type": "fourier", "amplitude": 0.4, "base_frequency": 0.1, "harmonics": 4}
 #: pick-and-place: six test points on a circle, twelve training points in a star
 PICK_PLACE = {"radius": 0.12, "height": 0.08, "move_time": 0.55, "dwell_time": 0.1, "speeds": [0.33, 0.66, 1.0],
@@ -187,11 +196,43 @@ RECORDED = ["joint_states", "reference", "learner/prediction", "/diagnostics"]
 
 # ============================================================================ set-up
 def gains(robot: str) -> dict:
-    """lam, kd of ``config/<robot>.yaml`` (adaptive_controller section)."""
-    from ..launch_graph import config_path
-    from ..ros.params import load_param_file
-    p = load_param_file(config_path(f"{robot}.yaml"), "adaptive_controller")
-    return {"lam": [float(x) for x in p["lam"]], "kd": [float(x) for x in p["kd"]]}
+    """lam, kd of the robot's parameter file (adaptive_controller section): ``config/<robot>.yaml``,
+    or a URDF robot's generated one (model-derived)."""
+    from .robot_choice import gains as robot_gains
+    return robot_gains(robot)
+
+
+#: a URDF robot's settings in place of :data:`ROBOTS` (``q_task``: its
+#: :func:`~adaptive_dynamics.experiments.robot_choice.task_configuration`)
+GENERATED = {"pp_centre": [0.1, 0.0, -0.05], "payload_mass": 2.0, "task": {}, "pick_place": {}}
+
+
+def robot_settings(robot: str) -> dict:
+    """:data:`ROBOTS` of a shipped robot, else :data:`GENERATED` around the robot's task pose."""
+    if robot in ROBOTS:
+        return ROBOTS[robot]
+    return {**GENERATED, "q_task": _task_pose(robot)}
+
+
+@functools.lru_cache(maxsize=None)
+def _task_pose(robot: str) -> list:
+    """The most manipulable pose from which the Experiment I path and both pick-and-place
+    circles stay within the limits the trajectory node checks."""
+    from ..dynamics import RobotModel
+    from .robot_choice import task_configuration
+    m = RobotModel(robot)
+
+    def feasible(q):
+        cfg = {**GENERATED, "q_task": q}
+        try:
+            _task_trajectory(m, q, TASK, dt=0.01).check_limits(
+                m.lower, m.upper, m.velocity_limit, np.full(m.n, TRAJECTORY_ACCELERATION_LIMIT))
+            for which in ("test", "train"):
+                _waypoints(m, cfg, {**PICK_PLACE}, which)
+        except ValueError:
+            return False
+        return True
+    return [round(float(x), 4) for x in task_configuration(m, feasible=feasible)]
 
 
 def reality(robot: str, kind: str) -> dict:
@@ -217,18 +258,20 @@ def reality(robot: str, kind: str) -> dict:
 
 
 def task_params(robot: str) -> dict:
-    return {**TASK, **ROBOTS[robot].get("task", {})}
+    return {**TASK, **robot_settings(robot).get("task", {})}
 
 
 def task_trajectory(robot: str):
     """The Experiment I reference as the trajectory node builds it (start pose, IK)."""
     from ..dynamics import RobotModel
+    return _task_trajectory(RobotModel(robot), robot_settings(robot)["q_task"], task_params(robot))
+
+
+def _task_trajectory(m, q_task, task: dict, dt: float = 1e-3):
     from ..trajectories import CartesianTrajectory, square_circle
-    m = RobotModel(robot)
-    task = task_params(robot)
     per = task["cartesian_period"]
     path = square_circle(task["cartesian_size"], per / 7.0, 3.0 * per / 7.0, 0.0, task["cartesian_plane"])
-    return CartesianTrajectory(m, np.asarray(ROBOTS[robot]["q_task"], float), path)
+    return CartesianTrajectory(m, np.asarray(q_task, float), path, dt=dt)
 
 
 def ik(model, q_seed, p, R, iters: int = 200, tol: float = 1e-10) -> np.ndarray:
@@ -258,7 +301,7 @@ def ik(model, q_seed, p, R, iters: int = 200, tol: float = 1e-10) -> np.ndarray:
 
 
 def pp_settings(robot: str) -> dict:
-    return {**PICK_PLACE, **ROBOTS[robot].get("pick_place", {})}
+    return {**PICK_PLACE, **robot_settings(robot).get("pick_place", {})}
 
 
 def pick_place_waypoints(robot: str, which: str = "test") -> np.ndarray:
@@ -268,13 +311,14 @@ def pick_place_waypoints(robot: str, which: str = "test") -> np.ndarray:
     ``which``: "test" (six points on a circle, Fig. 3c) or "train" (twelve points in a
     star, alternately on two radii and slightly higher, Fig. 3b)."""
     from ..dynamics import RobotModel
-    m = RobotModel(robot)
-    cfg = ROBOTS[robot]
+    return _waypoints(RobotModel(robot), robot_settings(robot), pp_settings(robot), which)
+
+
+def _waypoints(m, cfg: dict, pp: dict, which: str) -> np.ndarray:
     qb = np.asarray(cfg.get("q_pp", cfg["q_task"]), float)
     Tb = m.frame_pose(qb)
     centre = Tb[:3, 3] + np.asarray(cfg["pp_centre"], float)
     R = Tb[:3, :3]
-    pp = pp_settings(robot)
     if which == "test":
         ang = np.arange(6) * (2 * math.pi / 6)
         radii = np.full(6, pp["radius"])
@@ -747,6 +791,7 @@ class Runner:
                  reality_kind: str = "unmodelled", max_speed: float = 0.0):
         from ..robots import robot_config
         self.robot, self.out_dir, self.keep, self.echo, self.quick = robot, out_dir, keep_bags, echo, quick
+        self.label = label(robot)
         self.reality = reality(robot, reality_kind)
         self.max_speed = float(max_speed)
         self.names = list(robot_config(robot)["joint_names"])
@@ -771,10 +816,10 @@ class Runner:
 
     def run(self, key: str, spec: dict, stream: bool = False) -> dict:
         slug = key.replace(" ", "_").replace("=", "").replace(",", "-")
-        bag = os.path.join(self.bag_root, f"bag_pgpol_{self.robot}_{slug}")
+        bag = os.path.join(self.bag_root, f"bag_pgpol_{self.label}_{slug}")
         if os.path.exists(bag):
             shutil.rmtree(bag)
-        print(f"[pgpol] {self.robot} {key}: {spec['duration']:.1f} s sim ...", flush=True)
+        print(f"[pgpol] {self.label} {key}: {spec['duration']:.1f} s sim ...", flush=True)
         pace = {"lockstep_max_speed": self.max_speed} if spec.get("learner") else {}   # only a learner needs it
         spec = {**spec, "bridge": {**self.reality, **pace, **spec.get("bridge", {})}}
         info = run_graph(self.robot, spec, bag, echo=self.echo)
@@ -827,7 +872,7 @@ def experiment_1(R: Runner, estimate: str) -> tuple[dict, dict]:
     warm, T = (2.0, 5.0) if R.quick else (period, 40.0)
     q0 = traj.sample(0.0)[0]
     base = {"duration": warm + T, "bridge": {"q0": q0.tolist()},
-            "trajectory": {**task_params(R.robot), "q_center": list(ROBOTS[R.robot]["q_task"])}}
+            "trajectory": {**task_params(R.robot), "q_center": list(robot_settings(R.robot)["q_task"])}}
     table, per_joint, traces, second_half = {}, {}, {}, {}
 
     def evaluate(key, data):
@@ -850,7 +895,7 @@ def experiment_1(R: Runner, estimate: str) -> tuple[dict, dict]:
         cons[key] = evaluate(key, R.run(f"I {key}", spec, stream=knn > 0 and windows in ((480,), (60, 480))))
     a0, arbd = table["no_ff"], table["rbd"]
     best = min(cons, key=cons.get)
-    out = {"trajectory": {**task_params(R.robot), "q_task": ROBOTS[R.robot]["q_task"], "period_s": period},
+    out = {"trajectory": {**task_params(R.robot), "q_task": robot_settings(R.robot)["q_task"], "period_s": period},
            "window_s": [warm, warm + T], "units": "deg^2 ms", "table_i": table, "a_j": per_joint,
            "a_total_second_half": second_half, "second_half_window_s": [warm + T / 2, warm + T],
            "constellations": list(cons), "best_constellation": best,
@@ -957,7 +1002,7 @@ def payload_run(R: Runner, change: dict, label: str) -> tuple[dict, dict]:
     t_p = (0.0 if R.quick else cyc) + (PAYLOAD_WAYPOINT + (2 if R.quick else 0)) * slot
     duration = t_p + (3.0 if R.quick else 2 * cyc)
     W = pick_place_waypoints(R.robot)
-    mass = ROBOTS[R.robot]["payload_mass"]
+    mass = robot_settings(R.robot)["payload_mass"]
     spec = {"duration": round(duration, 3),
             "bridge": {"q0": W[0].tolist(), "payload_mass": mass, "payload_enabled": False},
             "trajectory": {**pick_place_params(R.robot), "speed": speed},
@@ -1176,7 +1221,7 @@ def main(argv=None) -> int:
                                  description="PGPOL (Habich et al. 2019) Table I / II, Fig. 5 and a payload"
                                              " change, in closed loop over DDS (MuJoCo, lockstep)")
     ap.add_argument("--out", required=True, help="output directory (created)")
-    ap.add_argument("--robot", default="panda", choices=sorted(ROBOTS))
+    add_robot_args(ap, "panda", plural=False)
     ap.add_argument("--quick", action="store_true",
                     help="short version for tests: two constellations, a few seconds per run, the payload run")
     ap.add_argument("--part", default="all", choices=["all", "1", "2", "payload"],
@@ -1194,15 +1239,21 @@ def main(argv=None) -> int:
     ap.add_argument("--keep-bags", action="store_true", help="keep every run's bag in --out")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the nodes' logs")
     args = ap.parse_args(argv)
+    robot = chosen_robots(args, allowed=ROBOTS)
+    if len(robot) != 1:
+        ap.error("--robot takes one robot")
+    robot = robot[0]
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
     max_speed = args.max_speed if args.max_speed is not None else (QUICK_MAX_SPEED if args.quick else 0.0)
     if max_speed < 0:
         ap.error("--max-speed must be >= 0")
-    R = Runner(args.robot, args.out, keep_bags=args.keep_bags, echo=args.verbose, quick=args.quick,
+    R = Runner(robot, args.out, keep_bags=args.keep_bags, echo=args.verbose, quick=args.quick,
                reality_kind=args.reality, max_speed=max_speed)
     files: list[str] = []
-    summary: dict[str, Any] = {"experiment": "pgpol", "robot": args.robot, "quick": bool(args.quick),
+    summary: dict[str, Any] = {"experiment": "pgpol", "robot": R.label, "quick": bool(args.quick),
+                               **({} if is_shipped(robot) else {"urdf": robot,
+                                                                "settings": robot_settings(robot)}),
                                "part": args.part, "reality": args.reality,
                                "reality_parameters": R.reality,
                                "gains": {**R.gains, "law": "pd: tau = K_D (e_dot + Lambda e) (+ Y pi_hat for the RBD)"},
@@ -1217,8 +1268,8 @@ def main(argv=None) -> int:
             summary["experiment_1"] = ex1
             for k in ("table_i", "a_total_reduction_best", "a_total_reduction_rbd", "beats_rbd", "best_constellation"):
                 summary[k] = ex1[k]
-            plot_table_i(args.robot, ex1, args.out, files)
-            plot_tracking(args.robot, ex1, tr1, args.out, files)
+            plot_table_i(R.label, ex1, args.out, files)
+            plot_tracking(R.label, ex1, tr1, args.out, files)
         if args.part in ("all", "2", "payload"):
             if not args.quick and args.part != "payload":
                 summary["offline_gp"], off = offline_gp(R, est)
@@ -1226,15 +1277,15 @@ def main(argv=None) -> int:
                 summary["experiment_2"] = ex2
                 summary["table_ii"] = ex2["table_ii"]
                 summary["nmse_recovery"] = ex2["nmse_recovery"]
-                plot_nmse(args.robot, ex2, tr2, args.out, files)
+                plot_nmse(R.label, ex2, tr2, args.out, files)
             pay, trp = payload_run(R, CHANGE, "defaults")
             summary["payload"] = pay
             summary["change_detected"] = pay["change_detected"]
-            plot_payload(args.robot, pay, trp, args.out, files, "defaults")
+            plot_payload(R.label, pay, trp, args.out, files, "defaults")
             if not args.quick and args.part != "payload":
                 pay0, trp0 = payload_run(R, PAPER_CHANGE, "paper")
                 summary["payload_paper_test"] = pay0
-                plot_payload(args.robot, pay0, trp0, args.out, files, "paper")
+                plot_payload(R.label, pay0, trp0, args.out, files, "paper")
         if not args.quick and R.streams:
             print("[pgpol] change-detection study (offline replays) ...", flush=True)
             summary["change_detection"] = change_study(

@@ -1,7 +1,8 @@
 """A realistic proxy for real-robot torque recordings: identification and residual
 learners with their defaults, evaluated on held-out data.
 
-``adaptive-dynamics experiment realdata --out DIR [--quick] [--seconds S] [--learners gmm,rbfn,gp]``
+``adaptive-dynamics experiment realdata --out DIR [--quick] [--seconds S] [--learners gmm,rbfn,gp]
+[--robot panda|URDF]``
 
 Real recordings are not shipped, so the MuJoCo Panda is made to look like one
 (:data:`REALITY`): Stribeck-like sigmoid joint friction (viscous + Coulomb with a
@@ -23,6 +24,10 @@ out:
   half's residual ``tau - Y theta`` (the identified model without its offsets, as the
   controller runs it) at 100 Hz, in time order, then predicting the held-out half.
 
+Another arm (``--robot path/to/arm.urdf``, :mod:`~adaptive_dynamics.experiments.robot_choice`)
+gets the same departures scaled to it: its parameter file's friction, the Panda's sensor
+bias as fractions of its effort limits, its model-derived PD gains.
+
 JSON (``realdata.json``, printed last): per-joint held-out nMSE ``nominal_nmse``,
 ``id_nmse``, ``id_consistent_nmse``, ``semiparam_nmse`` (per learner), and
 ``semiparam_vs_id_max``: the best learner's largest ratio over the joints of its nMSE
@@ -39,33 +44,45 @@ import time
 import numpy as np
 
 from . import save_plot, write_result
+from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
 
 #: the simulated robot's departures from the URDF (see the module docstring)
 REALITY = {"coulomb_scale": 1.5, "coulomb_smoothing": 0.05, "stribeck_ratio": 0.5, "stribeck_velocity": 0.05,
            "tau_bias": [0.4, -0.6, 0.3, 0.5, -0.15, 0.1, 0.08], "noise_std_tau": 0.05, "noise_std_v": 0.003,
            "noise_std_q": 2e-5, "ee_extra_mass": 0.5, "ee_extra_com": [0.0, 0.0, 0.03], "stamp_jitter_s": 5e-5}
 EXCITATION = {"amplitude": 0.4, "base_frequency": 0.1, "harmonics": 4}
-PD = {"lam": 10.0, "kd": [30.0, 30.0, 20.0, 20.0, 4.0, 4.0, 1.0]}
 LEARN_RATE_HZ = 100.0
 LEARNERS = ("gmm", "rbfn", "gp")
 TARGET = 0.5
 
 
-def record(seconds: float, seed: int = 0) -> dict:
+def torque_bias(robot: str, effort_limit) -> list:
+    """The sensor bias of :data:`REALITY` (the Panda's); another arm gets the same fractions
+    of its effort limits, the Panda's seven cycled over its joints."""
+    if robot == "panda":
+        return list(REALITY["tau_bias"])
+    from ..dynamics import RobotModel
+    frac = np.asarray(REALITY["tau_bias"]) / RobotModel("panda").effort_limit
+    lim = np.asarray(effort_limit, dtype=float)
+    return [round(float(frac[j % frac.size] * lim[j]), 4) for j in range(lim.size)]
+
+
+def record(seconds: float, seed: int = 0, robot: str = "panda") -> dict:
     """The excitation run: ``t`` (jittered stamps [s]), ``q``, ``qd``, ``tau`` (measured)."""
     from ..control import AdaptiveController
     from ..dynamics import RobotModel
     from ..robots import friction
     from ..sim.plant import MujocoPlant, RealityConfig
     from ..trajectories import ModifiedFourier
+    from .robot_choice import gains
 
-    m = RobotModel("panda")
-    fv, fc = friction("panda")
+    m = RobotModel(robot)
+    fv, fc = friction(robot)
     r = REALITY
     reality = RealityConfig(friction_viscous=fv, friction_coulomb=r["coulomb_scale"] * fc,
                             coulomb_smoothing=r["coulomb_smoothing"],
                             friction_stribeck=r["stribeck_ratio"] * r["coulomb_scale"] * fc,
-                            stribeck_velocity=r["stribeck_velocity"], tau_bias=r["tau_bias"],
+                            stribeck_velocity=r["stribeck_velocity"], tau_bias=torque_bias(robot, m.effort_limit),
                             noise_std_tau=r["noise_std_tau"], noise_std_v=r["noise_std_v"],
                             noise_std_q=r["noise_std_q"], payload_mass=r["ee_extra_mass"],
                             payload_com=r["ee_extra_com"], payload_enabled=True, seed=seed)
@@ -76,8 +93,8 @@ def record(seconds: float, seed: int = 0) -> dict:
                                   acc_limit=np.full(m.n, 10.0), margin=0.1)
     t = np.arange(0.0, seconds, 1e-3)
     Q, V, A = traj.sample_many(t)
-    plant = MujocoPlant("panda", reality=reality, q0=Q[0])
-    pd = AdaptiveController(m, "direct", pi0=m.parameters.copy(), **PD)   # PD + the URDF's model, no learning
+    plant = MujocoPlant(robot, reality=reality, q0=Q[0])
+    pd = AdaptiveController(m, "direct", pi0=m.parameters.copy(), **gains(robot))   # PD + the URDF's model
     out = np.empty((t.size, 3 * m.n))
     for k in range(t.size):
         _, q, v, tm = plant.state()
@@ -86,16 +103,16 @@ def record(seconds: float, seed: int = 0) -> dict:
     jitter = np.random.default_rng(seed + 1).normal(0.0, r["stamp_jitter_s"], t.size)
     n = m.n
     return {"t": t + jitter, "q": out[:, :n], "qd": out[:, n:2 * n], "tau": out[:, 2 * n:],
-            "joints": list(m.joint_names)}
+            "joints": list(m.joint_names), "effort_limit": m.effort_limit.copy()}
 
 
-def evaluate(rec: dict, learners, seed: int = 0) -> dict:
+def evaluate(rec: dict, learners, seed: int = 0, robot: str = "panda") -> dict:
     from ..dynamics import RobotModel
     from ..dynamics.identification import identify, identify_consistent, nmse
     from ..evaluation.identify import split_prepared
     from ..learning import make_learner
 
-    model = RobotModel("panda", friction=True)
+    model = RobotModel(robot, friction=True)
     t = rec["t"]
     (q, qd, qdd, tau), (qt, qdt, qddt, taut), counts = split_prepared(
         t, rec["q"], rec["qd"], rec["tau"], 0.5, 20.0, 0, where="realdata")
@@ -133,7 +150,7 @@ def evaluate(rec: dict, learners, seed: int = 0) -> dict:
     return res
 
 
-def _plot(res: dict, joints: list, out_dir: str, files: list) -> None:
+def _plot(res: dict, joints: list, out_dir: str, files: list, name: str = "panda") -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -146,9 +163,10 @@ def _plot(res: dict, joints: list, out_dir: str, files: list) -> None:
     for i, (label, vals) in enumerate(rows):
         ax.bar(x + (i - (len(rows) - 1) / 2) * w, vals, w, label=label)
     ax.set_yscale("log")
-    ax.set_xticks(x, [j.replace("panda_", "") for j in joints])
+    prefix = os.path.commonprefix(list(joints)) if len(joints) > 1 else ""
+    ax.set_xticks(x, [j[len(prefix):] or j for j in joints])
     ax.set_ylabel("held-out nMSE")
-    ax.set_title(f"Realistic Panda recording: best semi-parametric / LS-ID (max over joints)"
+    ax.set_title(f"Realistic {name} recording: best semi-parametric / LS-ID (max over joints)"
                  f" {res['semiparam_vs_id_max']} ({res['best_learner']})", fontsize=9)
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
@@ -171,16 +189,23 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=120.0, help="length of the excitation recording [s]")
     ap.add_argument("--learners", default=",".join(LEARNERS), help="comma-separated residual learners")
     ap.add_argument("--seed", type=int, default=0)
+    add_robot_args(ap, "panda", plural=False)
     args = ap.parse_args(argv)
+    robots = chosen_robots(args)
+    if len(robots) != 1:
+        ap.error("--robot takes one robot")
+    robot = robots[0]
     seconds = 30.0 if args.quick else args.seconds
     learners = [k for k in args.learners.split(",") if k]
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
-    rec = record(seconds, args.seed)
-    res = evaluate(rec, learners, args.seed)
+    rec = record(seconds, args.seed, robot)
+    res = evaluate(rec, learners, args.seed, robot)
     files: list = []
-    _plot(res, rec["joints"], args.out, files)
-    out = {"experiment": "realdata", "quick": bool(args.quick), "seconds": seconds, "reality": REALITY,
+    _plot(res, rec["joints"], args.out, files, label(robot))
+    out = {"experiment": "realdata", "robot": label(robot), **({} if is_shipped(robot) else {"urdf": robot}),
+           "quick": bool(args.quick), "seconds": seconds,
+           "reality": {**REALITY, "tau_bias": torque_bias(robot, rec["effort_limit"])},
            "excitation": EXCITATION, "learners": learners, **_round(res), "target": TARGET,
            "plots": [os.path.basename(f) for f in files], "runtime_s": round(time.perf_counter() - t0, 1)}
     return write_result(args.out, "realdata", out)

@@ -1,6 +1,6 @@
 """SCQP experiments (Khadivar, Chatzilygeroudis & Billard, sec. V-A, Fig. 2-5) in MuJoCo.
 
-``adaptive-dynamics experiment scqp --out DIR [--quick] [--robots iiwa14,panda]
+``adaptive-dynamics experiment scqp --out DIR [--quick] [--robots iiwa14,panda|URDF]
 [--tasks z,yz] [--replicates 20] [--episodes 10] [--seconds 10] [--jobs N]
 [--gp-subsample 5] [--gp-max-points 4000] [--adapt-stiffness 4]``
 
@@ -27,6 +27,11 @@ point from rest.  Approaches (:class:`~adaptive_dynamics.control.scqp.SCQPContro
   controller");
 * ``mrac``: the MRAC with the rigid-body model only (no GP).
 
+Any other arm: ``--robots path/to/arm.urdf`` starts at its
+:func:`~adaptive_dynamics.experiments.robot_choice.task_configuration` (the most
+manipulable of a set of poses in the middle of its joint ranges) with the friction of its
+parameter file.
+
 Each replicate (a noise seed) runs ``--episodes`` episodes of ``--seconds`` s; between
 episodes the GP is refitted on every 5th sample of all episodes so far (Algorithm 1) and
 the MRAC keeps its gains.  The tracking error of an episode is the mean over its control
@@ -52,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from . import save_plot, write_result
+from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
 
 #: start configuration per robot (the path starts at its end-effector pose)
 Q_START = {"panda": [0.0, -0.6, 0.0, -2.2, 0.0, 1.6, 0.785],
@@ -80,6 +86,16 @@ def path_for(task: dict):
     return figure_eight(task["size"], task["period"], task["plane"])
 
 
+def start_pose(robot: str, model=None) -> np.ndarray:
+    """:data:`Q_START` of a shipped robot; a URDF robot's
+    :func:`~adaptive_dynamics.experiments.robot_choice.task_configuration`."""
+    if robot in Q_START:
+        return np.asarray(Q_START[robot], dtype=float)
+    from ..dynamics import RobotModel
+    from .robot_choice import task_configuration
+    return task_configuration(model if model is not None else RobotModel(robot))
+
+
 def reality(robot: str, seed: int):
     from ..robots import friction
     from ..sim.plant import RealityConfig
@@ -97,7 +113,7 @@ def run_replicate(robot: str, task_name: str, method: str, seed: int, episodes: 
     from ..sim.plant import MujocoPlant
 
     model = RobotModel(robot)
-    q0 = np.asarray(Q_START[robot], dtype=float)
+    q0 = start_pose(robot, model)
     plant = MujocoPlant(robot, reality=reality(robot, seed), q0=q0)
     dt = 1.0 / RATE_HZ
     ctrl = SCQPController(model, dt=dt, mode=method, **GAINS, qp={"q_posture": q0},
@@ -227,7 +243,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="output directory (created)")
     ap.add_argument("--quick", action="store_true",
                     help="short version for tests: Panda, z task, 2 replicates x 3 episodes x 3 s")
-    ap.add_argument("--robots", default="iiwa14,panda", help="comma-separated: iiwa14, panda")
+    add_robot_args(ap, None, extra_help="; default iiwa14,panda, --quick: panda")
     ap.add_argument("--tasks", default="z,yz", help="comma-separated: z, yz")
     ap.add_argument("--replicates", type=int, default=20)
     ap.add_argument("--episodes", type=int, default=10)
@@ -245,12 +261,10 @@ def main(argv=None) -> int:
     residual = {**RESIDUAL, "subsample": args.gp_subsample, "max_points": args.gp_max_points}
     mrac = {**MRAC, "adapt_stiffness": args.adapt_stiffness}
     if args.quick:
-        args.robots, args.tasks, args.replicates, args.episodes, args.seconds = "panda", "z", 2, 3, 3.0
-    robots = [r for r in args.robots.split(",") if r]
+        args.tasks, args.replicates, args.episodes, args.seconds = "z", 2, 3, 3.0
+    args.robots = args.robots or ("panda" if args.quick else "iiwa14,panda")
+    robots = chosen_robots(args, allowed=Q_START)
     tasks = [t for t in args.tasks.split(",") if t]
-    for r in robots:
-        if r not in Q_START:
-            raise SystemExit(f"unknown robot {r!r}; available: {sorted(Q_START)}")
     for t in tasks:
         if t not in TASKS:
             raise SystemExit(f"unknown task {t!r}; available: {sorted(TASKS)}")
@@ -270,21 +284,24 @@ def main(argv=None) -> int:
     files: list[str] = []
     table: dict[str, Any] = {}
     for r in robots:
+        name = label(r)
         for t in tasks:
             res = [x for x in results if x["robot"] == r and x["task"] == t]
             summ = summarise(res)
             summ["task"] = TASKS[t]
-            table[f"{r}/{t}"] = summ
-            plot_errors(r, t, summ, args.out, files)
+            if not is_shipped(r):
+                summ["urdf"], summ["start_pose"] = r, [round(float(x), 4) for x in start_pose(r)]
+            table[f"{name}/{t}"] = summ
+            plot_errors(name, t, summ, args.out, files)
             first = next(x for x in res if x["method"] == "gp_pid" and x["seed"] == 0)
             last = next(x for x in res if x["method"] == "scqp" and x["seed"] == 0)
-            plot_traces(r, t, first, last, args.out, files)
-            print(f"[scqp] {r} {t}: episodes to the GP + PID final {summ['episodes_to_baseline']},"
+            plot_traces(name, t, first, last, args.out, files)
+            print(f"[scqp] {name} {t}: episodes to the GP + PID final {summ['episodes_to_baseline']},"
                   f" SCQP final / GP + PID final {summ['scqp_final_vs_gp_pid']}, QP failures {summ['qp_failures']}",
                   flush=True)
     etb = [v["episodes_to_baseline"] for v in table.values()]
     summary: dict[str, Any] = {
-        "experiment": "scqp", "quick": bool(args.quick), "robots": robots, "tasks": tasks,
+        "experiment": "scqp", "quick": bool(args.quick), "robots": [label(r) for r in robots], "tasks": tasks,
         "replicates": args.replicates, "episodes": args.episodes, "episode_s": args.seconds,
         "rate_hz": RATE_HZ, "payload_kg": PAYLOAD_KG, "noise": NOISE, "gains": GAINS, "residual": residual,
         "mrac": mrac,

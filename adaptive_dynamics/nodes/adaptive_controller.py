@@ -85,7 +85,10 @@ def specs() -> list[ParamSpec]:
                   choices=list(LAWS)),
         ParamSpec("lam", [10.0], "Lambda [1/s] of the sliding variable: 1 or n values (diagonal), or n*n"
                   " (symmetric positive definite)", type="float[]"),
-        ParamSpec("kd", [20.0], "K_D [Nm s/rad]: 1, n or n*n values (SPD)", type="float[]"),
+        ParamSpec("kd", [0.0], "K_D [Nm s/rad]: 1, n or n*n values (SPD); [0] = derived from the robot's model"
+                  " (adaptive_dynamics.control.gains: 4 x 10/s x M_jj at the middle of the joint ranges, within"
+                  " 1-20 % of each joint's effort limit per rad/s), what a robot without tuned gains gets, e.g."
+                  " one whose URDF comes from robot_description", type="float[]"),
         ParamSpec("gamma", [1.0], "direct law: Gamma, 1, b or b*b values (SPD; b = adapted parameters)",
                   type="float[]"),
         ParamSpec("gamma_scaling", "nominal", "direct law: Gamma = gamma * diag(s_i^2), s_i = |base parameter"
@@ -250,8 +253,22 @@ class AdaptiveControllerNode(JointControllerShell):
                 scale[i] = 1.0
         return scale ** 2
 
+    def _kd(self, value) -> np.ndarray:
+        """``kd`` as given, or the model-derived K_D for the ``[0]`` of "derive it"."""
+        kd = np.asarray(value, dtype=float)
+        if kd.size == 1 and kd[0] == 0.0:
+            if getattr(self, "_kd_model", None) is None:
+                from ..control.gains import default_gains
+                self._kd_model = np.asarray(default_gains(self.model)["kd"], dtype=float)
+                self.get_logger().info(f"kd: derived from the model (adaptive_dynamics.control.gains):"
+                                       f" {self._kd_model.tolist()} N m s/rad")
+            return self._kd_model
+        return kd
+
     def _gain_kwargs(self, p) -> dict:
-        g = {k: np.asarray(p[k], dtype=float) for k in ("lam", "kd", "gamma", "p0", "r")}
+        g = {k: np.asarray(p[k], dtype=float) for k in ("lam", "gamma", "p0", "r")}
+        g["kd"] = self._kd(p["kd"])
+        self.counters.set("kd_source", "model-derived" if g["kd"] is getattr(self, "_kd_model", None) else "parameter")
         scale = getattr(self, "_gscale", None)
         if scale is not None and g["gamma"].size == 1:
             g["gamma"] = float(g["gamma"][0]) * scale
@@ -263,7 +280,7 @@ class AdaptiveControllerNode(JointControllerShell):
         n, b = self.n, self.core.n_adapted
         try:
             for name, dim in (("lam", n), ("kd", n), ("gamma", b), ("p0", b), ("r", n)):
-                spd_gain(np.asarray(cand[name], dtype=float), dim, name)
+                spd_gain(self._kd(cand[name]) if name == "kd" else np.asarray(cand[name], dtype=float), dim, name)
         except ValueError as exc:
             return str(exc)
         return None

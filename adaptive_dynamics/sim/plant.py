@@ -445,16 +445,14 @@ class MujocoPlant:
                  integrator: str = "implicitfast", q0: Optional[ArrayLike] = None, end_effector: str = "hand"):
         import pinocchio as pin  # limits and joint order come from the same URDF parse as RobotModel's
 
-        from adaptive_dynamics.robots import ROBOT_NAMES, robot_config, urdf_path
+        from adaptive_dynamics.robots import default_ee_frame, urdf_path
 
         self.reality = reality if reality is not None else RealityConfig()
         if not isinstance(self.reality, RealityConfig):
             raise ValueError(f"reality must be a RealityConfig, got {type(self.reality).__name__}")
         robot_s = os.fspath(robot)
         self.urdf = urdf_path(robot_s)
-        ee_default = None
-        if robot_s in ROBOT_NAMES:
-            ee_default = robot_config(robot_s).get("ee_frame")
+        ee_default = default_ee_frame(robot_s)
         pm = pin.buildModelFromUrdf(self.urdf)
         if ee_default is None:
             ee_default = pm.frames[pm.nframes - 1].name
