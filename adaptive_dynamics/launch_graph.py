@@ -170,6 +170,9 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         ctl_params["reliable_streams"] = mode == "lockstep"
         if mode == "realtime":
             ctl_params["realtime_priority"] = REALTIME_PRIORITY
+            # never wait for a late reference batch (held reference or safe command at once):
+            # a wait makes every answer one period late for as long as the batches are late
+            ctl_params["reference_wait"] = 0.0
     nodes.append(NodeSpec(ctl, ctl, files, ctl_params, list(remaps), namespace))
     reg = regressor_node_for(nodes[-1], overrides.get(ctl, {})) if ctl == "adaptive_controller" else None
     if reg is not None:  # adaptive_controller.regressor_source: topics -> start the regressor node too

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MAX_PRIORITY", "raise_thread_priority", "set_fifo_priority", "thread_policies"]
+__all__ = ["MAX_PRIORITY", "OverloadTracker", "raise_thread_priority", "set_fifo_priority", "thread_policies"]
 
 #: highest priority offered: 99 is left to the kernel's own threads (watchdogs, migration)
 MAX_PRIORITY = 98
@@ -104,3 +104,103 @@ def thread_policies(pid: int | None = None) -> dict[int, tuple[str, int]]:
         except OSError:
             continue
     return out
+
+
+class OverloadTracker:
+    """Episodes of sustained deadline misses in a periodic loop, and their recovery.
+
+    :meth:`tick` is told, once per period, whether that period missed its deadline.
+    Isolated misses (a late wake-up, a DDS hiccup) are the loop's baseline; an
+    **episode** is a stretch in which at least ``start_misses`` of the last ``window``
+    periods missed (a stalled controller, a stalled simulator, a neighbour taking the
+    CPU).  A period is *dense* while at least half that many of the last ``window``
+    missed; the episode is over once ``quiet`` periods have passed without a dense one
+    (isolated misses do not prolong it).  Its ``duration_ms`` runs from the first miss
+    of the burst that started it to its last dense period (the time the loop was not
+    keeping up), ``missed`` counts the misses in between.
+
+    Allocation-free per tick (a fixed ring of booleans); the episode list keeps the
+    last ``keep`` episodes.  No ROS import: the bridge's real-time loop feeds it and
+    reports it in ``/diagnostics`` and its statistics.
+    """
+
+    def __init__(self, period_s: float, window: int = 20, start_misses: int = 10, quiet: int = 100,
+                 keep: int = 100):
+        if not (0 < start_misses <= window) or quiet < 1 or period_s <= 0:
+            raise ValueError("need 0 < start_misses <= window, quiet >= 1, period_s > 0")
+        self.period_ms = 1e3 * period_s
+        self.window, self.start_misses, self.quiet, self.keep = int(window), int(start_misses), int(quiet), int(keep)
+        self.dense_misses = max(1, self.start_misses // 2)
+        self._ring = [False] * self.window
+        self._i = 0
+        self._recent = 0           # misses among the last `window` periods
+        self._ticks = 0
+        self._burst_start = None   # first miss since the window last held none
+        self._first_miss = None    # the episode's first miss
+        self._last_dense = None    # the episode's last dense period
+        self._missed = 0           # misses since the episode started (its window's included)
+        self._missed_at_dense = 0  # ... up to its last dense period
+        self.active = False
+        self.episodes: list[dict] = []
+        self.count = 0
+
+    def tick(self, missed: bool) -> "str | None":
+        """Record one period; returns ``"start"`` / ``"end"`` when an episode starts or
+        ends at this period, else None."""
+        t = self._ticks
+        self._ticks += 1
+        old = self._ring[self._i]
+        if missed and self._recent - int(old) == 0:
+            self._burst_start = t
+        self._ring[self._i] = missed
+        self._i = (self._i + 1) % self.window
+        self._recent += int(missed) - int(old)
+        if self.active:
+            self._missed += int(missed)
+            if missed and self._recent >= self.dense_misses:
+                self._last_dense, self._missed_at_dense = t, self._missed
+            elif t - self._last_dense >= self.quiet:
+                self.active = False
+                self.episodes.append({
+                    "start_tick": self._first_miss, "end_tick": self._last_dense,
+                    "duration_ms": round((self._last_dense - self._first_miss + 1) * self.period_ms, 3),
+                    "missed": self._missed_at_dense})
+                del self.episodes[:-self.keep]
+                return "end"
+            return None
+        if missed and self._recent >= self.start_misses:
+            self.active = True
+            self.count += 1
+            self._first_miss = self._burst_start if self._burst_start is not None else t
+            self._last_dense = t
+            self._missed = self._missed_at_dense = self._recent
+            return "start"
+        return None
+
+    def skipped(self, periods: int) -> "str | None":
+        """Record ``periods`` periods the loop did not run at all (it woke that late: the
+        loop itself stalled) as missed; returns an episode start as :meth:`tick` does."""
+        event = None
+        for _ in range(max(0, int(periods))):
+            event = self.tick(True) or event
+        return event
+
+    @property
+    def ticks(self) -> int:
+        """Periods recorded so far (run or skipped)."""
+        return self._ticks
+
+    @property
+    def current_ms(self) -> float:
+        """How long the episode in progress has lasted so far (0 when none)."""
+        if not self.active or self._first_miss is None:
+            return 0.0
+        return (self._ticks - self._first_miss) * self.period_ms
+
+    def summary(self) -> dict:
+        """``overload_episodes``, ``overload_active``, ``overload_longest_ms``,
+        ``overload_last_ms`` (0 before any)."""
+        durations = [e["duration_ms"] for e in self.episodes]
+        return {"overload_episodes": self.count, "overload_active": self.active,
+                "overload_longest_ms": max(durations + [self.current_ms]) if durations or self.active else 0.0,
+                "overload_last_ms": durations[-1] if durations else 0.0}

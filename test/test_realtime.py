@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 from adaptive_dynamics.realtime import MAX_PRIORITY, raise_thread_priority, set_fifo_priority, thread_policies
@@ -156,3 +157,45 @@ def test_node_parameter_puts_the_node_process_on_fifo(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+# ------------------------------------------------------------------ overload episodes
+def _episodes(seq, **kw):
+    from adaptive_dynamics.realtime import OverloadTracker
+    o = OverloadTracker(1e-3, **kw)
+    events = [(i, e) for i, m in enumerate(seq) if (e := o.tick(bool(m)))]
+    return o, events
+
+
+def test_a_stall_is_one_episode_and_isolated_misses_are_none():
+    rng = np.random.default_rng(0)
+    base = rng.random(20000) < 0.01                       # a 1 % baseline of isolated misses
+    o, ev = _episodes(base)
+    assert o.count == 0 and ev == []
+    seq = base.copy()
+    seq[5000:5050] = True                                 # 50 ms without answers
+    o, ev = _episodes(seq)
+    assert o.count == 1 and [e for _, e in ev] == ["start", "end"]
+    (ep,) = o.episodes
+    assert ep["start_tick"] <= 5000 and 5049 <= ep["end_tick"] <= 5060, ep   # not prolonged by the baseline
+    assert 50.0 <= ep["duration_ms"] <= 62.0 and ep["missed"] >= 50
+    assert ev[1][0] == ep["end_tick"] + o.quiet           # declared over after `quiet` calm periods
+    s = o.summary()
+    assert s["overload_episodes"] == 1 and not s["overload_active"] and s["overload_last_ms"] == ep["duration_ms"]
+
+
+def test_episode_threshold_and_skipped_periods():
+    seq = np.zeros(1000, dtype=bool)
+    seq[100:109] = True                                   # 9 of 20: below the 10 that start one
+    o, _ = _episodes(seq)
+    assert o.count == 0
+    from adaptive_dynamics.realtime import OverloadTracker
+    o = OverloadTracker(1e-3)
+    for _ in range(10):
+        o.tick(False)
+    assert o.skipped(50) == "start" and o.active and o.ticks == 60 and o.current_ms == 50.0
+    for _ in range(200):
+        o.tick(False)
+    assert not o.active and o.episodes[0]["duration_ms"] == 50.0 and o.episodes[0]["start_tick"] == 10
+    with pytest.raises(ValueError):
+        OverloadTracker(1e-3, window=5, start_misses=6)

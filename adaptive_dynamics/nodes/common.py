@@ -56,6 +56,34 @@ def apply_realtime_priority(node, counters) -> bool:
     return ok
 
 
+def stall_spec() -> ParamSpec:
+    """``inject_stall_ms``: a fault drill for the hot nodes (bridge, controllers)."""
+    return ParamSpec("inject_stall_ms", 0.0, "fault drill: each set > 0 stalls this node's hot loop once for"
+                     " that many ms (what a page fault storm, a GC pause or a neighbour does), to watch the"
+                     " loop recover: the bridge reports the overload episode in /diagnostics; 0 = nothing",
+                     min=0.0, max=10000.0)
+
+
+class StallInjector:
+    """The hot loop's side of ``inject_stall_ms``: :meth:`take` sleeps once for each
+    value set (a plain attribute read otherwise)."""
+
+    def __init__(self, node):
+        self.node, self.pending_s, self.injected = node, 0.0, 0
+        node.p.on_change("inject_stall_ms", self._on_set)
+
+    def _on_set(self, _name, value) -> None:
+        if value > 0:
+            self.pending_s = float(value) * 1e-3
+
+    def take(self) -> None:
+        if self.pending_s:
+            s, self.pending_s = self.pending_s, 0.0
+            self.injected += 1
+            self.node.get_logger().warning(f"inject_stall_ms: stalling the hot loop for {1e3 * s:.0f} ms")
+            time.sleep(s)
+
+
 ROBOT_DESCRIPTION = "robot_description"
 
 

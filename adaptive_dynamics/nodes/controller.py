@@ -37,12 +37,13 @@ from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE_STREAM_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
-from .common import Throttle, apply_realtime_priority, load_robot, realtime_spec, robot_specs
+from .common import (StallInjector, Throttle, apply_realtime_priority, load_robot, realtime_spec, robot_specs,
+                     stall_spec)
 
 
 def shell_specs() -> list[ParamSpec]:
     """Parameters every joint controller node shares (matching, safety, diagnostics)."""
-    return robot_specs() + [
+    return robot_specs() + [stall_spec()] + [
         ParamSpec("reliable_streams", True, "subscribe to joint_states reliably (lockstep);"
                   " false = best effort (real-time streams)", read_only=True),
         ParamSpec("reference_tolerance", 0.0005, "max |reference stamp - state stamp| [s] for an exact"
@@ -50,7 +51,9 @@ def shell_specs() -> list[ParamSpec]:
         ParamSpec("reference_staleness", 0.02, "hold the last reference at most this long [s] when none"
                   " is stamped for the state's instant", min=0.0, max=10.0),
         ParamSpec("reference_wait", 1.0, "wall time [s] to wait for a missing reference before"
-                  " answering a state with the safe command", min=0.0, max=60.0),
+                  " answering a state with the newest reference within reference_staleness (held), else"
+                  " the safe command; 0 = never wait (real time: a late reference batch must not delay"
+                  " the answer)", min=0.0, max=60.0),
         ParamSpec("state_timeout", 0.1, "watchdog: wall time [s] without joint_states before the"
                   " safe command is published", min=0.001, max=60.0),
         ParamSpec("safe_mode", "damping", "safe command: zero torque, or zero + joint damping",
@@ -113,6 +116,7 @@ class JointControllerShell(Node):
         self._last_v = np.zeros(n)
         self._zeros = np.zeros(n)
         self.log_throttle = Throttle(1.0)
+        self.stall = StallInjector(self)
         self._setup_law()
         self.p.on_change("reference_staleness",
                          lambda _n, v: setattr(self.refs, "max_staleness_ns", int(v * 1e9)))
@@ -190,6 +194,7 @@ class JointControllerShell(Node):
 
     def _on_state(self, msg) -> None:
         """A joint state, serialized (``raw=True``) or as a message."""
+        self.stall.take()   # a fault drill (inject_stall_ms): the state waits like a stalled process's
         with self._cb_lock:
             self._last_state_wall = time.monotonic()
             try:
@@ -218,7 +223,8 @@ class JointControllerShell(Node):
                 self._publish(self._safe_command(), self._pending[0])
             self._pending = (stamp, q, v, effort)
             self._pending_since = time.monotonic()
-            self._try_pending()
+            if not self._try_pending() and self.p["reference_wait"] <= 0.0:
+                self._stop_waiting()   # real time: answer now, never wait for a reference
 
     def _try_pending(self, allow_stale: bool = False) -> bool:
         """Answer the pending state if its reference is here.  Only an exact stamp match
@@ -255,20 +261,26 @@ class JointControllerShell(Node):
         out[self.cmd_index] = tau_model
         self.pub_cmd.publish(encode_stamped_command(out, stamp))
 
+    def _stop_waiting(self) -> None:
+        """The pending state's reference did not come (within ``reference_wait``): answer
+        it with the newest reference within ``reference_staleness`` (held), else with the
+        safe command."""
+        stamp = self._pending[0]
+        if self._try_pending(allow_stale=True):
+            self.counters.inc("reference_held")
+        else:
+            self._pending = None
+            self.counters.inc("reference_missed")
+            if self.log_throttle("miss"):
+                self.get_logger().warning(f"no reference for t={stamp * 1e-9:.4f} s within"
+                                          f" {self.p['reference_wait']} s; safe command sent")
+            self._publish(self._safe_command(), stamp)
+
     def _watchdog(self) -> None:
         with self._cb_lock:
             now = time.monotonic()
             if self._pending is not None and now - self._pending_since > self.p["reference_wait"]:
-                stamp = self._pending[0]
-                if self._try_pending(allow_stale=True):
-                    self.counters.inc("reference_held")
-                else:
-                    self._pending = None
-                    self.counters.inc("reference_missed")
-                    if self.log_throttle("miss"):
-                        self.get_logger().warning(f"no reference for t={stamp * 1e-9:.4f} s within"
-                                                  f" {self.p['reference_wait']} s; safe command sent")
-                    self._publish(self._safe_command(), stamp)
+                self._stop_waiting()
             # a state still waiting for its reference is our silence, not the robot's: in
             # lockstep the bridge is waiting for us
             if self._pending is None and self._last_state_wall is not None \

@@ -64,9 +64,10 @@ from ..ros.stamps import from_ns
 from ..wire import JointStateEncoder
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
-from ..realtime import raise_thread_priority
+from ..realtime import OverloadTracker, raise_thread_priority
 from ..ros.qos import CLOCK_QOS, LOCKSTEP_COMMAND_QOS, REALTIME_COMMAND_QOS, PUBLISHER_STREAM_QOS
-from .common import SampleRing, Throttle, apply_realtime_priority, realtime_spec, resolve_urdf, robot_specs
+from .common import (SampleRing, StallInjector, Throttle, apply_realtime_priority, realtime_spec, resolve_urdf,
+                     robot_specs, stall_spec)
 
 
 def specs() -> list[ParamSpec]:
@@ -103,6 +104,7 @@ def specs() -> list[ParamSpec]:
                   read_only=True),
         ParamSpec("diagnostics_period", 1.0, "diagnostics period [s] (wall)", min=0.05, max=60.0),
         realtime_spec(),
+        stall_spec(),
         ParamSpec("hot_path_thread", True, "take commands on a lean companion node (<name>_io) with its"
                   " own executor thread (faster lockstep; see HotPath); in real time the 1 kHz loop"
                   " takes them itself between its ticks", read_only=True),
@@ -181,7 +183,10 @@ class MujocoBridgeNode(Node):
                                  end_effector=p["end_effector"])
         self.n = self.plant.n
         self.names = list(self.plant.joint_names)
-        self.counters = Counters("mujoco_bridge", self.get_fully_qualified_name())
+        self.counters = Counters("mujoco_bridge", self.get_fully_qualified_name(), warn_on=("overload_episodes",))
+        # real time: stretches of sustained deadline misses and their recovery (diagnostics)
+        self.overload = OverloadTracker(self.dt)
+        self.stall = StallInjector(self)
         self.throttle = Throttle(1.0)
         self.lock = threading.RLock()
         self.lockstep = p["mode"] == "lockstep"
@@ -208,6 +213,8 @@ class MujocoBridgeNode(Node):
         self.latency_ns = SampleRing(100_000)
         # real time: how late each tick woke (the simulator's own timing)
         self.tick_late_ns = SampleRing(100_000)
+        # real time: the periods (counted from the first tick) that missed their deadline
+        self.missed_ticks = SampleRing(100_000)
         # state stamp -> wall time it was published (CLOCK_REALTIME ns, the clock of the
         # DDS reception stamps the latency is measured against)
         self._published_at: dict[int, int] = {}
@@ -224,6 +231,7 @@ class MujocoBridgeNode(Node):
         self._ahead_late = False   # ... but its answer was received after the tick was due
         self._deadline_rt = 0      # the next tick, CLOCK_REALTIME ns (the reception stamps' clock)
         self._started = False
+        self._cmd_age_max = 0.0    # real time: oldest command a step ran on [sim s]
         self._start_wall = time.monotonic()
         # both modes start once the graph is connected (_ready): checked at 100 Hz until then;
         # lockstep keeps the timer at 10 Hz for its command timeout (every wake-up of this
@@ -284,6 +292,8 @@ class MujocoBridgeNode(Node):
         self.counters.inc("safe_steps")
 
     def _after_step(self) -> None:
+        if self.lockstep:
+            self.stall.take()
         if self.p["max_sim_time"] > 0 and self.plant.time >= self.p["max_sim_time"] - 1e-12:
             self._finish()
             return
@@ -425,36 +435,69 @@ class MujocoBridgeNode(Node):
                 self._wait_until(nxt, io)
                 late = clock() - nxt
                 self.tick_late_ns.add(max(late, 0))
+                skip_event = None
                 if late > period_ns:
                     self.counters.inc("late_steps")
                 nxt += period_ns
-                if clock() - nxt > 10 * period_ns:  # far behind: resynchronise
+                if (behind := clock() - nxt) > 10 * period_ns:
+                    # far behind: resynchronise.  The periods given up had no control at all
+                    # (the loop itself stalled): missed, as far as the robot is concerned
                     nxt = clock() + period_ns
+                    skipped = behind // period_ns
+                    for k in range(min(skipped, 100_000)):
+                        self.missed_ticks.add(self.overload.ticks + k)
+                    skip_event = self.overload.skipped(skipped)
+                    self.counters.inc("skipped_periods", skipped)
+                self.stall.take()   # a fault drill (inject_stall_ms): the loop itself stalls here
                 with self.lock:
                     if self._done:
                         break
                     self._deadline_rt = nxt + (time.time_ns() - clock())
-                    if self._ahead_late:
-                        self.counters.inc("deadline_misses")
+                    missed = self._ahead_late
                     if not self._ahead:
                         cmd = self._latest_cmd
-                        if cmd is not None and self._latest_stamp is not None:
-                            self.counters.inc("deadline_misses")  # the answer to the last state is not here
-                        if cmd is not None and self.plant.time - self._latest_cmd_time <= self.p["command_timeout"]:
+                        # the answer to the last state is not here (before the first one: start-up)
+                        missed = missed or (cmd is not None and self._latest_stamp is not None)
+                        age = self.plant.time - self._latest_cmd_time
+                        if cmd is not None and age <= self.p["command_timeout"]:
                             self.plant.step(cmd)
                             self.counters.inc("steps")
+                            if age > self._cmd_age_max:
+                                self._cmd_age_max = age
+                                self.counters.set("command_age_max_ms", round(1e3 * age, 3))
                         else:
                             if cmd is not None and self.throttle("rt_timeout"):
                                 self.get_logger().warning(f"no valid command for {self.p['command_timeout']}"
                                                           f" s: safe action ({self.p['safe_mode']})")
                             self.counters.inc("command_timeouts" if cmd is not None else "startup_steps")
                             self._safe_step()
+                    if missed:
+                        self.counters.inc("deadline_misses")
+                        self.missed_ticks.add(self.overload.ticks)
+                    event = self.overload.tick(missed) or skip_event
                     self._ahead = self._ahead_late = False
                     self._after_step()
+                if event is not None:
+                    self._overload_event(event)
                 self._housekeeping()
         finally:
             if io is not None:
                 io.release()
+
+    def _overload_event(self, event: str) -> None:
+        """Log an overload episode's start and end (rare: at most one line per episode)."""
+        o = self.overload
+        o_sum = o.summary()
+        self.counters.update({k: o_sum[k] for k in ("overload_active", "overload_longest_ms", "overload_last_ms")})
+        if event == "start":
+            self.counters.set("overload_episodes", o.count)
+            self.get_logger().warning(f"overload: {o.start_misses} of the last {o.window} cycles missed their"
+                                      f" deadline (episode {o.count}); running on the newest command within"
+                                      f" command_timeout, then the safe action")
+        else:
+            e = o.episodes[-1]
+            self.get_logger().info(f"overload episode {o.count} over: {e['missed']} missed cycles in"
+                                   f" {e['duration_ms']:.0f} ms; back on time for {o.quiet} cycles")
 
     def _wait_until(self, deadline_ns: int, io) -> None:
         """Until the tick: take commands as they arrive (``io``: block in the loop's own
@@ -513,6 +556,13 @@ class MujocoBridgeNode(Node):
         tick = (self.tick_late_ns.all() if window is None else self.tick_late_ns.recent(window)) * 1e-6
         if tick.size:
             out.update({"tick_late_p99_ms": float(np.percentile(tick, 99)), "tick_late_max_ms": float(tick.max())})
+        if not self.lockstep:
+            out.update(self.overload.summary())
+            out["command_age_max_ms"] = round(1e3 * self._cmd_age_max, 3)
+            if window is None:
+                out["overload"] = list(self.overload.episodes)
+                out["missed_ticks"] = self.missed_ticks.all().tolist()
+                out["ticks"] = self.overload.ticks
         return out
 
     def _write_stats(self) -> None:

@@ -1,0 +1,100 @@
+"""Recovery of the 1 kHz real-time loop from a transient overload, over real DDS with
+the nodes as separate processes (bridge, trajectory, controller as `launch sim
+mode:=realtime` starts them).
+
+A 50 ms stall is injected into the controller's hot path, later a 50 ms stall into the
+bridge's own loop, later a 120 ms controller stall (``inject_stall_ms``, the fault
+drill every hot node has).  Each one is an overload episode the bridge counts and
+reports in ``/diagnostics``; the deadline-miss rate is back at its baseline within 1 s
+of each stall; the plant never ran on a command older than ``command_timeout``: the
+120 ms stall ends in the safe action."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rcl_interfaces.srv import SetParameters
+from rclpy.parameter import Parameter
+from rosgraph_msgs.msg import Clock
+
+from adaptive_dynamics.launch_graph import build_graph
+from adaptive_dynamics.launcher import GraphProcess
+from adaptive_dynamics.ros.qos import CLOCK_QOS
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+STALLS = ((2.5, "controller", 50.0), (4.5, "mujoco_bridge", 50.0), (6.5, "controller", 120.0))   # sim s
+DURATION = 9.0
+COMMAND_TIMEOUT_MS = 50.0
+
+
+def test_the_loop_recovers_from_stalls_and_reports_them(ros, tmp_path):
+    stats_file = tmp_path / "stats.json"
+    nodes = build_graph("sim", robot="panda", mode="realtime", duration=DURATION,
+                        overrides={"mujoco_bridge": {"stats_file": str(stats_file),
+                                                     "command_timeout": COMMAND_TIMEOUT_MS * 1e-3}})
+    probe = ros.node("stall_driver")
+    clients = {n: probe.create_client(SetParameters, f"/{n}/set_parameters") for n in ("controller", "mujoco_bridge")}
+    clock, diags = [0.0], []
+    probe.create_subscription(Clock, "/clock", lambda m: clock.__setitem__(0, m.clock.sec + 1e-9 * m.clock.nanosec),
+                              CLOCK_QOS)
+    probe.create_subscription(DiagnosticArray, "/diagnostics",
+                              lambda m: diags.extend(s for s in m.status if "mujoco_bridge" in s.name), 50)
+    g = GraphProcess(nodes, echo=False)
+    try:
+        for at, node, ms in STALLS:
+            assert ros.spin_until(lambda: clock[0] >= at, timeout=60.0), f"sim time stuck at {clock[0]}"
+            req = SetParameters.Request(parameters=[Parameter("inject_stall_ms", value=ms).to_parameter_msg()])
+            (res,) = ros.call(clients[node], req).results
+            assert res.successful, res.reason
+        ros.spin_until(lambda: clock[0] >= DURATION - 0.3, timeout=60.0)   # the last diagnostics too
+        rc, why = g.wait(timeout=60.0)
+    finally:
+        g.stop()
+    assert rc == 0, (why, {k: v[-10:] for k, v in g.logs.items()})
+    st = json.loads(stats_file.read_text())
+
+    # every stall is an overload episode, over (the misses back to isolated ones) well within 1 s
+    # of its start; the host may add short episodes of its own (a vCPU taken away)
+    eps = st["overload"]
+    assert st["overload_episodes"] == len(eps) >= len(STALLS), eps
+    stall_eps = []
+    for at, node, ms in STALLS:   # the drill is set once the probe sees /clock (20 Hz) pass `at`
+        match = [e for e in eps if e["start_tick"] <= 1000 * at + 400 and e["end_tick"] >= 1000 * at]
+        assert match, (node, at, eps)
+        e = match[0]
+        assert ms - 5 <= e["duration_ms"] <= 1000.0, (node, ms, e)
+        stall_eps.append(e)
+    assert all(e["duration_ms"] <= 1000.0 for e in eps), eps
+    # the miss rate: before the first stall (baseline) and from 1 s after each stall's episode
+    # to the next stall, at most the baseline + 1 %; the periods of the host's own episodes
+    # (each reported, each over within 1 s: asserted above) are left out of both
+    missed = np.asarray(st["missed_ticks"])
+    ticks = np.arange(st["ticks"])
+    own = np.zeros(st["ticks"], dtype=bool)
+    for e in eps:
+        if e not in stall_eps:
+            own[e["start_tick"]:e["end_tick"] + 1] = True
+    is_missed = np.zeros(st["ticks"], dtype=bool)
+    is_missed[missed[missed < st["ticks"]]] = True
+
+    def rate(a, b):
+        keep = (ticks >= a) & (ticks < b) & ~own
+        return float(np.sum(is_missed & keep)) / max(1, int(np.sum(keep)))
+
+    baseline = rate(500, stall_eps[0]["start_tick"])
+    nxt = [e["start_tick"] for e in stall_eps[1:]] + [st["ticks"]]
+    for e, end in zip(stall_eps, nxt):
+        after = rate(e["end_tick"] + 1000, end)
+        where = [int(t) for t in missed if e["end_tick"] + 1000 <= t < end]
+        assert after <= baseline + 0.01, (e, after, baseline, where, eps)
+    # the plant never ran on a command older than command_timeout: the 120 ms stall ends in
+    # the safe action
+    assert st["command_age_max_ms"] <= COMMAND_TIMEOUT_MS + 1.0, st["command_age_max_ms"]
+    assert st["command_timeouts"] >= 1
+    # /diagnostics said so
+    last = {kv.key: kv.value for kv in diags[-1].values}
+    assert int(last["overload_episodes"]) == len(eps), last
+    assert float(last["overload_longest_ms"]) >= 100.0
+    assert any(s.level == DiagnosticStatus.WARN for s in diags), "no WARN status for the overload episodes"
