@@ -567,7 +567,8 @@ class RobotModel:
 
     # ------------------------------------------------------------ rigid-body terms
     def _state(self, **named):
-        return tuple(as_vector(v, self.n, k) for k, v in named.items())
+        n = self.n
+        return tuple([as_vector(v, n, k) for k, v in named.items()])
 
     def mass_matrix(self, q) -> np.ndarray:
         (q,) = self._state(q=q)
@@ -595,7 +596,8 @@ class RobotModel:
 
     def inverse_dynamics(self, q, v, a) -> np.ndarray:
         """tau = M a + C v + g (+ friction when enabled) for the current pi."""
-        q, v, a = self._state(q=q, v=v, a=a)
+        n = self.n
+        q, v, a = as_vector(q, n, "q"), as_vector(v, n, "v"), as_vector(a, n, "a")
         tau = np.array(self._lin.eval(pin.rnea, q, v, a))
         if self.friction:
             tau += self.friction_torque(v)

@@ -4,12 +4,18 @@ from __future__ import annotations
 import numpy as np
 
 
+_F64 = np.dtype(np.float64)
+
+
 def as_vector(x, n: int, name: str) -> np.ndarray:
     """Return ``x`` as a contiguous float64 vector of length ``n`` or raise ``ValueError``.
 
     The message names the argument, the expected and actual length, and the first
     non-finite entry (NaN/inf) if any.
     """
+    if type(x) is np.ndarray and x.shape == (n,) and x.dtype == _F64 and x.flags.c_contiguous \
+            and np.isfinite(x).all():   # the hot path's case: already a valid vector (returned as is)
+        return x
     try:
         arr = np.ascontiguousarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -241,7 +241,7 @@ class JointControllerShell(Node):
         tau = self._control(stamp, q, v, effort, ref, qd, qdd)
         if tau is None:
             tau = self._safe_command()
-        elif not np.all(np.isfinite(tau)):
+        elif not np.isfinite(tau).all():
             self.counters.inc("nonfinite_torque")
             if self.log_throttle("nan"):
                 self.get_logger().error("control law produced a non-finite torque; sending the safe command")

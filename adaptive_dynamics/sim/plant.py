@@ -530,6 +530,8 @@ class MujocoPlant:
         self.tau_bias = _per_joint(r.tau_bias, n, "tau_bias", nonneg=False)
         seed = r.seed
         self._rng = np.random.default_rng(None if seed is None or seed < 0 else int(seed))
+        # no noise at all: the measurements are the state (no draws: the stream only feeds noise)
+        self._noisy = bool(np.any(self.noise_std_q) or np.any(self.noise_std_v) or np.any(self.noise_std_tau))
         self.model.dof_damping[self._di] = self.friction_viscous
 
         # ---- reality: link scaling (static), then the payload (switchable)
@@ -621,11 +623,11 @@ class MujocoPlant:
         if arr.ndim != 1 or arr.shape[0] != self.n:
             raise ValueError(f"{what} has shape {arr.shape} ({arr.size} values), expected {self.n} values "
                              f"for joints {self.joint_names}")
-        bad = np.flatnonzero(~np.isfinite(arr))
-        if bad.size:
+        if not np.isfinite(arr).all():
+            bad = np.flatnonzero(~np.isfinite(arr))
             detail = ", ".join(f"{self.joint_names[i]} (index {i}) = {arr[i]}" for i in bad)
             raise ValueError(f"{what} is not finite at {detail}")
-        return arr.copy()
+        return arr.copy() if arr is value else arr
 
     def _body_id(self, name: str, what: str) -> int:
         bid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
@@ -748,9 +750,14 @@ class MujocoPlant:
         self._draw_noise()
 
     def _draw_noise(self) -> None:
+        d = self.data
+        if not self._noisy:
+            self._q_meas = d.qpos[self._qi]           # fancy indexing: copies
+            self._v_meas = d.qvel[self._di]
+            self._tau_meas = self._tau_applied + self.tau_bias
+            return
         n, rng = self.n, self._rng
         z = rng.standard_normal(3 * n)  # always 3n draws: the stream does not depend on which stds are 0
-        d = self.data
         self._q_meas = d.qpos[self._qi] + self.noise_std_q * z[:n]
         self._v_meas = d.qvel[self._di] + self.noise_std_v * z[n:2 * n]
         self._tau_meas = self._tau_applied + self.tau_bias + self.noise_std_tau * z[2 * n:]
@@ -808,8 +815,11 @@ class MujocoPlant:
         m, d, lim = self.model, self.data, self.effort_limit
         sat = np.abs(tau) > lim
         self.saturated = sat
-        self.saturation_count += sat
-        tau_applied = np.clip(tau, -lim, lim)
+        if sat.any():
+            self.saturation_count += sat
+            tau_applied = np.clip(tau, -lim, lim)
+        else:
+            tau_applied = tau
 
         v = d.qvel[self._di].copy()
         fv, fc, eps = self.friction_viscous, self.friction_coulomb, self.coulomb_smoothing
@@ -838,12 +848,12 @@ class MujocoPlant:
         warn_before = self._warning_count()
         if self.integrator == "rk4":
             mujoco.mj_forward(m, d)  # RK4 overwrites qacc with its last stage's: keep the step-start one
-            qacc = d.qacc[self._di].copy()
+            qacc = d.qacc[self._di]
             mujoco.mj_step(m, d)
         else:
             mujoco.mj_step(m, d)    # qacc is that of mj_forward at the step start
-            qacc = d.qacc[self._di].copy()
-        if self._warning_count() != warn_before or not (np.all(np.isfinite(d.qpos)) and np.all(np.isfinite(d.qvel))):
+            qacc = d.qacc[self._di]
+        if self._warning_count() != warn_before or not (np.isfinite(d.qpos).all() and np.isfinite(d.qvel).all()):
             raise SimulationDiverged(
                 f"MuJoCo flagged an unstable simulation at t={d.time:.6f} s (it resets the state); "
                 f"last torque {tau_applied.tolist()} -- reduce the timestep or the gains")
