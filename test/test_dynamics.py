@@ -766,3 +766,22 @@ def test_joint_index_by_name():
         rm.joint_index(names[:-1])
     with pytest.raises(ValueError, match="unexpected"):
         rm.joint_index(names + ["bogus"])
+
+
+def test_inverse_dynamics_checks_every_input_on_its_fast_path():
+    """Valid float64 vectors take one combined finiteness test; a NaN or inf in any of
+    q, v, a is still refused naming it, and other array-likes are converted as before."""
+    import pinocchio as pin
+    m = RobotModel("panda")
+    rng = np.random.default_rng(3)
+    q, v, a = m.random_state(rng)
+    pm = pin.buildModelFromUrdf(m.urdf_path)
+    ref = pin.rnea(pm, pm.createData(), q, v, a)
+    np.testing.assert_allclose(m.inverse_dynamics(q, v, a), ref, atol=1e-9)
+    np.testing.assert_allclose(m.inverse_dynamics(list(q), tuple(v), a.astype(np.float32).astype(float)), ref,
+                               atol=1e-9)
+    for name, bad in (("q", np.nan), ("v", np.inf), ("a", -np.inf)):
+        args = {"q": q.copy(), "v": v.copy(), "a": a.copy()}
+        args[name][2] = bad
+        with pytest.raises(ValueError, match=f"^{name}: entry 2"):
+            m.inverse_dynamics(**args)

@@ -64,9 +64,11 @@ class ComputedTorqueController(PDController):
 
 def saturate(tau: np.ndarray, limit: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
     """Clip ``tau`` to +-``limit`` in place; increment ``counts`` where clipped."""
-    if counts is not None:
-        counts += np.abs(tau) > limit
-    np.clip(tau, -limit, limit, out=tau)
+    over = np.abs(tau) > limit
+    if over.any():   # the usual case: nothing to clip
+        if counts is not None:
+            counts += over
+        np.clip(tau, -limit, limit, out=tau)
     return tau
 
 

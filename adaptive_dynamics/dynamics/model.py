@@ -596,8 +596,9 @@ class RobotModel:
 
     def inverse_dynamics(self, q, v, a) -> np.ndarray:
         """tau = M a + C v + g (+ friction when enabled) for the current pi."""
-        n = self.n
-        q, v, a = as_vector(q, n, "q"), as_vector(v, n, "v"), as_vector(a, n, "a")
+        if not _valid_vectors(self.n, q, v, a):   # one test for the hot path's valid arrays
+            n = self.n
+            q, v, a = as_vector(q, n, "q"), as_vector(v, n, "v"), as_vector(a, n, "a")
         tau = np.array(self._lin.eval(pin.rnea, q, v, a))
         if self.friction:
             tau += self.friction_torque(v)
@@ -932,6 +933,18 @@ class RobotModel:
         v = v_scale * rng.standard_normal(self.n)
         a = a_scale * rng.standard_normal(self.n)
         return q, v, a
+
+
+def _valid_vectors(n: int, *xs) -> bool:
+    """All ``xs`` are contiguous float64 vectors of length ``n`` with finite entries (one
+    ``isfinite`` over their sum: a NaN or inf in any of them propagates into it)."""
+    for x in xs:
+        if type(x) is not np.ndarray or x.shape != (n,) or x.dtype != np.float64 or not x.flags.c_contiguous:
+            return False
+    total = xs[0] + xs[1]
+    for x in xs[2:]:
+        total += x
+    return bool(np.isfinite(total).all())
 
 
 def _load_pinocchio_model(urdf):
