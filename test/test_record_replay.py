@@ -262,3 +262,33 @@ def test_replayer_loop_stop_and_plan(ros, tmp_path):
     assert published[:10] == published[10:20]  # the second pass repeats the first
     with pytest.raises(ValueError, match="rate"):
         Replayer(ros.node("bad"), plan, rate=-1.0)
+
+
+@pytest.mark.ros
+def test_recorder_ends_only_after_the_simulator_it_saw_is_gone(ros, ctx, tmp_path):
+    """exit_when_idle: a /diagnostics message from a node that started before the
+    simulator must not end the recording; once a joint_states publisher came, published
+    and went, the recorder closes the bag and ends."""
+    from diagnostic_msgs.msg import DiagnosticArray
+    from sensor_msgs.msg import JointState
+
+    from adaptive_dynamics.nodes.recorder import RecorderNode
+    from adaptive_dynamics.ros.qos import PUBLISHER_STREAM_QOS
+
+    rec = ros.add(RecorderNode, bag=str(tmp_path / "bag"), exit_when_idle=0.3,
+                  topics=["joint_states", "/diagnostics"])
+    other = ros.node("early")
+    diag = other.create_publisher(DiagnosticArray, "/diagnostics", 10)
+    assert ros.spin_until(lambda: diag.get_subscription_count() >= 1)
+    diag.publish(DiagnosticArray())
+    ros.spin_for(1.5)                                    # idle, but no simulator seen: keeps going
+    assert ctx.ok() and not rec.writer.closed
+    sim = ros.node("sim")
+    pub = sim.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
+    assert ros.spin_until(lambda: pub.get_subscription_count() >= 1)
+    pub.publish(JointState(name=["j"], position=[0.0]))
+    ros.spin_for(0.5)
+    assert ctx.ok() and not rec.writer.closed            # the simulator is still there
+    sim.destroy_publisher(pub)
+    assert ros.spin_until(lambda: rec.writer.closed, timeout=5.0)
+    assert rec.writer.counts.get("/joint_states") == 1

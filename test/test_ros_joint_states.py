@@ -77,3 +77,26 @@ def test_joint_state_mapper_rejects_nonfinite_and_bad_lengths():
         m.map(bad)
     with pytest.raises(JointMismatchError, match="duplicate"):
         m.map(joint_state_msg(0, JOINTS + ["fr3_joint1"], [0, 0, 0, 0]))
+
+
+def test_serialized_states_take_the_one_test_path_with_the_same_answers():
+    """A serialized state with all three fields is checked with one finiteness test; any
+    NaN/inf then falls back to the per-field checks: the same error naming the field and
+    joint, the same all-NaN-as-missing rule, the same arrays as the message path."""
+    from rclpy.serialization import serialize_message
+    m = JointStateMapper(JOINTS)
+    names = [JOINTS[2], JOINTS[0], JOINTS[1]]
+
+    def both(p, v, e):
+        msg = joint_state_msg(5, names, p, v, e)
+        return m.map(serialize_message(msg)), msg
+
+    (stamp, q, v, e), msg = both([0.3, 0.1, 0.2], [3.0, 1.0, 2.0], [30.0, 10.0, 20.0])
+    ref = m.map(msg)
+    assert stamp == ref[0] == 5
+    for a, b in zip((q, v, e), ref[1:]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(q, [0.1, 0.2, 0.3])
+    with pytest.raises(NonFiniteError, match=r"'velocity'.*" + JOINTS[1] + "=inf"):
+        both([0.3, 0.1, 0.2], [3.0, 1.0, np.inf], [0.0] * 3)
+    assert both([0.3, 0.1, 0.2], [3.0, 1.0, 2.0], [np.nan] * 3)[0][3] is None

@@ -102,6 +102,7 @@ class JointControllerShell(Node):
         self.model, self.joint_names = load_robot(self.p, self, **self._model_kwargs())
         n = self.n = self.model.n
         self.cmd_index = self.model.joint_index(self.joint_names)  # model joint k -> command slot
+        self._cmd_identity = bool(np.array_equal(self.cmd_index, np.arange(n)))
         self.limit = self.model.effort_limit.copy()
         self.mapper = JointStateMapper(self.model.joint_names)
         self.refs = self._make_references()
@@ -260,8 +261,11 @@ class JointControllerShell(Node):
         return np.zeros(self.n)
 
     def _publish(self, tau_model: np.ndarray, stamp) -> None:
-        out = np.empty(self.n)
-        out[self.cmd_index] = tau_model
+        if self._cmd_identity:   # command order = model order (the usual case)
+            out = tau_model
+        else:
+            out = np.empty(self.n)
+            out[self.cmd_index] = tau_model
         self.pub_cmd.publish(encode_stamped_command(out, stamp))
 
     def _stop_waiting(self) -> None:

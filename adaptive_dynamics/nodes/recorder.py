@@ -64,7 +64,7 @@ class RecorderNode(Node):
                       " bags/run_<YYYYmmdd_HHMMSS>", read_only=True),
             ParamSpec("topics", DEFAULT_TOPICS, "topics to record", read_only=True, type="str[]"),
             ParamSpec("exit_when_idle", 0.0, "> 0: after the first message, close the bag and exit (code 0)"
-                      " once the joint_states publisher is gone (the simulation ended) and nothing"
+                      " once the joint_states publisher it saw is gone (the simulation ended) and nothing"
                       " arrived for this many wall seconds (the queue is drained); a stalled but"
                       " living graph never ends the recording", min=0.0, read_only=True),
             ParamSpec("wait_for_publishers", [""], "subscribe joint_states (which the lockstep bridge"
@@ -72,6 +72,7 @@ class RecorderNode(Node):
                       " publisher ([''] = no wait)", read_only=True, type="str[]"),
         ])
         self._last_msg = None
+        self._state_source_seen = False   # a joint_states publisher was matched, or a state arrived
         if self.p["exit_when_idle"] > 0:
             steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
             self.create_timer(0.2, self._idle_check, clock=steady)
@@ -120,9 +121,13 @@ class RecorderNode(Node):
         self.get_logger().info(f"matched publishers of {self._wait}: recording joint_states")
 
     def _idle_check(self) -> None:
+        publishers = self.count_publishers(self.resolve_topic_name("joint_states"))
+        self._state_source_seen = self._state_source_seen or publishers > 0
         if self._last_msg is None or time.monotonic() - self._last_msg <= self.p["exit_when_idle"]:
             return
-        if self.count_publishers(self.resolve_topic_name("joint_states")) == 0:
+        # "gone" needs it to have been there: a /diagnostics message from a node that started
+        # first must not end the recording before the simulator is even discovered
+        if publishers == 0 and self._state_source_seen:
             self.get_logger().info("idle: closing the bag and exiting")
             self.writer.close()
             rclpy.try_shutdown(context=self.context)
@@ -131,6 +136,8 @@ class RecorderNode(Node):
         # the idle timer is armed by the streams, not by latched/transient-local history
         if self._last_msg is not None or not topic.endswith(("reference", "parameters")):
             self._last_msg = time.monotonic()
+        if topic.endswith("joint_states"):
+            self._state_source_seen = True
         if not self.writer.closed:
             self.writer.write(topic, self.get_clock().now().nanoseconds, data)
 
