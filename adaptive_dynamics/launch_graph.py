@@ -111,7 +111,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     ``joints`` to use a subset of its moving joints, the others locked; ``ee_frame``; a
     generated parameter file with model-derived gains replaces ``config/<robot>.yaml``),
     or ``robot_description``: every node takes the URDF from that topic at start (gains
-    from the scenario's parameter file and the overrides).
+    from the scenario's parameter file and the overrides; the adaptive controller's K_D,
+    unless set, derived from the model it received).
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; available: {list(SCENARIOS)}")

@@ -113,11 +113,11 @@ class OverloadTracker:
     Isolated misses (a late wake-up, a DDS hiccup) are the loop's baseline; an
     **episode** is a stretch in which at least ``start_misses`` of the last ``window``
     periods missed (a stalled controller, a stalled simulator, a neighbour taking the
-    CPU).  A period is *dense* while at least half that many of the last ``window``
-    missed; the episode is over once ``quiet`` periods have passed without a dense one
-    (isolated misses do not prolong it).  Its ``duration_ms`` runs from the first miss
-    of the burst that started it to its last dense period (the time the loop was not
-    keeping up), ``missed`` counts the misses in between.
+    CPU).  A missed period is *dense* when at least half that many of the last
+    ``window`` missed; the episode is over once ``quiet`` periods have passed without a
+    dense one (isolated misses do not prolong it).  Its ``duration_ms`` runs from the
+    oldest miss in the window that started it to its last dense period (the time the loop
+    was not keeping up), ``missed`` counts the misses in between.
 
     Allocation-free per tick (a fixed ring of booleans); the episode list keeps the
     last ``keep`` episodes.  No ROS import: the bridge's real-time loop feeds it and
@@ -135,7 +135,6 @@ class OverloadTracker:
         self._i = 0
         self._recent = 0           # misses among the last `window` periods
         self._ticks = 0
-        self._burst_start = None   # first miss since the window last held none
         self._first_miss = None    # the episode's first miss
         self._last_dense = None    # the episode's last dense period
         self._missed = 0           # misses since the episode started (its window's included)
@@ -150,8 +149,6 @@ class OverloadTracker:
         t = self._ticks
         self._ticks += 1
         old = self._ring[self._i]
-        if missed and self._recent - int(old) == 0:
-            self._burst_start = t
         self._ring[self._i] = missed
         self._i = (self._i + 1) % self.window
         self._recent += int(missed) - int(old)
@@ -171,19 +168,34 @@ class OverloadTracker:
         if missed and self._recent >= self.start_misses:
             self.active = True
             self.count += 1
-            self._first_miss = self._burst_start if self._burst_start is not None else t
+            self._first_miss = self._oldest_miss(t)
             self._last_dense = t
             self._missed = self._missed_at_dense = self._recent
             return "start"
         return None
 
-    def skipped(self, periods: int) -> "str | None":
+    def _oldest_miss(self, t: int) -> int:
+        """The tick of the oldest miss among the last ``window`` periods (``t`` the newest)."""
+        w = self.window
+        for k in range(w):                       # the ring from its oldest slot on
+            if self._ring[(self._i + k) % w]:
+                return t - (w - 1 - k)
+        return t
+
+    def skipped(self, periods: int) -> list:
         """Record ``periods`` periods the loop did not run at all (it woke that late: the
-        loop itself stalled) as missed; returns an episode start as :meth:`tick` does."""
-        event = None
-        for _ in range(max(0, int(periods))):
-            event = self.tick(True) or event
-        return event
+        loop itself stalled) as missed; returns the events, as :meth:`tick` gives them.
+        Bounded work: after ``window`` missed periods an episode is running and the rest
+        only lengthens it."""
+        periods = max(0, int(periods))
+        head = min(periods, self.window)
+        events = [e for e in (self.tick(True) for _ in range(head)) if e]
+        rest = periods - head
+        if rest:
+            self._ticks += rest
+            self._missed += rest
+            self._last_dense, self._missed_at_dense = self._ticks - 1, self._missed
+        return events
 
     @property
     def ticks(self) -> int:

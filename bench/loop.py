@@ -14,7 +14,9 @@ nodes as separate processes over DDS (started like `adaptive-dynamics launch sim
       period less the tick's wake-up lateness (``realtime_tick_late_p99_ms``).
       ``deadline_miss_rate`` = misses / cycles, where the cycles are the steps after
       the first command arrived (the start-up steps before the controller is up are
-      not counted; they are reported as ``realtime_startup_steps``).
+      not counted; they are reported as ``realtime_startup_steps``); periods the
+      bridge's loop slept through and gave up when it resynchronised
+      (``realtime_skipped_periods``) count as cycles and as misses.
       ``realtime_late_commands`` (received more than a period after their state) and
       ``realtime_unanswered`` (never received) break the misses down;
     * ``realtime_late_steps``: steps at which the bridge's own 1 kHz loop was more
@@ -208,11 +210,12 @@ def realtime(seconds: float, robot: str, reliable: bool) -> dict:
     stats, wall, why = run_graph("realtime", seconds + STARTUP_SLACK_S, robot, budget=seconds + 40,
                                  overrides={"controller": {"reliable_streams": reliable}})
     startup = int(stats.get("startup_steps", 0))
-    cycles = int(stats.get("plant_steps", 0)) - startup
+    skipped = int(stats.get("skipped_periods", 0))      # periods a stalled bridge never ran: missed
+    cycles = int(stats.get("plant_steps", 0)) - startup + skipped
     answered = int(stats.get("latency_samples", 0))
-    misses = int(stats.get("deadline_misses", 0))
+    misses = int(stats.get("deadline_misses", 0)) + skipped
     late = int(stats.get("late_commands", 0))
-    never = max(0, cycles - answered)
+    never = max(0, cycles - skipped - answered)
     return {
         "realtime_controller_qos": "reliable, depth 10" if reliable else "best effort, depth 1",
         "realtime_p50_ms": round(stats.get("latency_p50_ms", float("nan")), 4),
@@ -224,6 +227,7 @@ def realtime(seconds: float, robot: str, reliable: bool) -> dict:
         "realtime_late_commands": late,
         "realtime_unanswered": never,
         "realtime_late_steps": int(stats.get("late_steps", 0)),
+        "realtime_skipped_periods": skipped,
         "realtime_tick_late_p99_ms": round(stats.get("tick_late_p99_ms", float("nan")), 4),
         "realtime_command_timeouts": int(stats.get("command_timeouts", 0)),
         "realtime_overload_episodes": int(stats.get("overload_episodes", 0)),
@@ -517,7 +521,7 @@ def main() -> int:
                     " default best effort depth 1, the real-time setting the README documents")
     ap.add_argument("--quick", action="store_true", help="3 s each")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="run (a), (b) and (c) this many times (the README's figures: --repeat 5, ~4 min);"
+                    help="run (a), (b) and (c) this many times (the README's figures: --repeat 5, ~3 min);"
                          " the JSON gives the medians, the worst and every run's figures")
     ap.add_argument("--floor-s", type=float, default=8.0, help="seconds of the platform-floor exchange (c);"
                     " 0 skips it (default 8)")

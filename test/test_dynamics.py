@@ -778,8 +778,9 @@ def test_inverse_dynamics_checks_every_input_on_its_fast_path():
     pm = pin.buildModelFromUrdf(m.urdf_path)
     ref = pin.rnea(pm, pm.createData(), q, v, a)
     np.testing.assert_allclose(m.inverse_dynamics(q, v, a), ref, atol=1e-9)
-    np.testing.assert_allclose(m.inverse_dynamics(list(q), tuple(v), a.astype(np.float32).astype(float)), ref,
-                               atol=1e-9)
+    a32 = a.astype(np.float32)                          # converted, not taken as is
+    ref32 = pin.rnea(pm, pm.createData(), q, v, a32.astype(float))
+    np.testing.assert_allclose(m.inverse_dynamics(list(q), tuple(v), a32), ref32, atol=1e-9)
     for name, bad in (("q", np.nan), ("v", np.inf), ("a", -np.inf)):
         args = {"q": q.copy(), "v": v.copy(), "a": a.copy()}
         args[name][2] = bad

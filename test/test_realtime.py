@@ -193,9 +193,36 @@ def test_episode_threshold_and_skipped_periods():
     o = OverloadTracker(1e-3)
     for _ in range(10):
         o.tick(False)
-    assert o.skipped(50) == "start" and o.active and o.ticks == 60 and o.current_ms == 50.0
+    assert o.skipped(50) == ["start"] and o.active and o.ticks == 60 and o.current_ms == 50.0
     for _ in range(200):
         o.tick(False)
     assert not o.active and o.episodes[0]["duration_ms"] == 50.0 and o.episodes[0]["start_tick"] == 10
     with pytest.raises(ValueError):
         OverloadTracker(1e-3, window=5, start_misses=6)
+
+
+def test_an_episode_starts_at_the_oldest_miss_of_its_window_not_an_old_isolated_one():
+    """Isolated misses every 15 periods keep the window non-empty; the episode of a later
+    burst starts within the burst's window, and a second burst's episode after the first."""
+    seq = np.zeros(3000, dtype=bool)
+    seq[100:1000:15] = True                               # a dense baseline of isolated misses
+    seq[1000:1030] = True                                 # burst 1 (30 periods)
+    seq[1200:1300:15] = True
+    seq[1300:1340] = True                                 # burst 2 (40 periods)
+    o, _ = _episodes(seq)
+    e1, e2 = o.episodes
+    assert 1000 - 20 < e1["start_tick"] <= 1000 and e1["end_tick"] == 1029
+    assert e1["duration_ms"] <= 50.0 and e1["missed"] >= 30
+    assert e2["start_tick"] > e1["end_tick"] and 1300 - 20 < e2["start_tick"] <= 1300 and e2["end_tick"] == 1339
+
+
+def test_skipped_periods_are_bounded_work_and_every_event_is_returned():
+    from adaptive_dynamics.realtime import OverloadTracker
+    o = OverloadTracker(1e-3)
+    t0 = time.perf_counter()
+    assert o.skipped(5_000_000) == ["start"]              # 83 minutes asleep: no 5 M Python ticks
+    assert time.perf_counter() - t0 < 0.5
+    assert o.ticks == 5_000_000 and o.current_ms == 5_000_000.0
+    for _ in range(100):
+        o.tick(False)
+    assert not o.active and o.episodes[0]["duration_ms"] == 5_000_000.0 and o.episodes[0]["missed"] == 5_000_000

@@ -62,12 +62,12 @@ def test_the_loop_recovers_from_stalls_and_reports_them(ros, tmp_path):
     stall_eps = []
     for at, node, ms in STALLS:   # the drill is set once the probe sees /clock (20 Hz) pass `at`
         match = [e for e in eps if e["start_tick"] <= 1000 * at + 400 and e["end_tick"] >= 1000 * at]
-        assert match, (node, at, eps)
+        assert len(match) == 1, (node, at, eps)
         e = match[0]
         assert ms - 5 <= e["duration_ms"] <= 1000.0, (node, ms, e)
         stall_eps.append(e)
     assert all(e["duration_ms"] <= 1000.0 for e in eps), eps
-    # the miss rate: before the first stall (baseline) and from 1 s after each stall's episode
+    # the miss rate: before the first stall (baseline) and from 1 s after each stall's start
     # to the next stall, at most the baseline + 1 %; the periods of the host's own episodes
     # (each reported, each over within 1 s: asserted above) are left out of both
     missed = np.asarray(st["missed_ticks"])
@@ -86,13 +86,13 @@ def test_the_loop_recovers_from_stalls_and_reports_them(ros, tmp_path):
     baseline = rate(500, stall_eps[0]["start_tick"])
     nxt = [e["start_tick"] for e in stall_eps[1:]] + [st["ticks"]]
     for e, end in zip(stall_eps, nxt):
-        after = rate(e["end_tick"] + 1000, end)
-        where = [int(t) for t in missed if e["end_tick"] + 1000 <= t < end]
+        after = rate(e["start_tick"] + 1000, end)
+        where = [int(t) for t in missed if e["start_tick"] + 1000 <= t < end]
         assert after <= baseline + 0.01, (e, after, baseline, where, eps)
-    # the plant never ran on a command older than command_timeout: the 120 ms stall ends in
-    # the safe action
-    assert st["command_age_max_ms"] <= COMMAND_TIMEOUT_MS + 1.0, st["command_age_max_ms"]
-    assert st["command_timeouts"] >= 1
+    # the plant ran on ageing commands up to command_timeout, never beyond: the 120 ms stall
+    # ends in the safe action
+    assert COMMAND_TIMEOUT_MS - 5.0 <= st["command_age_max_ms"] <= COMMAND_TIMEOUT_MS + 1.0, st["command_age_max_ms"]
+    assert st["command_timeouts"] >= 60, st["command_timeouts"]
     # /diagnostics said so
     last = {kv.key: kv.value for kv in diags[-1].values}
     assert int(last["overload_episodes"]) == len(eps), last

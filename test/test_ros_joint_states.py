@@ -79,7 +79,7 @@ def test_joint_state_mapper_rejects_nonfinite_and_bad_lengths():
         m.map(joint_state_msg(0, JOINTS + ["fr3_joint1"], [0, 0, 0, 0]))
 
 
-def test_serialized_states_take_the_one_test_path_with_the_same_answers():
+def test_serialized_states_take_the_one_test_path_with_the_same_answers(monkeypatch):
     """A serialized state with all three fields is checked with one finiteness test; any
     NaN/inf then falls back to the per-field checks: the same error naming the field and
     joint, the same all-NaN-as-missing rule, the same arrays as the message path."""
@@ -91,7 +91,11 @@ def test_serialized_states_take_the_one_test_path_with_the_same_answers():
         msg = joint_state_msg(5, names, p, v, e)
         return m.map(serialize_message(msg)), msg
 
-    (stamp, q, v, e), msg = both([0.3, 0.1, 0.2], [3.0, 1.0, 2.0], [30.0, 10.0, 20.0])
+    per_field = JointStateMapper._field
+    with monkeypatch.context() as mp:                     # all finite: no per-field check runs
+        mp.setattr(JointStateMapper, "_field", lambda *a: pytest.fail("per-field path taken"))
+        (stamp, q, v, e), msg = both([0.3, 0.1, 0.2], [3.0, 1.0, 2.0], [30.0, 10.0, 20.0])
+    assert JointStateMapper._field is per_field
     ref = m.map(msg)
     assert stamp == ref[0] == 5
     for a, b in zip((q, v, e), ref[1:]):

@@ -222,13 +222,16 @@ def _task_pose(robot: str) -> list:
     from .robot_choice import task_configuration
     m = RobotModel(robot)
 
+    acc = np.full(m.n, TRAJECTORY_ACCELERATION_LIMIT)
+
     def feasible(q):
         cfg = {**GENERATED, "q_task": q}
         try:
-            _task_trajectory(m, q, TASK, dt=0.01).check_limits(
-                m.lower, m.upper, m.velocity_limit, np.full(m.n, TRAJECTORY_ACCELERATION_LIMIT))
+            # a coarse IK grid first (cheap), then the trajectory node's own 1 ms grid
+            _task_trajectory(m, q, TASK, dt=0.01).check_limits(m.lower, m.upper, m.velocity_limit, acc)
             for which in ("test", "train"):
                 _waypoints(m, cfg, {**PICK_PLACE}, which)
+            _task_trajectory(m, q, TASK).check_limits(m.lower, m.upper, m.velocity_limit, acc)
         except ValueError:
             return False
         return True

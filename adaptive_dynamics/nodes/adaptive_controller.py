@@ -259,7 +259,11 @@ class AdaptiveControllerNode(JointControllerShell):
         if kd.size == 1 and kd[0] == 0.0:
             if getattr(self, "_kd_model", None) is None:
                 from ..control.gains import default_gains
-                self._kd_model = np.asarray(default_gains(self.model)["kd"], dtype=float)
+                try:
+                    self._kd_model = np.asarray(default_gains(self.model)["kd"], dtype=float)
+                except ValueError as exc:
+                    raise ValueError(f"kd [0] derives K_D from the model, which cannot here ({exc}): set kd"
+                                     " explicitly") from None
                 self.get_logger().info(f"kd: derived from the model (adaptive_dynamics.control.gains):"
                                        f" {self._kd_model.tolist()} N m s/rad")
             return self._kd_model
@@ -499,10 +503,13 @@ class AdaptiveControllerNode(JointControllerShell):
         if self._topics:
             with self._cb_lock:
                 pend = self._pending
-                if pend is not None and time.monotonic() - self._pending_since > self.p["reference_wait"]:
+                # real time (reference_wait 0): a newer state supersedes the wait (_on_state);
+                # without one, state_timeout ends it
+                wait = self.p["reference_wait"] if self.p["reference_wait"] > 0 else self.p["state_timeout"]
+                if pend is not None and time.monotonic() - self._pending_since > wait:
                     why = self._regressor_wait(pend[0], pend[3])
                     if why is not None:
-                        self._give_up_regressor(pend, f"{why} within reference_wait = {self.p['reference_wait']} s")
+                        self._give_up_regressor(pend, f"{why} within {wait:g} s")
         super()._watchdog()
 
     def _external_regressors(self, stamp: int, law: str, effort) -> dict | None:

@@ -139,10 +139,9 @@ class JointControllerShell(Node):
         # executor wake-up at 100 Hz); diagnostics and slow work on the main executor
         if not self.io.add_periodic(0.01, self._watchdog):
             self.create_timer(0.01, self._watchdog, clock=steady)
-        # every wake-up of the main executor costs ~0.1 ms of this process's CPU: a quarter
-        # of a second is often enough for diagnostics (half their period when shorter)
-        self.create_timer(max(0.05, min(0.25, 0.5 * self.p["diagnostics_period"])), self._housekeeping,
-                          clock=steady)
+        self._housekeeping_timer = None
+        self._arm_housekeeping()
+        self.p.on_change("diagnostics_period", lambda *_: self._arm_housekeeping())
         self._diag_last = time.monotonic()
         self.get_logger().info(f"{self._describe()}; joints {self.joint_names}")
         self.io.start()
@@ -227,7 +226,7 @@ class JointControllerShell(Node):
                 self._publish(self._safe_command(), self._pending[0])
             self._pending = (stamp, q, v, effort)
             self._pending_since = time.monotonic()
-            if not self._try_pending() and self.p["reference_wait"] <= 0.0:
+            if not self._try_pending() and self.p["reference_wait"] <= 0.0 and self._reference_missing(stamp):
                 self._stop_waiting()   # real time: answer now, never wait for a reference
 
     def _try_pending(self, allow_stale: bool = False) -> bool:
@@ -268,6 +267,11 @@ class JointControllerShell(Node):
             out[self.cmd_index] = tau_model
         self.pub_cmd.publish(encode_stamped_command(out, stamp))
 
+    def _reference_missing(self, stamp: int) -> bool:
+        """No reference stamped for this state's instant (what ``reference_wait`` waits for;
+        a subclass may be waiting for another input of the state, e.g. its regressors)."""
+        return self.refs.lookup(stamp, int(self.p["reference_tolerance"] * 1e9), max_staleness_ns=-1) is None
+
     def _stop_waiting(self) -> None:
         """The pending state's reference did not come (within ``reference_wait``): answer
         it with the newest reference within ``reference_staleness`` (held), else with the
@@ -286,7 +290,8 @@ class JointControllerShell(Node):
     def _watchdog(self) -> None:
         with self._cb_lock:
             now = time.monotonic()
-            if self._pending is not None and now - self._pending_since > self.p["reference_wait"]:
+            if self._pending is not None and now - self._pending_since > self.p["reference_wait"] \
+                    and self._reference_missing(self._pending[0]):   # other inputs: the subclass's wait
                 self._stop_waiting()
             # a state still waiting for its reference is our silence, not the robot's: in
             # lockstep the bridge is waiting for us
@@ -297,6 +302,15 @@ class JointControllerShell(Node):
                     self.get_logger().warning(f"no joint_states for {self.p['state_timeout']} s: safe command")
                 self._publish(np.zeros(self.n), None)
                 self._last_state_wall = now
+
+    def _arm_housekeeping(self) -> None:
+        """(Re)start the housekeeping timer: 4 Hz, or twice per diagnostics period when that is
+        shorter (every wake-up of the main executor costs ~0.1 ms of this process's CPU)."""
+        if self._housekeeping_timer is not None:
+            self.destroy_timer(self._housekeeping_timer)
+        period = max(0.025, min(0.25, 0.5 * float(self.p["diagnostics_period"])))
+        self._housekeeping_timer = self.create_timer(
+            period, self._housekeeping, clock=rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME))
 
     def _housekeeping(self) -> None:
         """Main executor, 4 Hz (or twice per diagnostics period): diagnostics, then :meth:`_periodic`."""

@@ -435,7 +435,7 @@ class MujocoBridgeNode(Node):
                 self._wait_until(nxt, io)
                 late = clock() - nxt
                 self.tick_late_ns.add(max(late, 0))
-                skip_event = None
+                events = []
                 if late > period_ns:
                     self.counters.inc("late_steps")
                 nxt += period_ns
@@ -443,10 +443,10 @@ class MujocoBridgeNode(Node):
                     # far behind: resynchronise.  The periods given up had no control at all
                     # (the loop itself stalled): missed, as far as the robot is concerned
                     nxt = clock() + period_ns
-                    skipped = behind // period_ns
+                    skipped = behind // period_ns + 1    # the tick slots up to now, this one's aside
                     for k in range(min(skipped, 100_000)):
                         self.missed_ticks.add(self.overload.ticks + k)
-                    skip_event = self.overload.skipped(skipped)
+                    events = self.overload.skipped(skipped)
                     self.counters.inc("skipped_periods", skipped)
                 self.stall.take()   # a fault drill (inject_stall_ms): the loop itself stalls here
                 with self.lock:
@@ -474,10 +474,12 @@ class MujocoBridgeNode(Node):
                     if missed:
                         self.counters.inc("deadline_misses")
                         self.missed_ticks.add(self.overload.ticks)
-                    event = self.overload.tick(missed) or skip_event
+                    event = self.overload.tick(missed)
+                    if event is not None:
+                        events.append(event)
                     self._ahead = self._ahead_late = False
                     self._after_step()
-                if event is not None:
+                for event in events:
                     self._overload_event(event)
                 self._housekeeping()
         finally:
@@ -570,8 +572,10 @@ class MujocoBridgeNode(Node):
 
     def _write_stats(self) -> None:
         if self.p["stats_file"]:
+            with self.lock:   # the loop thread may still be running (shutdown)
+                st = self.stats()
             with open(self.p["stats_file"], "w") as fh:
-                json.dump(self.stats(), fh, indent=1)
+                json.dump(st, fh, indent=1)
 
     def _housekeeping(self) -> None:
         if time.monotonic() - self._diag_last >= self.p["diagnostics_period"]:

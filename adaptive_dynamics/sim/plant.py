@@ -627,7 +627,8 @@ class MujocoPlant:
             bad = np.flatnonzero(~np.isfinite(arr))
             detail = ", ".join(f"{self.joint_names[i]} (index {i}) = {arr[i]}" for i in bad)
             raise ValueError(f"{what} is not finite at {detail}")
-        return arr.copy() if arr is value else arr
+        # a fresh array as it is; the caller's (or a view of its buffer) copied
+        return arr.copy() if arr is value or arr.base is not None else arr
 
     def _body_id(self, name: str, what: str) -> int:
         bid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
@@ -807,7 +808,7 @@ class MujocoPlant:
         tau, d = self._safe(mode, **gains)
         self.safe_steps += 1
         self._advance(tau, damping=d)
-        return tau
+        return tau.copy()   # _advance keeps tau as the applied torque
 
     def _advance(self, tau: np.ndarray, damping: Optional[np.ndarray] = None) -> None:
         """Apply ``tau`` (clipped) for one step.  ``damping``: the part ``-damping * v``
