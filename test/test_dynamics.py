@@ -786,3 +786,32 @@ def test_inverse_dynamics_checks_every_input_on_its_fast_path():
         args[name][2] = bad
         with pytest.raises(ValueError, match=f"^{name}: entry 2"):
             m.inverse_dynamics(**args)
+
+
+@pytest.mark.parametrize("robot", ["panda", "iiwa14"])
+def test_coriolis_and_gravity_time_derivatives_match_finite_differences(robot):
+    """Thunder's get_C_dot / get_G_dot: dC/dt along (q_dot, q_ddot) and dg/dt along q_dot,
+    analytical (pinocchio's RNEA / gravity derivatives), against central differences of
+    C and g along the motion -- with the URDF's parameters and with non-physical ones
+    (a negative mass, a scaled estimate), which the model evaluates as a difference."""
+    m = RobotModel(robot)
+    rng = np.random.default_rng(7)
+    h = 1e-6
+    for params in ("urdf", "nonphysical"):
+        if params == "nonphysical":
+            pi = m.parameters.copy()
+            pi[10 * 2] = -0.5                                   # link 3 with a negative mass
+            pi[10 * 5: 10 * 6] *= 3.0
+            m.set_parameters(pi, check=False)
+        for _ in range(3):
+            q, v, a = m.random_state(rng)
+            fd_c = (m.coriolis_matrix(q + h * v, v + h * a) - m.coriolis_matrix(q - h * v, v - h * a)) / (2 * h)
+            Cd = m.coriolis_matrix_dot(q, v, a)
+            assert np.abs(Cd - fd_c).max() <= 1e-6 * max(1.0, np.abs(fd_c).max()), (params, np.abs(Cd - fd_c).max())
+            fd_g = (m.gravity(q + h * v) - m.gravity(q - h * v)) / (2 * h)
+            gd = m.gravity_dot(q, v)
+            assert np.abs(gd - fd_g).max() <= 1e-6 * max(1.0, np.abs(fd_g).max()), (params, np.abs(gd - fd_g).max())
+        # d/dt (M_dot) = C_dot + C_dot^T: the skew-symmetry of M_dot - 2C holds along the motion
+        Md = lambda qq, vv: m.mass_matrix_dot(qq, vv)        # noqa: E731
+        fd_md = (Md(q + h * v, v + h * a) - Md(q - h * v, v - h * a)) / (2 * h)
+        np.testing.assert_allclose(Cd + Cd.T, fd_md, atol=1e-6 * max(1.0, np.abs(fd_md).max()))

@@ -587,6 +587,33 @@ class RobotModel:
         (q,) = self._state(q=q)
         return np.array(self._lin.eval(pin.computeGeneralizedGravity, q))
 
+    def gravity_dot(self, q, v) -> np.ndarray:
+        """dg/dt along velocity v: (dg/dq) v, from pinocchio's analytical gravity
+        derivatives (Thunder's ``get_G_dot``)."""
+        q, v = self._state(q=q, v=v)
+        return np.asarray(self._lin.eval(_gravity_dq, q)) @ v
+
+    def coriolis_matrix_dot(self, q, v, a) -> np.ndarray:
+        """dC/dt along a motion with velocity v and acceleration a (Thunder's ``get_C_dot``),
+        analytically from pinocchio's RNEA derivatives.
+
+        pinocchio's C is the Christoffel one, bilinear through the quadratic
+        ``h(q, x) = C(q, x) x = tau(q, x, 0) - g(q)``: ``C(q, v) e_j = (h(q, v + e_j) -
+        h(q, v - e_j)) / 4``.  Hence ``dC/dt e_j = (dh/dq(q, v + e_j) - dh/dq(q, v - e_j)) v / 4
+        + C(q, a) e_j`` (C is linear in its velocity argument), with ``dh/dq = dtau/dq`` at
+        zero acceleration (g cancels): 2n RNEA-derivative calls."""
+        q, v, a = self._state(q=q, v=v, a=a)
+        n = self.n
+        out = np.array(self._lin.eval(pin.computeCoriolisMatrix, q, a))
+        e = np.zeros(n)
+        for j in range(n):
+            e[j] = 1.0
+            plus = np.asarray(self._lin.eval(_rnea_dq, q, v + e))
+            minus = np.asarray(self._lin.eval(_rnea_dq, q, v - e))
+            out[:, j] += 0.25 * ((plus - minus) @ v)
+            e[j] = 0.0
+        return out
+
     def friction_torque(self, v) -> np.ndarray:
         (v,) = self._state(v=v)
         if not self.friction:
@@ -933,6 +960,16 @@ class RobotModel:
         v = v_scale * rng.standard_normal(self.n)
         a = a_scale * rng.standard_normal(self.n)
         return q, v, a
+
+
+def _rnea_dq(model, data, q, v) -> np.ndarray:
+    """d tau / dq at (q, v, a = 0) (a copy: pinocchio reuses the data's buffer)."""
+    return np.array(pin.computeRNEADerivatives(model, data, q, v, np.zeros(model.nv))[0])
+
+
+def _gravity_dq(model, data, q) -> np.ndarray:
+    """d g / dq (a copy)."""
+    return np.array(pin.computeGeneralizedGravityDerivatives(model, data, q))
 
 
 def _valid_vectors(n: int, *xs) -> bool:
