@@ -815,3 +815,56 @@ def test_coriolis_and_gravity_time_derivatives_match_finite_differences(robot):
         Md = lambda qq, vv: m.mass_matrix_dot(qq, vv)        # noqa: E731
         fd_md = (Md(q + h * v, v + h * a) - Md(q - h * v, v - h * a)) / (2 * h)
         np.testing.assert_allclose(Cd + Cd.T, fd_md, atol=1e-6 * max(1.0, np.abs(fd_md).max()))
+
+
+def test_thunder_parameter_files_round_trip_and_match_the_urdf(tmp_path):
+    """A Thunder *_inertial_REG.yaml (link1..linkN; mass, m_CoM_*, inertia about the link
+    frame in Thunder's order): written from the model, read back exactly; its numbers are
+    the URDF's inertials by the parallel-axis theorem (computed here from the URDF text);
+    blocks keyed by link name load too; a missing key or a non-physical block is refused
+    naming the link, leaving the model unchanged; Thunder's friction terms are reported as
+    not read."""
+    import xml.etree.ElementTree as ET
+
+    import yaml
+    from adaptive_dynamics.dynamics.thunder_params import THUNDER_REG_KEYS
+    m = RobotModel("planar2")
+    path = m.save_thunder_yaml(tmp_path / "planar2_inertial_REG.yaml")
+    doc = yaml.safe_load(open(path))
+    assert sorted(doc) == ["link1", "link2"] and list(doc["link1"]) == list(THUNDER_REG_KEYS)
+    root = ET.parse(m.urdf_path).getroot()
+    for k, link in enumerate(m.link_names):
+        el = root.find(f"link[@name='{link}']/inertial")
+        mass = float(el.find("mass").get("value"))
+        c = np.array([float(x) for x in el.find("origin").get("xyz").split()])
+        assert el.find("origin").get("rpy", "0 0 0").split() == ["0", "0", "0"]
+        ine = el.find("inertia")
+        Ic = np.array([[float(ine.get("ixx")), float(ine.get("ixy")), float(ine.get("ixz"))],
+                       [float(ine.get("ixy")), float(ine.get("iyy")), float(ine.get("iyz"))],
+                       [float(ine.get("ixz")), float(ine.get("iyz")), float(ine.get("izz"))]])
+        Io = Ic + mass * (c @ c * np.eye(3) - np.outer(c, c))            # about the link frame's origin
+        want = {"mass": mass, "m_CoM_x": mass * c[0], "m_CoM_y": mass * c[1], "m_CoM_z": mass * c[2],
+                "Ixx": Io[0, 0], "Ixy": Io[0, 1], "Ixz": Io[0, 2], "Iyy": Io[1, 1], "Iyz": Io[1, 2], "Izz": Io[2, 2]}
+        for key, val in want.items():
+            assert abs(doc[f"link{k + 1}"][key] - val) <= 1e-12 * max(1.0, abs(val)), (link, key)
+    pi0 = m.parameters.copy()
+    # read back, by link names, with Thunder's friction terms present
+    doc2 = {m.link_names[0]: {**doc["link1"], "d1": 0.1, "d2": 0.01}, "link2": dict(doc["link2"])}
+    doc2["link2"]["mass"] *= 2.0
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(doc2))
+    out = m.load_thunder_yaml(tmp_path / "b.yaml")
+    assert out["links"] == [m.link_names[0], "link2"] and out["ignored"] == {m.link_names[0]: ["d1", "d2"]}
+    assert m.get_link_parameters(m.link_names[1])[0] == pytest.approx(2.0 * pi0[10])
+    np.testing.assert_allclose(m.parameters[:10], pi0[:10], rtol=0, atol=0)
+    m.load_thunder_yaml(path)
+    np.testing.assert_allclose(m.parameters, pi0, rtol=0, atol=1e-15)
+    # refused: a missing key, a negative mass -- the model keeps what it had
+    bad = {"link1": dict(doc["link1"]), "link2": {k: v for k, v in doc["link2"].items() if k != "Iyz"}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ValueError, match=r"link2 lacks \['Iyz'\]"):
+        m.load_thunder_yaml(tmp_path / "c.yaml")
+    bad = {"link1": dict(doc["link1"], mass=-1.0), "link2": dict(doc["link2"])}
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ValueError, match="link1"):
+        m.load_thunder_yaml(tmp_path / "d.yaml")
+    np.testing.assert_allclose(m.parameters, pi0, rtol=0, atol=1e-15)

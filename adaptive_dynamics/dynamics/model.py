@@ -461,6 +461,17 @@ class RobotModel:
         i = self._link_index(link)
         return self._effective_link_pi()[10 * i: 10 * i + 10].copy()
 
+    def load_thunder_yaml(self, path, *, check: bool = True) -> dict:
+        """Link parameters from a Thunder Dynamics ``*_inertial_REG.yaml`` file (its
+        ``load_conf``); see :mod:`~adaptive_dynamics.dynamics.thunder_params`."""
+        from .thunder_params import load_thunder_parameters
+        return load_thunder_parameters(self, path, check=check)
+
+    def save_thunder_yaml(self, path, comment: str = "") -> str:
+        """The link parameters as a Thunder ``*_inertial_REG.yaml`` file (its ``save_par_REG``)."""
+        from .thunder_params import save_thunder_parameters
+        return save_thunder_parameters(self, path, comment)
+
     def set_friction(self, viscous, coulomb) -> None:
         if not self.friction:
             raise ValueError("this model was built with friction=False; rebuild with friction=True")

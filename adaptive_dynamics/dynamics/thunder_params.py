@@ -1,0 +1,115 @@
+"""Thunder Dynamics' parameter files (``*_inertial_REG.yaml``, its ``load_conf`` /
+``save_par_REG``) for :class:`~adaptive_dynamics.dynamics.RobotModel`.
+
+The layout, one mapping per link in joint order::
+
+    link1:
+      mass: 4.97
+      m_CoM_x: 0.019      # first moment m c [kg m]
+      m_CoM_y: 0.237
+      m_CoM_z: 0.010
+      Ixx: 0.714          # inertia about the link frame's origin [kg m^2]
+      Ixy: -0.0077
+      Ixz: -0.0002
+      Iyy: 0.0092
+      Iyz: -0.0197
+      Izz: 0.718
+      d1: 0.1             # optional: Thunder's friction terms (not read here)
+      d2: 0.01
+    link2: ...
+
+i.e. the regressor ("REG") parameters, Thunder's order ``[m, mx, my, mz, Ixx, Ixy,
+Ixz, Iyy, Iyz, Izz]`` (:func:`~adaptive_dynamics.dynamics.inertial.convert_order`
+``"thunder"``), with both moments about the link frame -- the same quantities as this
+package's π, reordered.  Thunder expresses them in its Denavit-Hartenberg frames: a file
+loads as it is into a URDF whose link frames are those frames (the Panda's URDF is built
+on its modified-DH table); other arms need the frames to agree.  Links may also be named
+by the model's link names.  Each link's block is the *effective* one
+(:meth:`~adaptive_dynamics.dynamics.RobotModel.get_link_parameters`: the last link with
+the end effector it carries), as Thunder has no separate end effector.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import yaml
+
+from .inertial import convert_order
+
+__all__ = ["THUNDER_REG_KEYS", "load_thunder_parameters", "save_thunder_parameters"]
+
+#: the keys of one link's block, in Thunder's order
+THUNDER_REG_KEYS = ("mass", "m_CoM_x", "m_CoM_y", "m_CoM_z", "Ixx", "Ixy", "Ixz", "Iyy", "Iyz", "Izz")
+_FRICTION_KEYS = ("d1", "d2")
+
+
+def _link_key(model, i: int, doc: dict) -> str:
+    """The document's key of the model's link ``i``: ``link<i+1>`` or the link's name."""
+    for key in (f"link{i + 1}", model.link_names[i]):
+        if key in doc:
+            return key
+    raise ValueError(f"no block for link {i + 1} ({model.link_names[i]!r}): expected key 'link{i + 1}' or"
+                     f" '{model.link_names[i]}'; the file has {sorted(doc)}")
+
+
+def load_thunder_parameters(model, path: "str | os.PathLike[str]", *, check: bool = True) -> dict:
+    """Set ``model``'s link parameters from a Thunder ``*_inertial_REG.yaml`` file.
+
+    Every link needs its block with every key of :data:`THUNDER_REG_KEYS` (a clear error
+    names what is missing or not finite); ``check`` asks for physical consistency as
+    :meth:`~adaptive_dynamics.dynamics.RobotModel.set_link_parameters` does.  Returns
+    ``{"links": [...], "ignored": {...}}``: the keys read per link and those not used
+    (Thunder's friction terms ``d1``, ``d2``, anything else)."""
+    with open(path, encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a Thunder parameter file (a mapping of link blocks)")
+    blocks, used, ignored = [], [], {}
+    for i in range(model.n):
+        key = _link_key(model, i, doc)
+        entry = doc[key]
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: {key} is not a mapping of parameters")
+        missing = [k for k in THUNDER_REG_KEYS if k not in entry]
+        if missing:
+            raise ValueError(f"{path}: {key} lacks {missing}")
+        try:
+            values = np.array([float(entry[k]) for k in THUNDER_REG_KEYS])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: {key}: {exc}") from None
+        if not np.all(np.isfinite(values)):
+            bad = [k for k, x in zip(THUNDER_REG_KEYS, values) if not np.isfinite(x)]
+            raise ValueError(f"{path}: {key}: {bad} not finite")
+        extra = sorted(set(entry) - set(THUNDER_REG_KEYS))
+        if extra:
+            ignored[key] = extra
+        blocks.append(values)
+        used.append(key)
+    pi = convert_order(np.concatenate(blocks), "thunder", "pinocchio")
+    for i, link in enumerate(model.link_names):   # all or nothing: check every block first
+        if check:
+            from .inertial import check_physical_consistency
+            check_physical_consistency(pi[10 * i: 10 * i + 10], [f"{used[i]} ({link})"])
+    for i, link in enumerate(model.link_names):
+        model.set_link_parameters(link, pi[10 * i: 10 * i + 10], check=False)
+    return {"links": used, "ignored": ignored}
+
+
+def save_thunder_parameters(model, path: "str | os.PathLike[str]", comment: str = "") -> str:
+    """Write ``model``'s (effective) link parameters as a Thunder ``*_inertial_REG.yaml``
+    file (``link1`` ... ``linkN``, Thunder's keys); returns the path."""
+    lines = ["# Inertial parameters (regressor form: mass, first moments m*CoM, inertia about the link",
+             "# frame's origin), one block per link in joint order; written by adaptive_dynamics"
+             + (f": {comment}" if comment else "")]
+    for i, link in enumerate(model.link_names):
+        blk = convert_order(model.get_link_parameters(link), "pinocchio", "thunder")
+        lines.append("")
+        lines.append(f"link{i + 1}:   # {link}")
+        lines += [f"  {k}: {float(x)!r}" for k, x in zip(THUNDER_REG_KEYS, blk)]
+    text = "\n".join(lines) + "\n"
+    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return os.fspath(path)
