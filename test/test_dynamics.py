@@ -868,3 +868,27 @@ def test_thunder_parameter_files_round_trip_and_match_the_urdf(tmp_path):
     with pytest.raises(ValueError, match="link1"):
         m.load_thunder_yaml(tmp_path / "d.yaml")
     np.testing.assert_allclose(m.parameters, pi0, rtol=0, atol=1e-15)
+
+
+def test_the_panda_link_frames_are_thunders_dh_frames():
+    """Thunder's parameter files are in its (modified) Denavit-Hartenberg frames; the
+    Panda's URDF link frames are exactly those of Franka's modified-DH table, so a Thunder
+    Panda file loads as it is."""
+    import pinocchio as pin
+    m = RobotModel("panda")
+    dh = [(0, 0, 0.333), (0, -np.pi / 2, 0), (0, np.pi / 2, 0.316), (0.0825, np.pi / 2, 0),
+          (-0.0825, -np.pi / 2, 0.384), (0, np.pi / 2, 0), (0.088, np.pi / 2, 0)]   # a, alpha, d
+
+    def mdh(a, al, d, th):
+        ca, sa, ct, st = np.cos(al), np.sin(al), np.cos(th), np.sin(th)
+        return np.array([[ct, -st, 0, a], [st * ca, ct * ca, -sa, -d * sa], [st * sa, ct * sa, ca, d * ca],
+                         [0, 0, 0, 1]])
+
+    data = m.model.createData()
+    for q in np.random.default_rng(4).uniform(m.lower, m.upper, (3, 7)):
+        pin.forwardKinematics(m.model, data, q)
+        pin.updateFramePlacements(m.model, data)
+        T = np.eye(4)
+        for k, (a, al, d) in enumerate(dh):
+            T = T @ mdh(a, al, d, q[k])
+            np.testing.assert_allclose(data.oMf[m.model.getFrameId(f"panda_link{k + 1}")].homogeneous, T, atol=1e-12)
