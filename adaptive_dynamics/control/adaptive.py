@@ -516,7 +516,7 @@ class AdaptiveController:
         return out
 
     def compute(self, q, v, q_d, v_d, a_d, tau_measured=None, learn: bool = True, *,
-                Y=None, W=None, tau_f=None) -> np.ndarray:
+                Y=None, W=None, tau_f=None, reference=None, extra_torque=None) -> np.ndarray:
         """One control period: torque for the current state, then the parameter update.
 
         Returns a new array (model joint order, NOT saturated).  After the call the
@@ -546,6 +546,13 @@ class AdaptiveController:
 
         Everything else (base-parameter selection, gravity mode, update, projection,
         freeze, counters) is the same as with the internal computation.
+
+        ``reference = (qd_r, qdd_r)``: the reference velocity and acceleration of another
+        reference generator (e.g. :class:`~adaptive_dynamics.control.backstepping.TaskSpaceReference`),
+        used instead of ``v_d + Lambda (q_d - q)`` and its derivative: ``s = v - qd_r``;
+        ``q_d``, ``v_d`` then only feed :attr:`e` (the freeze test).  ``extra_torque`` is
+        added to the command (a backstepping cross term); it is part of neither the
+        parametric nor the feedback torque.
         """
         n = self.n
         x = self._x
@@ -582,14 +589,19 @@ class AdaptiveController:
         e, ed, vr, ar, s = self.e, self.e_dot, self.qd_r, self.qdd_r, self.s
         np.subtract(qd_, q, out=e)
         np.subtract(vd_, v, out=ed)
-        if self._lam_d is not None:
+        if reference is not None:
+            vr[:], ar[:] = reference   # (raises on a wrong size: nothing has changed yet)
+            if not (np.isfinite(vr).all() and np.isfinite(ar).all()):
+                raise ValueError("reference (qd_r, qdd_r) is not finite")
+        elif self._lam_d is not None:
             np.multiply(self._lam_d, e, out=vr)
             np.multiply(self._lam_d, ed, out=ar)
         else:
             np.dot(self.lam, e, out=vr)
             np.dot(self.lam, ed, out=ar)
-        vr += vd_
-        ar += ad_
+        if reference is None:
+            vr += vd_
+            ar += ad_
         np.subtract(v, vr, out=s)
 
         # ---- regressor and torque
@@ -610,6 +622,8 @@ class AdaptiveController:
         np.negative(fb, out=fb)
         tau = self.torque
         np.add(self.parametric_torque, fb, out=tau)
+        if extra_torque is not None:
+            tau += extra_torque
         Ys = Yb  # regressor of what the controller supplies (s-driven term)
         if self.robot_compensates_gravity:
             Yg = model.regressor(q, self._zero, self._zero)
