@@ -69,11 +69,16 @@ def _reference(m, seconds, seed=1, q0=None):
     return traj.sample_many(np.arange(int(seconds * 1000) + 1) * 1e-3)
 
 
-def test_topics_source_equals_inprocess_and_refuses_a_lambda_mismatch(ros, ctx):
+def _topics_and_inprocess(ros, ctx, node: dict, seconds: float):
+    """A regressor node, an adaptive controller on its topics and one computing in
+    process (namespace inproc), a reference for ``seconds``, every link matched; returns
+    (regressor, topics controller, in-process controller, probe, plant, step) where
+    ``step(timeout)`` sends the plant's state to both and returns (stamp, v, command of
+    the topics controller, command of the in-process one)."""
     reg = ros.add(RegressorNode, robot=ROBOT, lam=[10.0], filter_lambda=20.0, standard_decimation=0,
                   slotine_li_decimation=1, filtered_decimation=1)
-    topics = ros.add(AdaptiveControllerNode, regressor_source="topics", **NODE)
-    inproc = _add(ros, ctx, AdaptiveControllerNode, namespace="inproc", **NODE)
+    topics = ros.add(AdaptiveControllerNode, regressor_source="topics", **node)
+    inproc = _add(ros, ctx, AdaptiveControllerNode, namespace="inproc", **node)
     probe = Probe(ros)
     state_i = probe.node.create_publisher(JointState, "inproc/joint_states", PUBLISHER_STREAM_QOS)
     ref_i = probe.node.create_publisher(JointTrajectory, "inproc/reference", REFERENCE_QOS)
@@ -84,8 +89,7 @@ def test_topics_source_equals_inprocess_and_refuses_a_lambda_mismatch(ros, ctx):
     names = list(m.joint_names)
     plant = MujocoPlant(ROBOT, reality=RealityConfig(), timestep=1e-3)
     _, q0, _, _ = plant.state()
-    steps = 500
-    Q, QD, QDD = _reference(m, steps * 1e-3 + 0.1, q0=q0)
+    Q, QD, QDD = _reference(m, seconds, q0=q0)
     batch = reference_batch_msg(0, MS, names, Q, QD, QDD)
     probe.ref.publish(batch)
     ref_i.publish(batch)
@@ -96,8 +100,6 @@ def test_topics_source_equals_inprocess_and_refuses_a_lambda_mismatch(ros, ctx):
                           and reg.pub["slotine_li"].get_subscription_count() >= 1
                           and reg.pub["filtered"].get_subscription_count() >= 1
                           and topics._reg_meta is not None, timeout=20.0)
-    assert topics._regressor_check() == {"Y": None, "W": None}
-    theta0 = topics.core.theta.copy()
 
     def step(timeout=10.0):
         t, q, v, tau = plant.state()
@@ -110,6 +112,15 @@ def test_topics_source_equals_inprocess_and_refuses_a_lambda_mismatch(ros, ctx):
         ct, ci = probe.commands[-1], cmd_i[-1]
         assert command_stamp(ct) == stamp and command_stamp(ci) == stamp
         return stamp, v, np.asarray(ct.data), np.asarray(ci.data)
+
+    return reg, topics, inproc, probe, plant, step
+
+
+def test_topics_source_equals_inprocess_and_refuses_a_lambda_mismatch(ros, ctx):
+    steps = 500
+    reg, topics, inproc, probe, plant, step = _topics_and_inprocess(ros, ctx, NODE, steps * 1e-3 + 0.1)
+    assert topics._regressor_check() == {"Y": None, "W": None}
+    theta0 = topics.core.theta.copy()
 
     worst = 0.0
     for k in range(steps):
@@ -294,43 +305,10 @@ def test_topics_source_in_real_time_waits_for_the_regressors_not_the_reference(r
     """reference_wait 0 (real time): a state whose reference is in still waits for its
     regressors (they come after it, computed from the same state) and is answered with
     the law -- the same commands as the in-process regressors -- not the safe command."""
-    reg = ros.add(RegressorNode, robot=ROBOT, lam=[10.0], filter_lambda=20.0, standard_decimation=0,
-                  slotine_li_decimation=1, filtered_decimation=1)
-    node = {**NODE, "reference_wait": 0.0}
-    topics = ros.add(AdaptiveControllerNode, regressor_source="topics", **node)
-    inproc = _add(ros, ctx, AdaptiveControllerNode, namespace="inproc", **node)
-    probe = Probe(ros)
-    state_i = probe.node.create_publisher(JointState, "inproc/joint_states", PUBLISHER_STREAM_QOS)
-    ref_i = probe.node.create_publisher(JointTrajectory, "inproc/reference", REFERENCE_QOS)
-    cmd_i = []
-    probe.node.create_subscription(Float64MultiArray, "inproc/effort_controller/commands", cmd_i.append,
-                                   RELIABLE_STREAM_QOS)
-    m = RobotModel(ROBOT)
-    names = list(m.joint_names)
-    plant = MujocoPlant(ROBOT, reality=RealityConfig(), timestep=1e-3)
-    _, q0, _, _ = plant.state()
-    Q, QD, QDD = _reference(m, 0.2, q0=q0)
-    batch = reference_batch_msg(0, MS, names, Q, QD, QDD)
-    probe.ref.publish(batch)
-    ref_i.publish(batch)
-    assert ros.spin_until(lambda: min(len(reg.refs), len(topics.refs), len(inproc.refs)) >= len(Q), timeout=20.0)
-    assert ros.spin_until(lambda: probe.state.get_subscription_count() >= 3 and state_i.get_subscription_count() >= 1
-                          and topics.pub_cmd.get_subscription_count() >= 1
-                          and inproc.pub_cmd.get_subscription_count() >= 1
-                          and reg.pub["slotine_li"].get_subscription_count() >= 1
-                          and reg.pub["filtered"].get_subscription_count() >= 1
-                          and topics._reg_meta is not None, timeout=20.0)
+    _, topics, inproc, _, plant, step = _topics_and_inprocess(ros, ctx, {**NODE, "reference_wait": 0.0}, 0.2)
     for k in range(60):
-        t, q, v, tau = plant.state()
-        stamp = int(round(t * 1e9))
-        nt, ni = len(probe.commands), len(cmd_i)
-        msg = joint_state_msg(stamp, names, q, v, tau)
-        probe.state.publish(msg)
-        state_i.publish(msg)
-        assert ros.spin_until(lambda: len(probe.commands) > nt and len(cmd_i) > ni, timeout=30.0 if k == 0 else 10.0)
-        ut, ui = np.asarray(probe.commands[-1].data), np.asarray(cmd_i[-1].data)
-        assert command_stamp(probe.commands[-1]) == stamp
-        np.testing.assert_allclose(ut, ui, rtol=1e-9, atol=1e-9, err_msg=f"k={k} {topics.counters.as_dict()} {inproc.counters.as_dict()}")
+        _, _, ut, ui = step(timeout=30.0 if k == 0 else 10.0)
+        np.testing.assert_allclose(ut, ui, rtol=1e-9, atol=1e-9, err_msg=f"step {k}: {topics.counters.as_dict()}")
         plant.step(ut)
     c = topics.counters.as_dict()
     assert c.get("reference_missed", 0) == 0 and c.get("regressor_missing", 0) == 0, c
