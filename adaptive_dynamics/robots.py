@@ -112,18 +112,33 @@ def robot_config(name: str) -> Dict[str, Any]:
     The ``/**`` ``ros__parameters`` (shared by every node) merged with the
     ``mujoco_bridge`` ``ros__parameters`` (the simulated plant's "reality").
     """
-    path = _config_file(name)
+    return _merged_config(_config_file(name))
+
+
+def _parameter_doc(path: pathlib.Path) -> Dict[str, Any]:
     with open(path, "r", encoding="utf-8") as fh:
         doc = yaml.safe_load(fh) or {}
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a ROS 2 parameter file (a mapping of node names)")
+    return doc
+
+
+def _section(doc: Dict[str, Any], node: str, path: pathlib.Path, required: bool = True) -> Dict[str, Any]:
+    """The ``ros__parameters`` of ``node`` (as ``node`` or ``/**/node``) in a parameter file."""
+    section = doc.get(node) or doc.get(f"/**/{node}") or {}
+    params = section.get("ros__parameters") if isinstance(section, dict) else None
+    if params is None:
+        if required:
+            raise ValueError(f"{path}: missing '{node}: ros__parameters:' section")
+        return {}
+    return dict(params)
+
+
+def _merged_config(path: pathlib.Path) -> Dict[str, Any]:
+    doc = _parameter_doc(path)
     merged: Dict[str, Any] = {}
     for node in (_WILDCARD_NODE, _BRIDGE_NODE):
-        section = doc.get(node) or doc.get(f"/**/{node}") or {}
-        params = section.get("ros__parameters") if isinstance(section, dict) else None
-        if params is None:
-            raise ValueError(f"{path}: missing '{node}: ros__parameters:' section")
-        merged.update(params)
+        merged.update(_section(doc, node, path))
     return merged
 
 
@@ -154,10 +169,7 @@ def controller_gains(name: str) -> Dict[str, Any]:
     """The ``adaptive_controller`` section of the robot's parameter file (``lam``, ``kd``,
     ...; shipped: tuned, generated: :func:`~adaptive_dynamics.control.gains.default_gains`)."""
     path = _config_file(name)
-    with open(path, "r", encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh) or {}
-    section = doc.get("/**/adaptive_controller") or doc.get("adaptive_controller") or {}
-    return dict(section.get("ros__parameters") or {})
+    return _section(_parameter_doc(path), "adaptive_controller", path, required=False)
 
 
 def robot_label(name: str) -> str:
@@ -169,9 +181,8 @@ def robot_label(name: str) -> str:
 def default_ee_frame(name: str) -> "str | None":
     """The end-effector frame the robot's parameter file names (shipped robot or resolved
     URDF), else None."""
-    if name not in ROBOT_NAMES and _generated_config(name) is None:
-        return None
-    return robot_config(name).get("ee_frame") or None
+    path = _config_file(name) if name in ROBOT_NAMES else _generated_config(name)
+    return None if path is None else (_merged_config(path).get("ee_frame") or None)
 
 
 #: friction of a URDF whose ``<dynamics>`` declare none, per N m of the joint's effort
@@ -356,7 +367,7 @@ def resolve_robot(robot: str, joints=None, ee_frame: str | None = None) -> Robot
     path = os.path.abspath(text_robot)
     generated = _generated_config(path)
     if generated is not None and not joints and not ee_frame:   # a URDF this function wrote: as it is
-        cfg = robot_config(path)
+        cfg = _merged_config(generated)
         return RobotSpec(str(cfg["robot"]), path, list(cfg["joint_names"]), str(cfg["ee_frame"]), str(generated),
                          False)
     with open(path, encoding="utf-8") as fh:

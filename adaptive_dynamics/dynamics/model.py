@@ -40,7 +40,7 @@ from .inertial import (
     pseudo_inertias,
     transform_matrix,
 )
-from .validation import as_vector
+from .validation import as_vector, valid_vectors
 
 _REFERENCE_FRAMES = {
     "world": pin.ReferenceFrame.WORLD,
@@ -634,7 +634,7 @@ class RobotModel:
 
     def inverse_dynamics(self, q, v, a) -> np.ndarray:
         """tau = M a + C v + g (+ friction when enabled) for the current pi."""
-        if not _valid_vectors(self.n, q, v, a):   # one test for the hot path's valid arrays
+        if not valid_vectors(self.n, q, v, a):   # one test for the hot path's valid arrays
             n = self.n
             q, v, a = as_vector(q, n, "q"), as_vector(v, n, "v"), as_vector(a, n, "a")
         tau = np.array(self._lin.eval(pin.rnea, q, v, a))
@@ -981,18 +981,6 @@ def _rnea_dq(model, data, q, v) -> np.ndarray:
 def _gravity_dq(model, data, q) -> np.ndarray:
     """d g / dq (a copy)."""
     return np.array(pin.computeGeneralizedGravityDerivatives(model, data, q))
-
-
-def _valid_vectors(n: int, *xs) -> bool:
-    """All ``xs`` are contiguous float64 vectors of length ``n`` with finite entries (one
-    ``isfinite`` over their sum: a NaN or inf in any of them propagates into it)."""
-    for x in xs:
-        if type(x) is not np.ndarray or x.shape != (n,) or x.dtype != np.float64 or not x.flags.c_contiguous:
-            return False
-    total = xs[0] + xs[1]
-    for x in xs[2:]:
-        total += x
-    return bool(np.isfinite(total).all())
 
 
 def _load_pinocchio_model(urdf):

@@ -35,13 +35,12 @@ import os
 import numpy as np
 import yaml
 
-from .inertial import convert_order
+from .inertial import check_physical_consistency, convert_order
 
 __all__ = ["THUNDER_REG_KEYS", "load_thunder_parameters", "save_thunder_parameters"]
 
 #: the keys of one link's block, in Thunder's order
 THUNDER_REG_KEYS = ("mass", "m_CoM_x", "m_CoM_y", "m_CoM_z", "Ixx", "Ixy", "Ixz", "Iyy", "Iyz", "Izz")
-_FRICTION_KEYS = ("d1", "d2")
 
 
 def _link_key(model, i: int, doc: dict) -> str:
@@ -87,9 +86,8 @@ def load_thunder_parameters(model, path: "str | os.PathLike[str]", *, check: boo
         blocks.append(values)
         used.append(key)
     pi = convert_order(np.concatenate(blocks), "thunder", "pinocchio")
-    for i, link in enumerate(model.link_names):   # all or nothing: check every block first
-        if check:
-            from .inertial import check_physical_consistency
+    if check:   # all or nothing: every block checked before any is set
+        for i, link in enumerate(model.link_names):
             check_physical_consistency(pi[10 * i: 10 * i + 10], [f"{used[i]} ({link})"])
     for i, link in enumerate(model.link_names):
         model.set_link_parameters(link, pi[10 * i: 10 * i + 10], check=False)
@@ -107,9 +105,5 @@ def save_thunder_parameters(model, path: "str | os.PathLike[str]", comment: str 
         lines.append("")
         lines.append(f"link{i + 1}:   # {link}")
         lines += [f"  {k}: {float(x)!r}" for k, x in zip(THUNDER_REG_KEYS, blk)]
-    text = "\n".join(lines) + "\n"
-    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-    return os.fspath(path)
+    from ..learning.files import atomic_write   # the project's durable writer (learners, snapshots)
+    return atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))

@@ -7,14 +7,28 @@ import numpy as np
 _F64 = np.dtype(np.float64)
 
 
+def valid_vectors(n: int, *xs) -> bool:
+    """All ``xs`` are contiguous float64 vectors of length ``n`` with finite entries: the
+    hot path's case, one ``isfinite`` for all of them (a NaN or inf in any one propagates
+    into their sum).  False says "check them one by one" (:func:`as_vector`)."""
+    for x in xs:
+        if type(x) is not np.ndarray or x.shape != (n,) or x.dtype != _F64 or not x.flags.c_contiguous:
+            return False
+    total = xs[0]
+    if len(xs) > 1:
+        total = total + xs[1]
+        for x in xs[2:]:
+            total += x
+    return bool(np.isfinite(total).all())
+
+
 def as_vector(x, n: int, name: str) -> np.ndarray:
     """Return ``x`` as a contiguous float64 vector of length ``n`` or raise ``ValueError``.
 
     The message names the argument, the expected and actual length, and the first
     non-finite entry (NaN/inf) if any.
     """
-    if type(x) is np.ndarray and x.shape == (n,) and x.dtype == _F64 and x.flags.c_contiguous \
-            and np.isfinite(x).all():   # the hot path's case: already a valid vector (returned as is)
+    if valid_vectors(n, x):   # the hot path's case: already a valid vector (returned as is)
         return x
     try:
         arr = np.ascontiguousarray(x, dtype=np.float64)

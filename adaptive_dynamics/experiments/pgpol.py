@@ -130,7 +130,7 @@ import numpy as np
 from ..learning.pgpol import CHANGE_DEFAULTS, CHANGE_PAPER, ChangeTest
 from . import save_plot, write_result
 from .clock_follower import ClockFollower
-from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
+from .robot_choice import add_robot_args, chosen_robots, gains, is_shipped, label
 
 #: per robot: the task's start pose, the pick-and-place base pose and offsets, the payload
 #: (``q_pp``: the pick-and-place base pose, default ``q_task``; ``pp_centre``: the circle's
@@ -195,13 +195,6 @@ RECORDED = ["joint_states", "reference", "learner/prediction", "/diagnostics"]
 
 
 # ============================================================================ set-up
-def gains(robot: str) -> dict:
-    """lam, kd of the robot's parameter file (adaptive_controller section): ``config/<robot>.yaml``,
-    or a URDF robot's generated one (model-derived)."""
-    from .robot_choice import gains as robot_gains
-    return robot_gains(robot)
-
-
 #: a URDF robot's settings in place of :data:`ROBOTS` (``q_task``: its
 #: :func:`~adaptive_dynamics.experiments.robot_choice.task_configuration`)
 GENERATED = {"pp_centre": [0.1, 0.0, -0.05], "payload_mass": 2.0, "task": {}, "pick_place": {}}
