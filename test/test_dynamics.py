@@ -870,14 +870,17 @@ def test_thunder_parameter_files_round_trip_and_match_the_urdf(tmp_path):
     np.testing.assert_allclose(m.parameters, pi0, rtol=0, atol=1e-15)
 
 
-def test_the_panda_link_frames_are_thunders_dh_frames():
-    """Thunder's parameter files are in its (modified) Denavit-Hartenberg frames; the
-    Panda's URDF link frames are exactly those of Franka's modified-DH table, so a Thunder
-    Panda file loads as it is."""
+def test_the_panda_link_frames_are_thunders_dh_frames(tmp_path):
+    """Thunder's parameter files are in its Denavit-Hartenberg frames (Table 5): rows 1-6
+    are the Panda URDF's link frames, row 7 carries the flange offset d = 0.107 m and is
+    the URDF's panda_link8.  So a Thunder Panda file's link 7 block is about the flange:
+    Table 8's initial estimate (0.736 kg, CoM z = -0.045 m) is the URDF's link 7 alone
+    (CoM z = 0.0616 m about panda_link7), and files round-trip through that frame."""
     import pinocchio as pin
+    import yaml
     m = RobotModel("panda")
     dh = [(0, 0, 0.333), (0, -np.pi / 2, 0), (0, np.pi / 2, 0.316), (0.0825, np.pi / 2, 0),
-          (-0.0825, -np.pi / 2, 0.384), (0, np.pi / 2, 0), (0.088, np.pi / 2, 0)]   # a, alpha, d
+          (-0.0825, -np.pi / 2, 0.384), (0, np.pi / 2, 0), (0.088, np.pi / 2, 0.107)]   # a, alpha, d
 
     def mdh(a, al, d, th):
         ca, sa, ct, st = np.cos(al), np.sin(al), np.cos(th), np.sin(th)
@@ -891,4 +894,21 @@ def test_the_panda_link_frames_are_thunders_dh_frames():
         T = np.eye(4)
         for k, (a, al, d) in enumerate(dh):
             T = T @ mdh(a, al, d, q[k])
-            np.testing.assert_allclose(data.oMf[m.model.getFrameId(f"panda_link{k + 1}")].homogeneous, T, atol=1e-12)
+            frame = f"panda_link{k + 1}" if k < 6 else "panda_link8"
+            np.testing.assert_allclose(data.oMf[m.model.getFrameId(frame)].homogeneous, T, atol=1e-12)
+    # the file's link 7 block is about the flange: mass and CoM by hand
+    m.set_end_effector("none")
+    path = m.save_thunder_yaml(tmp_path / "panda_inertial_REG.yaml")
+    blk = yaml.safe_load(open(path))["link7"]
+    l7 = m.get_link_parameters("panda_link7")
+    assert blk["mass"] == pytest.approx(l7[0], rel=1e-12)
+    com = np.array([blk["m_CoM_x"], blk["m_CoM_y"], blk["m_CoM_z"]]) / blk["mass"]
+    np.testing.assert_allclose(com, l7[1:4] / l7[0] - [0, 0, 0.107], atol=1e-12)
+    np.testing.assert_allclose(com, [0.014, -0.004, -0.045], atol=0.004)   # Table 8, "Initial"
+    pi0 = m.parameters.copy()
+    m.set_link_parameters("panda_link7", 2 * l7)
+    m.load_thunder_yaml(path)
+    np.testing.assert_allclose(m.parameters, pi0, rtol=1e-12, atol=1e-14)
+    # another arm (or a frame of choice): frames= names it
+    m.load_thunder_yaml(path, frames={})          # read as if about panda_link7: the CoM moves by 0.107
+    assert m.get_link_parameters("panda_link7")[3] / l7[0] == pytest.approx(com[2], abs=1e-12)

@@ -83,6 +83,22 @@ directions to drift in.  :attr:`last_delta_pi` is always in FULL pi coordinates,
 for every state x (what the consistency transform needs).  Friction columns (viscous,
 Coulomb per joint) are included when the model has them (``friction=True``).
 
+Adapting a part of the model (``adapted_links``)
+-------------------------------------------------
+``adapted_links = ["panda_link7"]`` (link names; a body fixed to a link, e.g. the
+Panda's ``panda_hand``, names that link's block) estimates only those links' 10
+inertial parameters (and the friction columns when the model has them); every other
+parameter stays at its value in ``pi0`` (the URDF, for a node).  With the adapted
+columns ``A`` and the fixed ones ``F``::
+
+    Y pi = Y_A pi_A + Y_F pi_F,    tau = Y_A theta_hat + Y_F pi_F - K_D s
+
+and every law acts on ``pi_A`` alone (``Y_A^T s``, ``W_A``; the fixed part enters the
+prediction error as ``W_F pi_F``).  Base parameters are those of the columns ``A``
+(:class:`~adaptive_dynamics.dynamics.base_parameters.BaseParameters` with ``columns``),
+the projection acts on the adapted links, :attr:`pi` is the whole estimate (fixed part
+included).  This is how an unknown tool is estimated without touching the arm's model.
+
 Physical-consistency projection (``projection=True``)
 ------------------------------------------------------
 Consistency is a property of the full per-link parameters, which base parameters do not
@@ -260,6 +276,9 @@ class AdaptiveController:
         Smallest pseudo-inertia eigenvalue and mass floor [kg] of the projection.
     refactor_every:
         Refactor P from P^-1 every this many composite updates.
+    adapted_links:
+        Link names whose parameters are estimated (``None``: all); see the module
+        docstring.  The rest is held at ``pi0``.
     """
 
     LAWS = LAWS
@@ -270,7 +289,7 @@ class AdaptiveController:
                  k0: float = 1e3, k1: float = 1e2, base_parameters: bool = True, friction=None,
                  projection: bool = False, pi0=None, max_tracking_error: float = np.inf,
                  robot_compensates_gravity: bool = False, projection_eps: float = 0.0,
-                 projection_min_mass: float = 0.0, refactor_every: int = 1000):
+                 projection_min_mass: float = 0.0, refactor_every: int = 1000, adapted_links=None):
         if law not in LAWS:
             raise ValueError(f"unknown adaptive law {law!r}; available: {list(LAWS)}")
         self.robot_name = _robot_name(model)
@@ -289,19 +308,27 @@ class AdaptiveController:
         self.robot_compensates_gravity = bool(robot_compensates_gravity)
         self.refactor_every = max(1, int(refactor_every))
 
-        self.base = model.base_parameters()
+        P_full = model.n_params
+        self.adapted_links, self.columns = self._adapted_columns(model, adapted_links)
+        self.base = model.base_parameters(columns=self.columns)
         self.use_base = bool(base_parameters) and not self.projection
         self.coordinates = "base" if self.use_base else "full"
-        P_full = model.n_params
+        self.full_parameter_names = list(model.parameter_names)
         if self.use_base:
             self.index = self.base.index
             self.n_adapted = b = self.base.n_base
             self.parameter_names = list(self.base.names)
+        elif self.columns is not None:
+            self.index = self.columns
+            self.n_adapted = b = self.columns.size
+            self.parameter_names = [self.full_parameter_names[i] for i in self.columns]
         else:
             self.index = None
             self.n_adapted = b = P_full
             self.parameter_names = list(model.parameter_names)
-        self.full_parameter_names = list(model.parameter_names)
+        # the part held fixed (zero on the adapted columns; all zero without adapted_links)
+        self.pi_fixed = np.zeros(P_full)
+        self._proj_links = n if self.columns is None else len(self.adapted_links)
 
         # ---- gains (validated all at once)
         self.lam = self.kd = self.gamma = self.p0 = self.r = None
@@ -359,6 +386,21 @@ class AdaptiveController:
         self._abs = np.zeros((b, b))
         self._since_refactor = 0
         self._pi_scratch = np.zeros(P_full)
+
+    @staticmethod
+    def _adapted_columns(model, links):
+        """(sorted link names, full column indices) of ``adapted_links``; (None, None) = all."""
+        if links is None:
+            return None, None
+        if isinstance(links, str):
+            links = [links]
+        links = [str(x) for x in links]
+        if not links:
+            raise ValueError("adapted_links is empty; give link names (or leave it unset to adapt every link)")
+        blocks = sorted({model.link_block(name) for name in links})
+        cols = [10 * i + k for i in blocks for k in range(10)]
+        cols += list(range(model.n_inertial, model.n_params))   # friction columns, when the model has them
+        return [model.link_names[i] for i in blocks], np.array(cols, dtype=int)
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -436,7 +478,9 @@ class AdaptiveController:
     # ------------------------------------------------------------------ estimate
     def set_estimate(self, pi=None, theta=None) -> None:
         """Set the estimate from a FULL ``pi`` (length ``model.n_params``) or from
-        ``theta`` in the adapted coordinates (length :attr:`n_adapted`)."""
+        ``theta`` in the adapted coordinates (length :attr:`n_adapted`).  With
+        ``adapted_links``, ``pi`` also sets the fixed part (its entries outside the
+        adapted columns); ``theta`` leaves it as it is."""
         if (pi is None) == (theta is None):
             raise ValueError("give exactly one of pi (full) or theta (adapted coordinates)")
         if pi is not None:
@@ -446,8 +490,19 @@ class AdaptiveController:
                                  f"got {pi.size}")
             if not np.all(np.isfinite(pi)):
                 raise ValueError("pi must be finite")
-            th = self.base.to_base(pi) if self.use_base else pi.copy()
+            if self.use_base:
+                th = self.base.to_base(pi)
+            elif self.columns is not None:
+                th = pi[self.columns]
+            else:
+                th = pi.copy()
+            fixed = pi.copy()
+            if self.columns is not None:
+                fixed[self.columns] = 0.0
+            else:
+                fixed[:] = 0.0
         else:
+            fixed = None
             th = np.asarray(theta, dtype=float).reshape(-1)
             if th.size != self.n_adapted:
                 raise ValueError(f"theta must have {self.n_adapted} entries ({self.coordinates} parameters), "
@@ -455,20 +510,40 @@ class AdaptiveController:
             if not np.all(np.isfinite(th)):
                 raise ValueError("theta must be finite")
         self.theta = np.array(th, dtype=float)
+        if fixed is not None:
+            self.pi_fixed = fixed
+            self._has_fixed = bool(np.any(fixed))
         if self.projection:
-            self.projected = project_consistent(self.theta, self.n, eps=self.projection_eps,
+            self.projected = project_consistent(self.theta, self._proj_links, eps=self.projection_eps,
                                                 min_mass=self.projection_min_mass)
 
     @property
     def pi(self) -> np.ndarray:
         """The estimate as a full pi (``from_base(theta)`` with base parameters: dependent
-        entries zero; a representative, not the unique physical pi)."""
-        return self.base.from_base(self.theta) if self.use_base else self.theta.copy()
+        entries zero; a representative, not the unique physical pi), plus the fixed part
+        with ``adapted_links``."""
+        if self.use_base:
+            return self.pi_fixed + self.base.from_base(self.theta)
+        if self.columns is None:
+            return self.theta.copy()
+        pi = self.pi_fixed.copy()
+        pi[self.columns] = self.theta
+        return pi
 
     @property
     def theta_base(self) -> np.ndarray:
-        """The estimate in base-parameter coordinates (``K pi_hat`` when full pi is adapted)."""
-        return self.theta.copy() if self.use_base else self.base.to_base(self.theta)
+        """The estimate in base-parameter coordinates (``K pi_hat`` when full pi is adapted;
+        of the adapted columns with ``adapted_links``)."""
+        return self.theta.copy() if self.use_base else self.base.to_base(self.pi)
+
+    def link_estimate(self, link: str) -> dict:
+        """Mass [kg], centre of mass [m] (link frame) and the 10 parameters of the block
+        holding ``link`` in the current estimate (a representative with base parameters)."""
+        i = self.model.link_block(link)
+        blk = self.pi[10 * i: 10 * i + 10]
+        m = float(blk[0])
+        com = (blk[1:4] / m).tolist() if abs(m) > 1e-12 else [float("nan")] * 3
+        return {"link": self.model.link_names[i], "mass": m, "com": com, "pi10": blk.tolist()}
 
     def consistency_margins(self) -> np.ndarray:
         """Smallest pseudo-inertia eigenvalue per link of the (full) estimate
@@ -608,12 +683,14 @@ class AdaptiveController:
         model = self.model
         if Y is None:
             Y = model.slotine_li_regressor(q, v, vr, ar)
-        if self.use_base:
+        if self.index is not None:
             Yb = np.take(Y, self.index, axis=1, out=self._Yb)
         else:
             Yb = Y
         theta = self.theta
         np.dot(Yb, theta, out=self.parametric_torque)
+        if self._has_fixed:
+            self.parametric_torque += Y.dot(self.pi_fixed)
         fb = self.feedback_torque
         if self._kd_d is not None:
             np.multiply(self._kd_d, s, out=fb)
@@ -627,8 +704,10 @@ class AdaptiveController:
         Ys = Yb  # regressor of what the controller supplies (s-driven term)
         if self.robot_compensates_gravity:
             Yg = model.regressor(q, self._zero, self._zero)
-            Ygb = np.take(Yg, self.index, axis=1, out=self._Ygb) if self.use_base else Yg
+            Ygb = np.take(Yg, self.index, axis=1, out=self._Ygb) if self.index is not None else Yg
             np.dot(Ygb, theta, out=self.gravity_torque)
+            if self._has_fixed:
+                self.gravity_torque += Yg.dot(self.pi_fixed)
             tau -= self.gravity_torque
             Ys = np.subtract(Yb, Ygb, out=self._Ygb)
 
@@ -637,8 +716,10 @@ class AdaptiveController:
         if composite and (W is not None or tau_measured is not None):
             if W is None:
                 W, tau_f = self.filter.update(q, v, tau_m)
-            Wb = np.take(W, self.index, axis=1, out=self._Wb) if self.use_base else W
+            Wb = np.take(W, self.index, axis=1, out=self._Wb) if self.index is not None else W
             np.dot(Wb, theta, out=self.prediction_error)
+            if self._has_fixed:
+                self.prediction_error += W.dot(self.pi_fixed)
             self.prediction_error -= tau_f
 
         # ---- update
@@ -675,7 +756,8 @@ class AdaptiveController:
                 old = self._pi_scratch
                 old[:] = theta
                 theta += dth
-                if project_consistent(theta, n, eps=self.projection_eps, min_mass=self.projection_min_mass):
+                if project_consistent(theta, self._proj_links, eps=self.projection_eps,
+                                      min_mass=self.projection_min_mass):
                     self.projected = True
                     self.projections += 1
                     np.subtract(theta, old, out=dth)
@@ -684,7 +766,7 @@ class AdaptiveController:
             self.updated = True
             self.updates += 1
             self.last_delta_theta[:] = dth
-            if self.use_base:
+            if self.index is not None:
                 self.last_delta_pi.fill(0.0)
                 self.last_delta_pi[self.index] = dth  # from_base: projector is a column selection
             else:
@@ -773,6 +855,8 @@ class AdaptiveController:
             "P": self.P.copy(),
             "P_inv": self.P_inv.copy(),
             "updates": np.array(self.updates),
+            "adapted_links": np.array(self.adapted_links if self.adapted_links is not None else [], dtype=str),
+            "pi_fixed": self.pi_fixed.copy(),
             **{f"gain_{k}": np.asarray(v) for k, v in g.items()},
         }
 
@@ -818,6 +902,10 @@ class AdaptiveController:
         joints = [str(j) for j in d["joint_names"]]
         if joints != self.joint_names:
             raise ValueError(f"{where}: joint names {joints} differ from the model's {self.joint_names}")
+        saved_links = [str(x) for x in d["adapted_links"]] if "adapted_links" in d else []
+        if saved_links != (self.adapted_links or []):
+            raise ValueError(f"{where}: saved with adapted_links {saved_links or 'all'}, this controller adapts "
+                             f"{self.adapted_links or 'all links'}")
         coords = str(d["coordinates"])
         names = [str(x) for x in d["parameter_names"]]
         if coords != self.coordinates or names != self.parameter_names:
@@ -829,6 +917,12 @@ class AdaptiveController:
         theta = np.asarray(d["theta"], dtype=float)
         if theta.shape != (self.n_adapted,) or not np.all(np.isfinite(theta)):
             raise ValueError(f"{where}: theta has shape {theta.shape} or non-finite entries")
+        fixed = None
+        if self.columns is not None and "pi_fixed" in d:
+            fixed = np.asarray(d["pi_fixed"], dtype=float)
+            if fixed.shape != self.pi_fixed.shape or not np.all(np.isfinite(fixed)) or np.any(fixed[self.columns]):
+                raise ValueError(f"{where}: pi_fixed has shape {fixed.shape}, non-finite entries or values on "
+                                 "the adapted columns")
         P = None
         if covariance and "P" in d and d["P"].shape == (self.n_adapted, self.n_adapted):
             P = np.asarray(d["P"], dtype=float)
@@ -836,6 +930,9 @@ class AdaptiveController:
             if not (np.all(np.isfinite(P)) and np.all(np.isfinite(Pinv))):
                 raise ValueError(f"{where}: P is not finite")
         self.theta = theta.copy()
+        if fixed is not None:
+            self.pi_fixed = fixed.copy()
+            self._has_fixed = bool(np.any(fixed))
         if P is not None:
             self.P = 0.5 * (P + P.T)
             self.P_inv = 0.5 * (Pinv + Pinv.T)
@@ -857,6 +954,8 @@ class AdaptiveController:
                 "base_parameters": str(d["coordinates"]) == "base" or bool(d["projection"]),
                 "robot_compensates_gravity": bool(d["robot_compensates_gravity"]),
             }
+            if "adapted_links" in d and d["adapted_links"].size:
+                kwargs["adapted_links"] = [str(x) for x in d["adapted_links"]]
             for k in GAIN_NAMES:
                 if f"gain_{k}" in d:
                     val = d[f"gain_{k}"]
@@ -875,5 +974,6 @@ class AdaptiveController:
             "cycles": self.cycles, "updates": self.updates, "frozen": self.frozen,
             "freeze_reason": self.freeze_reason, "frozen_cycles": self.frozen_cycles,
             "rejected_inputs": self.rejected_inputs, "projections": self.projections,
+            "adapted_links": self.adapted_links or "all",
             "p_norm": self.p_norm, "forgetting": self.forgetting,
         }

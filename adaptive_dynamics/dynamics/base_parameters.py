@@ -9,6 +9,11 @@ columns ``idx``; the others satisfy ``Y[:, dep] = Y[:, idx] @ beta`` for every s
   ``Y_b = Y @ projector``.
 * ``K`` (b x P): ``pi_b = K @ pi``, with ``K[:, idx] = I`` and ``K[:, dep] = beta``.
 * Then ``Y_b @ pi_b == Y @ pi`` for every state and every pi.
+
+``columns`` restricts the identification to a subset of the full columns (the
+parameters of chosen links, as an adaptive controller that estimates only a tool and
+the link carrying it): ``idx`` and ``dep`` are then taken among those columns, ``K``
+is zero outside them, and ``Y_b @ pi_b == Y[:, columns] @ pi[columns]``.
 """
 from __future__ import annotations
 
@@ -17,16 +22,24 @@ import scipy.linalg
 
 
 class BaseParameters:
-    def __init__(self, model, *, n_samples: int | None = None, seed: int = 0, rtol: float = 1e-9):
+    def __init__(self, model, *, n_samples: int | None = None, seed: int = 0, rtol: float = 1e-9,
+                 columns=None):
         self.model = model
         P, n = model.n_params, model.n
+        if columns is None:
+            sub = np.arange(P)
+        else:
+            sub = np.unique(np.asarray(columns, dtype=int).reshape(-1))
+            if sub.size == 0 or sub[0] < 0 or sub[-1] >= P:
+                raise ValueError(f"columns must be indices in [0, {P}), got {columns!r}")
+        self.columns = sub
         if n_samples is None:
-            n_samples = max(60, int(np.ceil(4 * P / n)))
+            n_samples = max(60, int(np.ceil(4 * sub.size / n)))
         rng = np.random.default_rng(seed)
         rows = []
         for _ in range(n_samples):
             q, v, a = model.random_state(rng)
-            rows.append(model.regressor(q, v, a))
+            rows.append(model.regressor(q, v, a)[:, sub])
         A = np.vstack(rows)
         # equilibrate column scales so the rank decision is not dominated by units
         scale = np.linalg.norm(A, axis=0)
@@ -38,11 +51,12 @@ class BaseParameters:
         d = np.abs(np.diag(R))
         rank = int(np.sum(d > rtol * max(d[0], 1e-300)))
         cols = np.flatnonzero(nonzero)
-        idx = np.sort(cols[piv[:rank]])
-        dep = np.setdiff1d(np.arange(P), idx)
-        beta, *_ = np.linalg.lstsq(A[:, idx], A[:, dep], rcond=None)
+        ia = np.sort(cols[piv[:rank]])              # positions in A (= in sub)
+        da = np.setdiff1d(np.arange(sub.size), ia)
+        beta, *_ = np.linalg.lstsq(A[:, ia], A[:, da], rcond=None)
         beta[np.abs(beta) < 1e-10] = 0.0
-        resid = np.abs(A[:, idx] @ beta - A[:, dep]).max() if dep.size else 0.0
+        resid = np.abs(A[:, ia] @ beta - A[:, da]).max() if da.size else 0.0
+        idx, dep = sub[ia], sub[da]
         if resid > 1e-6 * max(1.0, np.abs(A).max()):
             raise RuntimeError(f"base-parameter identification failed (residual {resid:.3g}); "
                                "increase n_samples or loosen rtol")

@@ -461,16 +461,17 @@ class RobotModel:
         i = self._link_index(link)
         return self._effective_link_pi()[10 * i: 10 * i + 10].copy()
 
-    def load_thunder_yaml(self, path, *, check: bool = True) -> dict:
+    def load_thunder_yaml(self, path, *, check: bool = True, frames=None) -> dict:
         """Link parameters from a Thunder Dynamics ``*_inertial_REG.yaml`` file (its
-        ``load_conf``); see :mod:`~adaptive_dynamics.dynamics.thunder_params`."""
+        ``load_conf``); see :mod:`~adaptive_dynamics.dynamics.thunder_params` (``frames``:
+        the frame a link's block is expressed in, where Thunder's differs)."""
         from .thunder_params import load_thunder_parameters
-        return load_thunder_parameters(self, path, check=check)
+        return load_thunder_parameters(self, path, check=check, frames=frames)
 
-    def save_thunder_yaml(self, path, comment: str = "") -> str:
+    def save_thunder_yaml(self, path, comment: str = "", *, frames=None) -> str:
         """The link parameters as a Thunder ``*_inertial_REG.yaml`` file (its ``save_par_REG``)."""
         from .thunder_params import save_thunder_parameters
-        return save_thunder_parameters(self, path, comment)
+        return save_thunder_parameters(self, path, comment, frames=frames)
 
     def set_friction(self, viscous, coulomb) -> None:
         if not self.friction:
@@ -557,6 +558,20 @@ class RobotModel:
             raise ValueError("no payload attached; call set_payload first")
         i = self._payload.link_index
         return Y[:, 10 * i: 10 * i + 10] @ self._payload.transform
+
+    def link_block(self, name: str) -> int:
+        """Index of the parameter block (10 columns from ``10 * index``) that holds link
+        ``name``'s inertia: a moving link, or a body fixed to one (the end effector's
+        bodies, such as the Panda's ``panda_hand``, are part of the last link's block)."""
+        if name in self.link_names:
+            return self.link_names.index(name)
+        if self.model.existFrame(name):
+            f = self.model.frames[self.model.getFrameId(name)]
+            if f.type == pin.FrameType.BODY and f.parentJoint > 0:
+                return f.parentJoint - 1
+        raise ValueError(f"unknown link {name!r}; moving links: {self.link_names}"
+                         + (f", end-effector bodies (part of {self.link_names[-1]}): {self.end_effector_links}"
+                            if self.end_effector_links else ""))
 
     def _link_index(self, link: str) -> int:
         try:
