@@ -49,7 +49,7 @@ def closed_loop(robot, ctl, traj, T, *, reality=None, learn=True, q0_offset=None
         if robot_gravity:  # what franka_ros2 does: the robot adds its own g(q)
             tau = tau + plant.gravity_torque()
         plant.step(tau)
-    assert plant.saturation_count.sum() == 0, "the tests assume an unsaturated loop"
+    assert plant.saturation_count.sum() == 0, ("the tests assume an unsaturated loop", plant.saturation_count)
     return ts, E
 
 
@@ -504,3 +504,84 @@ def test_robot_compensates_gravity_consistency():
     assert rmse(E[ts >= 6.0]).mean() < 0.05 * rmse(E[ts < 3.0]).mean()
     theta = ctl.base.to_base(model.parameters)
     assert np.linalg.norm(ctl.theta - theta) / np.linalg.norm(theta) < 0.02
+
+
+# ----------------------------------------------------------------------------- adapted_links
+@pytest.mark.parametrize("base", [True, False])
+def test_adapting_every_link_is_the_default_law(base):
+    """adapted_links naming every link is the whole-model controller, step for step."""
+    model = RobotModel("panda", friction=True)
+    pi0 = 0.8 * model.parameters
+    a = AdaptiveController(model, "composite", pi0=pi0, base_parameters=base, p0=0.5)
+    b = AdaptiveController(model, "composite", pi0=pi0, base_parameters=base, p0=0.5,
+                           adapted_links=list(model.link_names))
+    assert b.n_adapted == a.n_adapted and b.parameter_names == a.parameter_names
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        q, v, qd = *model.random_state(rng)[:2], model.random_state(rng)[0]
+        tau = rng.standard_normal(7)
+        np.testing.assert_allclose(b.compute(q, v, qd, v, 0 * v, tau), a.compute(q, v, qd, v, 0 * v, tau),
+                                   rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(b.pi, a.pi, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("base, projection", [(True, False), (False, False), (False, True)])
+def test_adapted_links_hold_the_rest_and_update_only_their_columns(base, projection):
+    """Only the named block (the hand names the last link's) and friction move; the torque
+    is the Slotine-Li torque of the whole estimate (pinocchio on a model with that pi);
+    the composite prediction error includes the fixed part."""
+    model = RobotModel("panda", friction=True)
+    truth = model.parameters
+    pi0 = truth.copy()
+    pi0[60] *= 0.5                         # the hand's link is wrong
+    ctl = AdaptiveController(model, "composite", pi0=pi0, adapted_links=["panda_hand"], base_parameters=base,
+                             projection=projection, p0=0.5)
+    assert ctl.adapted_links == ["panda_link7"]
+    cols = np.r_[60:70, 70:84]
+    assert set(ctl.index) <= set(cols) and ctl.n_adapted == (24 if not base else ctl.base.n_base)
+    rng = np.random.default_rng(6)
+    check = RobotModel("panda", friction=True)
+    for k in range(30):
+        q, v, a = model.random_state(rng)
+        qd = q + 0.05 * rng.standard_normal(7)
+        est = ctl.pi
+        tau_m = rng.standard_normal(7) * 5
+        tau = ctl.compute(q, v, qd, v, a, tau_m)
+        check.set_parameters(est, check=False)
+        Y = check.slotine_li_regressor(q, v, ctl.qd_r, ctl.qdd_r)
+        np.testing.assert_allclose(ctl.parametric_torque, Y @ est, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(tau, Y @ est - ctl.kd @ ctl.s, rtol=1e-9, atol=1e-9)
+        W, tau_f = ctl.filter.W, ctl.filter.tau_f
+        np.testing.assert_allclose(ctl.prediction_error, W @ est - tau_f, rtol=1e-9, atol=1e-9)
+        moved = np.flatnonzero(ctl.pi != est)
+        assert moved.size and set(moved) <= set(cols), moved
+    np.testing.assert_array_equal(np.delete(ctl.pi, cols), np.delete(pi0, cols))
+
+
+def test_adapted_links_estimate_an_unknown_tool_on_the_mujoco_panda(tmp_path):
+    """A 0.8 kg tool off the flange axis that the model does not have: adapting link 7
+    (the hand's block) alone, from the URDF, finds the block's true mass and centre of
+    mass (URDF block + the plant's payload, rigid-body sum) with both laws; the state file
+    keeps the adapted links and the fixed part, and refuses another choice."""
+    from adaptive_dynamics.control.gains import default_gains
+    model = RobotModel("panda")
+    reality = RealityConfig(payload_mass=0.8, payload_com=[0.05, 0.0, 0.15], payload_frame="panda_link7",
+                            payload_enabled=True)
+    truth = model.get_link_parameters("panda_link7") + MujocoPlant("panda", reality=reality).payload_parameters()
+    kd = default_gains(model)["kd"]
+    traj = fourier(model, period=4.0, amplitude=0.6)
+    for law, extra in (("composite", dict(p0=1.0, lambda0=0.0, projection=True)), ("direct", dict(gamma=5.0))):
+        ctl = AdaptiveController(model, law, lam=10.0, kd=kd, pi0=model.parameters, adapted_links=["panda_link7"],
+                                 **extra)
+        closed_loop("panda", ctl, traj, 8.0, reality=reality)
+        est = ctl.link_estimate("panda_link7")
+        assert abs(est["mass"] - truth[0]) < 0.03 * truth[0], (law, est)
+        assert np.linalg.norm(np.array(est["com"]) - truth[1:4] / truth[0]) < 0.01, (law, est)
+    path = ctl.save(tmp_path / "tool")
+    again = AdaptiveController.load(path, RobotModel("panda"))
+    assert again.adapted_links == ["panda_link7"]
+    np.testing.assert_array_equal(again.pi, ctl.pi)
+    with pytest.raises(ValueError, match="adapted_links"):
+        AdaptiveController(model, "direct", adapted_links=["panda_link6"], gamma=5.0).load_state(path)
+    with pytest.raises(ValueError, match="unknown link 'wrist'"):
+        AdaptiveController(model, "direct", adapted_links=["wrist"])

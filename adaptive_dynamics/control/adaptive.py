@@ -385,7 +385,7 @@ class AdaptiveController:
         self._RW = np.zeros((n, b))
         self._abs = np.zeros((b, b))
         self._since_refactor = 0
-        self._pi_scratch = np.zeros(P_full)
+        self._pi_scratch = np.zeros(b)
 
     @staticmethod
     def _adapted_columns(model, links):
