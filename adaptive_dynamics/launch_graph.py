@@ -15,17 +15,18 @@ from typing import Any
 
 from .robots import resolve_robot, share_dir
 
-CONTROLLERS = ("pd", "computed_torque", "direct", "composite", "scqp")
+CONTROLLERS = ("pd", "computed_torque", "direct", "composite", "scqp", "backstepping")
 #: laws served by the adaptive_controller node (the lean baseline `controller` serves pd, computed_torque)
 ADAPTIVE_LAWS = ("direct", "composite")
-#: controllers of the end effector: node scqp_controller on task_reference (the trajectory node in
-#: space: task); the others track joint references
-TASK_CONTROLLERS = ("scqp",)
+#: controllers of the end effector on task_reference (the trajectory node in space: task): scqp
+#: (node scqp_controller), backstepping (adaptive_controller, law backstepping); the others track
+#: joint references
+TASK_CONTROLLERS = ("scqp", "backstepping")
 JOINT_CONTROLLERS = tuple(c for c in CONTROLLERS if c not in TASK_CONTROLLERS)
 #: the trajectory of a task-space controller when the parameter files name a joint-space type
-DEFAULT_TASK_TRAJECTORY = "figure8"
+DEFAULT_TASK_TRAJECTORY = {"scqp": "figure8", "backstepping": "lissajous3d"}
 #: trajectory types the trajectory node publishes in task space (nodes/trajectory.py)
-CARTESIAN_TYPES = ("figure8", "lissajous", "square_circle", "z_sine")
+CARTESIAN_TYPES = ("figure8", "lissajous", "lissajous3d", "square_circle", "z_sine")
 LEARNERS = ("none", "gmm", "rbfn", "gp", "pgpol", "sgpol")  # "none" + adaptive_dynamics.learning.LEARNERS (tested)
 MODES = ("lockstep", "realtime")
 SCENARIOS = ("sim", "real")
@@ -95,9 +96,10 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     """The nodes of ``scenario`` ("sim": MuJoCo bridge + trajectory + controller; "real":
     trajectory + controller against a robot's ros2_control stack).
 
-    ``controller`` "scqp" starts ``scqp_controller`` and switches the trajectory node to
-    ``space: task`` (its ``type`` from the parameter files and overrides if that is a
-    Cartesian type, else :data:`DEFAULT_TASK_TRAJECTORY`).
+    ``controller`` "scqp" starts ``scqp_controller``, "backstepping" ``adaptive_controller``
+    with ``law: backstepping``; both switch the trajectory node to ``space: task`` (its
+    ``type`` from the parameter files and overrides if that is a Cartesian type, else
+    :data:`DEFAULT_TASK_TRAJECTORY`).
 
     ``duration`` > 0 stops the simulation after that much sim time (the bridge exits
     cleanly and the launcher stops the rest).  ``overrides`` maps node name -> params.
@@ -162,9 +164,12 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     if task_space:
         traj.params["space"] = "task"
         if _resolved(traj, overrides.get("trajectory", {})).get("type", "fourier") not in CARTESIAN_TYPES:
-            traj.params["type"] = DEFAULT_TASK_TRAJECTORY
-    ctl = "scqp_controller" if task_space else "adaptive_controller" if controller in ADAPTIVE_LAWS else "controller"
-    ctl_params = {**common} if task_space else {**common, "law": controller}
+            traj.params["type"] = DEFAULT_TASK_TRAJECTORY[controller]
+    ctl = "scqp_controller" if controller == "scqp" else \
+        "adaptive_controller" if controller in ADAPTIVE_LAWS + ("backstepping",) else "controller"
+    ctl_params = {**common} if controller == "scqp" else {**common, "law": controller}
+    if controller == "backstepping":   # Thunder's set-up: from the URDF's model, whatever the files' default
+        ctl_params["initial_estimate"] = "nominal"
     if not sim:  # franka_ros2 adds gravity to the command itself; FRI torque mode and Gazebo do not
         ctl_params["robot_compensates_gravity"] = preset in GRAVITY_COMPENSATING_PRESETS
     else:  # lockstep must not lose a state; in real time the latest state is what matters

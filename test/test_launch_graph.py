@@ -33,8 +33,8 @@ def resolved(spec):
 @pytest.mark.parametrize("controller", CONTROLLERS)
 def test_sim_graph_nodes_and_controller_selection(controller):
     nodes = by_name(build_graph("sim", robot="panda", controller=controller, duration=3.0, record=True))
-    ctl = {"direct": "adaptive_controller", "composite": "adaptive_controller", "scqp": "scqp_controller"}.get(
-        controller, "controller")
+    ctl = {"direct": "adaptive_controller", "composite": "adaptive_controller", "scqp": "scqp_controller",
+           "backstepping": "adaptive_controller"}.get(controller, "controller")
     assert set(nodes) == {"mujoco_bridge", "trajectory", ctl, "recorder"}
     assert nodes[ctl].executable == ctl
     if ctl != "scqp_controller":
@@ -49,12 +49,13 @@ def test_sim_graph_nodes_and_controller_selection(controller):
     assert p["robot"] == "panda" and len(p["joint_names"]) == 7
     c = resolved(nodes[ctl])
     assert c["robot"] == "panda"
-    if ctl == "adaptive_controller":
-        assert len(c["kd"]) == 7 and c["initial_estimate"] == "zero"
+    if ctl == "adaptive_controller":   # backstepping starts from the URDF's model (the paper's set-up)
+        assert len(c["kd"]) == 7 and c["initial_estimate"] == ("nominal" if controller == "backstepping" else "zero")
     t = resolved(nodes["trajectory"])
-    if ctl == "scqp_controller":   # the end effector: task references from the trajectory node
-        assert c["mode"] == "scqp" and c["rate_hz"] == 200.0 and "law" not in c
-        assert t["space"] == "task" and t["type"] == "figure8"
+    if controller in ("scqp", "backstepping"):   # the end effector: task references from the trajectory node
+        if controller == "scqp":
+            assert c["mode"] == "scqp" and c["rate_hz"] == 200.0 and "law" not in c
+        assert t["space"] == "task" and t["type"] == {"scqp": "figure8", "backstepping": "lissajous3d"}[controller]
         assert resolved(nodes["recorder"])["wait_for_publishers"] == ["task_reference", "effort_controller/commands"]
     else:
         assert c["law"] == controller and t.get("space", "joint") == "joint"

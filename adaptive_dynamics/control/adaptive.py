@@ -591,7 +591,8 @@ class AdaptiveController:
         return out
 
     def compute(self, q, v, q_d, v_d, a_d, tau_measured=None, learn: bool = True, *,
-                Y=None, W=None, tau_f=None, reference=None, extra_torque=None) -> np.ndarray:
+                Y=None, W=None, tau_f=None, reference=None, extra_torque=None,
+                tracking_error: Optional[float] = None) -> np.ndarray:
         """One control period: torque for the current state, then the parameter update.
 
         Returns a new array (model joint order, NOT saturated).  After the call the
@@ -627,7 +628,8 @@ class AdaptiveController:
         used instead of ``v_d + Lambda (q_d - q)`` and its derivative: ``s = v - qd_r``;
         ``q_d``, ``v_d`` then only feed :attr:`e` (the freeze test).  ``extra_torque`` is
         added to the command (a backstepping cross term); it is part of neither the
-        parametric nor the feedback torque.
+        parametric nor the feedback torque.  ``tracking_error`` replaces ``|q_d - q|`` in
+        the freeze test (another generator's error norm, e.g. the task-space error).
         """
         n = self.n
         x = self._x
@@ -726,11 +728,12 @@ class AdaptiveController:
         self.cycles += 1
         self.updated = False
         self.projected = False
-        en = math.sqrt(e.dot(e))
+        en = math.sqrt(e.dot(e)) if tracking_error is None else float(tracking_error)
         if en > self.max_tracking_error:
             self.frozen = True
-            self.freeze_reason = (f"tracking error |q_d - q| = {en:.4g} rad exceeds max_tracking_error "
-                                  f"= {self.max_tracking_error:.4g} rad")
+            what = "|q_d - q|" if tracking_error is None else "(task space)"
+            self.freeze_reason = (f"tracking error {what} = {en:.4g} exceeds max_tracking_error "
+                                  f"= {self.max_tracking_error:.4g}")
             self.frozen_cycles += 1
         else:
             self.frozen = False

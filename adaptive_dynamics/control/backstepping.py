@@ -156,8 +156,10 @@ class BacksteppingController:
             self.ref.set_posture(q)
         qd_r, qdd_r = self.ref.compute(q, v, p_d, R_d, v_d, a_d)
         np.dot(self.ref.J.T, self.ref.e, out=self.cross_torque)
+        e = self.ref.e
         return self.core.compute(q, v, q, v, np.zeros_like(q), tau_measured, learn,
-                                 reference=(qd_r, qdd_r), extra_torque=self.cross_torque)
+                                 reference=(qd_r, qdd_r), extra_torque=self.cross_torque,
+                                 tracking_error=float(np.sqrt(e @ e)))
 
     def lyapunov(self, q, v, qd_r) -> float:
         """``V = e^T e / 2 + s^T M(q) s / 2`` with the last error and ``s = v - qd_r``

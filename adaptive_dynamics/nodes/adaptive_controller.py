@@ -50,11 +50,32 @@ stamp only, at most ``reference_wait``, or until a newer state supersedes it); n
 arrived -> safe command, ``regressor_missing``.  Malformed messages (shape, NaN) ->
 ``regressor_rejected`` and the safe command for that stamp; late ones ->
 ``regressor_stale``.  ``pd`` needs no regressor and never waits.
+
+Task space: ``law: backstepping`` (Thunder Dynamics' adaptive backstepping,
+:mod:`adaptive_dynamics.control.backstepping`, chosen at start) tracks the end effector
+on ``task_reference`` (``trajectory_msgs/MultiDOFJointTrajectory``, the contract of
+:mod:`adaptive_dynamics.ros.task_references`: the model's base frame, the model's
+``ee_frame``, pose + twist + acceleration per stamped point; the trajectory node's
+``space: task``): ``tau = Y(q, qd, qd_r, qdd_r) pi_hat - K_D s + J^T e`` with
+``qd_r = J# (v_d + kp_task e)`` and the ``adaptation`` law (direct, Thunder's (34), or
+composite) on the same estimate machinery (``gamma``, ``p0``, ``adapted_links``, the
+estimate file).  A refused reference (another frame, NaN, points out of order, stale) is
+logged with its reason and its instants get the safe command at once.  ``/diagnostics``
+adds ``task_error_rms`` / ``task_error_max`` (norm of the 6-D task error: m and rad,
+since the last report), ``singular_damping_cycles`` and, per adapted link,
+``<link>_mass`` [kg] and ``<link>_com`` [m, link frame].
+
+``adapted_links`` (read-only, every law): only those links' inertial parameters (and the
+friction columns) are estimated; the other links keep the URDF's values whatever
+``initial_estimate`` says.  A body fixed to a link (the Panda's ``panda_hand``) names that
+link's block.  ``initial_estimate: file`` also reads a Thunder Dynamics
+``*_inertial_REG.yaml`` parameter file (:meth:`RobotModel.load_thunder_yaml`).
 """
 from __future__ import annotations
 
 import bisect
 import json
+import math
 import os
 import threading
 import time
@@ -63,26 +84,50 @@ import numpy as np
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
+from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from ..control.adaptive import AdaptiveController, spd_gain
+from ..control.backstepping import BacksteppingController
 from ..ros.joint_states import joint_state_msg, state_stamp
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stream_qos
 from ..ros.stamped import MATRIX_STAMP_OFFSET, matrix_from_msg, vector_from_msg
+from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
 from .common import shutdown_save, trigger_save
 from .controller import JointControllerShell, shell_specs
 
-LAWS = ("pd", "computed_torque", "direct", "composite")
+LAWS = ("pd", "computed_torque", "direct", "composite", "backstepping")
+#: laws on the joint-space reference (live switchable among themselves)
+JOINT_LAWS = LAWS[:4]
 REGRESSOR_SOURCES = ("inprocess", "topics")
 _BAD = object()  # a regressor message for this stamp was rejected: safe command for it
+_ZERO6 = np.zeros(6)
+#: controller/tracking_error names of the backstepping law: position, then orientation error
+TASK_ERROR_NAMES = ("x", "y", "z", "rx", "ry", "rz")
 _GAIN_PARAMS = ("lam", "kd", "gamma", "p0", "r", "filter_lambda", "lambda0", "k0", "k1", "max_tracking_error")
 
 
 def specs() -> list[ParamSpec]:
     return shell_specs() + [
-        ParamSpec("law", "composite", "pd | computed_torque (nominal model) | direct | composite",
-                  choices=list(LAWS)),
+        ParamSpec("law", "composite", "pd | computed_torque (nominal model) | direct | composite (joint space,"
+                  " on `reference`; switchable live) | backstepping (task space, on `task_reference`; chosen at"
+                  " start)", choices=list(LAWS)),
+        ParamSpec("adaptation", "direct", "law backstepping: the parameter update, direct (Thunder's (34):"
+                  " -Gamma Y^T s) or composite (+ the filtered prediction error, gains p0, r, ...)",
+                  choices=["direct", "composite"]),
+        ParamSpec("kp_task", [5.0], "law backstepping: K of q_dot_r = J# (v_d + K e) [1/s], 1 value or 6"
+                  " (x y z, then the three orientation rows)", type="float[]", min=1e-6, max=1e4),
+        ParamSpec("k_posture", 1.0, "law backstepping: null-space pull towards the start posture [1/s]"
+                  " (redundant arms; 0 = off)", min=0.0, max=1e3),
+        ParamSpec("singular_damping", 0.05, "law backstepping: largest damping of the pseudo-inverse of J,"
+                  " reached at a singular pose", min=0.0, max=10.0, read_only=True),
+        ParamSpec("singular_threshold", 0.05, "law backstepping: smallest singular value of J below which the"
+                  " damping rises (above it J# is the exact pseudo-inverse)", min=1e-6, max=10.0,
+                  read_only=True),
+        ParamSpec("adapted_links", [""], "estimate only these links' inertial parameters (+ friction), the"
+                  " others keep the URDF's values; a body fixed to a link (the Panda's panda_hand) names that"
+                  " link; [''] = every link", type="str[]", read_only=True),
         ParamSpec("lam", [10.0], "Lambda [1/s] of the sliding variable: 1 or n values (diagonal), or n*n"
                   " (symmetric positive definite)", type="float[]"),
         ParamSpec("kd", [0.0], "K_D [Nm s/rad]: 1, n or n*n values (SPD); [0] = derived from the robot's model"
@@ -105,8 +150,8 @@ def specs() -> list[ParamSpec]:
                   min=0.0, max=1e3),
         ParamSpec("k0", 1000.0, "composite law: |P| at which forgetting would vanish", min=1e-9),
         ParamSpec("k1", 100.0, "composite law: |P| above which forgetting is off", min=1e-9),
-        ParamSpec("max_tracking_error", 0.0, "freeze learning while |q_d - q| exceeds this [rad];"
-                  " 0 = never", min=0.0),
+        ParamSpec("max_tracking_error", 0.0, "freeze learning while |q_d - q| exceeds this [rad] (law"
+                  " backstepping: the task-space error norm [m, rad]); 0 = never", min=0.0),
         ParamSpec("learning", True, "adapt the estimate (direct/composite)"),
         ParamSpec("feedforward", True, "add feedforward/residual when one is available"),
         ParamSpec("residual_wait", 0.0, "lockstep: once residuals have been received, wait up to this many"
@@ -123,8 +168,8 @@ def specs() -> list[ParamSpec]:
         ParamSpec("initial_estimate", "zero", "zero (ARDL) | nominal (URDF) | scaled (nominal_scale x URDF) |"
                   " file (initial_estimate_file)", choices=["zero", "nominal", "scaled", "file"], read_only=True),
         ParamSpec("initial_estimate_file", "", "initial_estimate=file: the estimate to start from (e.g."
-                  " estimate_consistent.npz of `adaptive-dynamics identify`); read, never written",
-                  read_only=True),
+                  " estimate_consistent.npz of `adaptive-dynamics identify`, or a Thunder Dynamics"
+                  " *_inertial_REG.yaml); read, never written", read_only=True),
         ParamSpec("nominal_scale", 0.5, "scale of the URDF parameters for initial_estimate=scaled",
                   min=0.0, read_only=True),
         ParamSpec("estimate_file", "", "load the estimate from this .npz at start (if it exists) and save"
@@ -150,45 +195,107 @@ class AdaptiveControllerNode(JointControllerShell):
     def _model_kwargs(self) -> dict:
         return {"friction": bool(self.p["friction"])}
 
+    def _make_references(self):
+        if self.p["law"] != "backstepping":
+            return super()._make_references()
+        # task space: the end-effector stream of the trajectory node's space: task
+        self.REFERENCE_TOPIC, self.REFERENCE_TYPE = TASK_REFERENCE_TOPIC, MultiDOFJointTrajectory
+        self.world_frame = base_frame_name(self.model)
+        return TaskReferenceBuffer(self.world_frame, self.model.ee_frame, capacity=4096,
+                                   max_staleness_ns=int(self.p["reference_staleness"] * 1e9))
+
+    def _initial_pi(self, links) -> np.ndarray:
+        """The start estimate (full pi) of ``initial_estimate``; with ``adapted_links`` the
+        other links' entries are the URDF's."""
+        p, nominal = self.p, self.pi_nominal
+        kind = p["initial_estimate"]
+        if kind == "nominal":
+            pi0 = nominal.copy()
+        elif kind == "scaled":
+            pi0 = p["nominal_scale"] * nominal
+        elif kind == "file" and str(p["initial_estimate_file"]).endswith((".yaml", ".yml")):
+            pi0 = self._thunder_file(p["initial_estimate_file"])
+        else:
+            pi0 = np.zeros_like(nominal)
+        if links:
+            cols = AdaptiveController._adapted_columns(self.model, links)[1]
+            out = nominal.copy()
+            out[cols] = pi0[cols]
+            pi0 = out
+        return pi0
+
+    def _thunder_file(self, src) -> np.ndarray:
+        """The full pi of a Thunder ``*_inertial_REG.yaml`` (the model keeps the URDF's)."""
+        if not os.path.exists(src):
+            raise ValueError(f"initial_estimate=file needs an existing initial_estimate_file, got {src!r}")
+        nominal = self.model.parameters.copy()
+        try:
+            info = self.model.load_thunder_yaml(src)
+            pi = self.model.parameters.copy()
+        finally:
+            self.model.set_parameters(nominal, check=False)
+        self.get_logger().info(f"initial estimate from the Thunder parameter file {src}"
+                               + (f" (not read: {info['ignored']})" if info["ignored"] else ""))
+        return pi
+
     def _setup_law(self) -> None:
         p = self.p
+        self.task = p["law"] == "backstepping"
+        if self.task and p["regressor_source"] == "topics":
+            raise ValueError("law backstepping computes its regressor in the cycle (its q_dot_r comes from the"
+                             " task-space reference, which the regressor node does not see): set"
+                             " regressor_source: inprocess")
         self._gains = self._gain_kwargs(p)
         nominal = self.model.parameters.copy()
         self.pi_nominal = nominal
-        if p["initial_estimate"] == "nominal":
-            pi0 = nominal
-        elif p["initial_estimate"] == "scaled":
-            pi0 = p["nominal_scale"] * nominal
-        else:
-            pi0 = np.zeros_like(nominal)
+        links = [str(x) for x in p["adapted_links"] if str(x)] or None
+        pi0 = self._initial_pi(links)
         common = dict(dt=1.0 / p["rate_hz"], base_parameters=p["base_parameters"], friction=p["friction"],
                       projection=p["projection"], robot_compensates_gravity=p["robot_compensates_gravity"])
-        law = p["law"] if p["law"] in ("direct", "composite") else "composite"
+        law = p["adaptation"] if self.task else p["law"] if p["law"] in ("direct", "composite") else "composite"
         self._gscale = None
-        self.core = AdaptiveController(self.model, law, pi0=pi0, **common, **self._gains)
+        if self.task:
+            self.bs = BacksteppingController(
+                self.model, law, kp_task=np.asarray(p["kp_task"], dtype=float), damping=p["singular_damping"],
+                singular_threshold=p["singular_threshold"], k_posture=p["k_posture"], pi0=pi0,
+                adapted_links=links, **common, **self._gains)
+            self.core = self.bs.core
+        else:
+            self.bs = None
+            self.core = AdaptiveController(self.model, law, pi0=pi0, adapted_links=links, **common, **self._gains)
         self._gscale = self._gamma_scale(self.core)
         if self._gscale is not None:
             self._gains = self._gain_kwargs(p)
             self.core.set_gains(gamma=self._gains["gamma"])
-        if p["initial_estimate"] == "file":
-            src = p["initial_estimate_file"]
+        src = p["initial_estimate_file"]
+        if p["initial_estimate"] == "file" and not str(src).endswith((".yaml", ".yml")):
             if not src or not os.path.exists(src):
-                raise ValueError(f"initial_estimate=file needs an existing initial_estimate_file, got {src!r}")
+                raise ValueError(f"initial_estimate=file needs an existing initial_estimate_file (.npz, or a"
+                                 f" Thunder *_inertial_REG.yaml), got {src!r}")
             self.core.load_state(src, covariance=False)  # the estimate; P stays this node's p0
                                                          # (raises with what differs: friction, base parameters)
+            if links:   # the links not adapted keep the URDF's values
+                self.core.set_estimate(pi=self._initial_from(self.core.pi))
             self.get_logger().info(f"initial estimate loaded from {src}")
         self._theta0 = self.core.theta.copy()
         # pd / computed torque: the same sliding variables and K_D with a fixed estimate
         fixed_gains = {k: self._gains[k] for k in ("lam", "kd")}
-        self.fixed = {
+        self.fixed = {} if self.task else {
             "pd": AdaptiveController(self.model, "direct", pi0=np.zeros_like(nominal), **common, **fixed_gains),
             "computed_torque": AdaptiveController(self.model, "direct", pi0=nominal, **common, **fixed_gains),
         }
+        self._task_err: list[float] = []
         self.model.warm_up()
         self.p.add_validator(self._validate)
         for name in _GAIN_PARAMS:
             self.p.on_change(name, self._on_gain)
         self.p.on_change("law", self._on_law)
+        self.p.on_change("adaptation", self._on_law)
+        for name in ("kp_task", "k_posture"):
+            self.p.on_change(name, self._on_task_gain)
+        if self.task:
+            self.counters.warn_on += ("reference_refused_cycles",)
+            self.counters.set("reference_refused_cycles", 0)
         self.residuals: dict[int, np.ndarray] = {}
         self._res_keys: list[int] = []  # sorted stamps of self.residuals
         self._waiting_for_residual = None  # stamp of the state waiting for its residual
@@ -216,6 +323,11 @@ class AdaptiveControllerNode(JointControllerShell):
             self.core.load_state(path)  # raises with what differs: never silently discard a learned model
             self.get_logger().info(f"estimate loaded from {path} ({self.core.coordinates} parameters)")
 
+    def _initial_from(self, pi) -> np.ndarray:
+        out = self.pi_nominal.copy()
+        out[self.core.columns] = np.asarray(pi)[self.core.columns]
+        return out
+
     def _setup_topics(self) -> None:
         self.pub_ptorque = self.create_publisher(JointState, "adaptive/parametric_torque", PUBLISHER_STREAM_QOS)
         self.pub_update = self.create_publisher(JointState, "adaptive/parameter_update", PUBLISHER_STREAM_QOS)
@@ -236,7 +348,10 @@ class AdaptiveControllerNode(JointControllerShell):
 
     def _describe(self) -> str:
         c = self.core
-        return (f"law={self.p['law']}, {c.n_adapted} {c.coordinates} parameters"
+        where = (f" ({c.law} adaptation) of {self.model.ee_frame} in {self.world_frame} on {TASK_REFERENCE_TOPIC}"
+                 if self.task else "")
+        links = f" of {', '.join(c.adapted_links)}" if c.adapted_links else ""
+        return (f"law={self.p['law']}{where}, {c.n_adapted} {c.coordinates} parameters{links}"
                 f"{' + friction' if c.friction else ''}{', projection' if c.projection else ''}"
                 f", regressors {self.p['regressor_source']}")
 
@@ -246,7 +361,8 @@ class AdaptiveControllerNode(JointControllerShell):
         if self.p["gamma_scaling"] != "nominal":
             return None
         full = self.model.parameters.copy()
-        th = np.abs(core.base.to_base(full)) if core.use_base else np.abs(full)
+        th = np.abs(core.base.to_base(full)) if core.use_base else np.abs(
+            full if core.columns is None else full[core.columns])
         scale = np.maximum(th, 1e-2 * th.max())
         for i, name in enumerate(core.parameter_names):
             if name.split(" ")[0].endswith((".fv", ".fc")):
@@ -282,6 +398,12 @@ class AdaptiveControllerNode(JointControllerShell):
 
     def _validate(self, cand) -> str | None:
         n, b = self.n, self.core.n_adapted
+        if (cand["law"] == "backstepping") != self.task:
+            return (f"law {cand['law']!r}: the backstepping law (task space, on {TASK_REFERENCE_TOPIC}) and the"
+                    f" joint-space laws (on reference) take different reference streams; it is chosen at start"
+                    f" (this node runs {self.p['law']!r}){'; switch its adaptation instead' if self.task else ''}")
+        if len(cand["kp_task"]) not in (1, 6):
+            return f"kp_task needs 1 or 6 values (x y z, then orientation), got {len(cand['kp_task'])}"
         try:
             for name, dim in (("lam", n), ("kd", n), ("gamma", b), ("p0", b), ("r", n)):
                 spd_gain(self._kd(cand[name]) if name == "kd" else np.asarray(cand[name], dtype=float), dim, name)
@@ -301,8 +423,17 @@ class AdaptiveControllerNode(JointControllerShell):
 
     def _on_law(self, _name, value) -> None:
         with self._lock:
-            if value in ("direct", "composite"):
+            if value in ("direct", "composite") and (self.task == (_name == "adaptation")):
                 self.core.law = value
+
+    def _on_task_gain(self, name, value) -> None:
+        if not self.task:
+            return
+        with self._lock:
+            if name == "kp_task":
+                self.bs.ref.set_gains(kp=np.asarray(value, dtype=float))
+            else:
+                self.bs.ref.k_posture = float(value)
 
     # ------------------------------------------------------------------ cycle
     def _on_residual(self, msg: JointState) -> None:
@@ -480,7 +611,18 @@ class AdaptiveControllerNode(JointControllerShell):
                 self._waiting_for_residual = stamp
                 self.counters.inc("residual_waited")
             return False  # the residual callback (or the watchdog) comes back to it
-        return super()._try_pending(allow_stale)
+        if super()._try_pending(allow_stale):
+            return True
+        if self.task and self.refs.refused_at(stamp, int(self.p["reference_tolerance"] * 1e9)):
+            # its task reference was refused (logged with the reason): do not wait for it
+            self._pending = None
+            self.counters.inc("reference_refused_cycles")
+            if self.log_throttle("refused"):
+                self.get_logger().error(f"the {TASK_REFERENCE_TOPIC} for t={stamp * 1e-9:.4f} s was refused (see"
+                                        " the reason logged with it): safe command")
+            self._publish(self._safe_command(), stamp)
+            return True
+        return False
 
     def _on_state(self, msg) -> None:
         if self._topics:
@@ -544,10 +686,10 @@ class AdaptiveControllerNode(JointControllerShell):
     def _control(self, stamp, q, v, effort, ref, qd, qdd):
         t0 = time.perf_counter()
         law = self.p["law"]
-        adaptive = law in ("direct", "composite")
+        adaptive = law in ("direct", "composite", "backstepping")
         core = self.core if adaptive else self.fixed[law]
         learn = adaptive and self.p["learning"]
-        if learn and law == "composite" and effort is None:
+        if learn and core.law == "composite" and effort is None:
             learn = False
             self.counters.inc("no_measured_torque")
         ext = {}
@@ -557,7 +699,17 @@ class AdaptiveControllerNode(JointControllerShell):
                 return None
         try:
             with self._lock:
-                tau = core.compute(q, v, ref.q, qd, qdd, tau_measured=effort, learn=learn, **ext)
+                if self.task:
+                    tau = self.bs.compute(q, v, ref.position, ref.rotation,
+                                          ref.twist if ref.twist is not None else _ZERO6,
+                                          ref.accel if ref.accel is not None else _ZERO6,
+                                          tau_measured=effort, learn=learn)
+                    e = self.bs.ref.e
+                    self._task_err.append(math.sqrt(e.dot(e)))
+                    if self.bs.ref.lam2 > 0.0:
+                        self.counters.inc("singular_damping_cycles")
+                else:
+                    tau = core.compute(q, v, ref.q, qd, qdd, tau_measured=effort, learn=learn, **ext)
         except ValueError as exc:  # non-finite input: estimate untouched
             self.counters.inc("rejected_inputs")
             if self.log_throttle("core"):
@@ -579,6 +731,13 @@ class AdaptiveControllerNode(JointControllerShell):
             self._publish_learning(stamp, core)
         self._timing_us.append((time.perf_counter() - t0) * 1e6)
         return tau
+
+    def _after_command(self, stamp: int, q, v, ref, qd, tau) -> None:
+        if not self.task:
+            return super()._after_command(stamp, q, v, ref, qd, tau)
+        if self.p["publish_tracking_error"]:   # task space: e (27) and its rate
+            r = self.bs.ref
+            self.pub_err.publish(joint_state_msg(stamp, list(TASK_ERROR_NAMES), r.e, r.e_dot))
 
     def _publish_learning(self, stamp: int, core) -> None:
         names = self.model.joint_names
@@ -635,6 +794,15 @@ class AdaptiveControllerNode(JointControllerShell):
         d = self.core.diagnostics()
         for k in ("updates", "frozen_cycles", "rejected_inputs", "projections", "p_norm", "forgetting"):
             self.counters.set(k, d[k] if not isinstance(d[k], float) else round(d[k], 6))
+        if self._task_err:
+            e = np.asarray(self._task_err)
+            self.counters.set("task_error_rms", round(float(np.sqrt(np.mean(e * e))), 6))
+            self.counters.set("task_error_max", round(float(e.max()), 6))
+            self._task_err.clear()
+        for link in self.core.adapted_links or ():
+            est = self.core.link_estimate(link)
+            self.counters.set(f"{link}_mass", round(est["mass"], 5))
+            self.counters.set(f"{link}_com", [round(c, 5) for c in est["com"]])
         if self._timing_us:
             t = np.asarray(self._timing_us)
             self.counters.set("cycle_p50_us", round(float(np.percentile(t, 50)), 1))

@@ -19,6 +19,7 @@ Parameters (live-tunable unless read-only): see ``specs()`` below or
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -189,8 +190,9 @@ class JointControllerShell(Node):
                 self.refs.add_any(msg)
             except ValueError as exc:
                 self.counters.inc("reference_rejected")
-                if self.log_throttle("ref"):
-                    self.get_logger().error(f"reference rejected: {exc}")
+                # throttled per kind of reason, so each different fault is reported
+                if self.log_throttle("ref " + re.sub(r"[-+\d.e]+", "#", str(exc))[:80]):
+                    self.get_logger().error(f"{self.REFERENCE_TOPIC} rejected: {exc}")
                 return
             if self._pending is not None:
                 self._try_pending()
@@ -239,8 +241,12 @@ class JointControllerShell(Node):
         if ref is None:
             return False  # wait for it (the watchdog gives up after reference_wait)
         self._pending = None
-        qd = ref.qd if ref.qd is not None else self._zeros
-        qdd = ref.qdd if ref.qdd is not None else self._zeros
+        qd = getattr(ref, "qd", None)      # (a task-space reference has none)
+        qdd = getattr(ref, "qdd", None)
+        if qd is None:
+            qd = self._zeros
+        if qdd is None:
+            qdd = self._zeros
         tau = self._control(stamp, q, v, effort, ref, qd, qdd)
         if tau is None:
             tau = self._safe_command()

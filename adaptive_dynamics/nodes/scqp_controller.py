@@ -55,7 +55,6 @@ norms (``psi_zeta_norm``, ``psi_r_norm``, ``psi_phi_norm``) and ``mrac_clipped``
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 
@@ -292,21 +291,6 @@ class SCQPControllerNode(JointControllerShell):
             self.ctrl.mrac.set_adaptation(**{name: value})
 
     # ------------------------------------------------------------- the cycle
-    def _on_reference(self, msg) -> None:
-        """A task_reference batch; a refused one is logged with its reason (throttled per
-        kind of reason, so each different fault is reported)."""
-        with self._cb_lock:
-            try:
-                self.refs.add_any(msg)
-            except ValueError as exc:
-                self.counters.inc("reference_rejected")
-                if self.log_throttle("ref " + re.sub(r"[-+\d.e]+", "#", str(exc))[:80]):
-                    self.get_logger().error(f"{TASK_REFERENCE_TOPIC} refused: {exc}; its instants get the safe"
-                                            " command")
-                return
-            if self._pending is not None:
-                self._try_pending()
-
     def _try_pending(self, allow_stale: bool = False) -> bool:
         """Answer the pending state: between control instants at once with the held
         torque; at a control instant once its task reference is here (see the module)."""

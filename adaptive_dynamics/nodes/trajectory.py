@@ -44,14 +44,15 @@ from ..trajectories import (
     ScaledTrajectory,
     figure_eight,
     lissajous,
+    lissajous3d,
     square_circle,
     z_sine,
 )
 from .common import load_robot, robot_specs
 
-TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous", "square_circle", "z_sine"]
+TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous", "lissajous3d", "square_circle", "z_sine"]
 #: end-effector paths: the types ``space: task`` can publish
-CARTESIAN_TYPES = ("figure8", "lissajous", "square_circle", "z_sine")
+CARTESIAN_TYPES = ("figure8", "lissajous", "lissajous3d", "square_circle", "z_sine")
 
 
 def specs() -> list[ParamSpec]:
@@ -94,12 +95,13 @@ def specs() -> list[ParamSpec]:
                   " rest of the schedule", type="float[]", read_only=True),
         ParamSpec("cycles_per_speed", 5, "periods at each speed of speed_schedule", min=1, max=100000,
                   read_only=True),
-        ParamSpec("cartesian_size", 0.1, "figure8 / lissajous: path size; square_circle: side of the square;"
+        ParamSpec("cartesian_size", 0.1, "figure8 / lissajous / lissajous3d: path size (lissajous3d: half of it"
+                  " along the plane's normal); square_circle: side of the square;"
                   " z_sine: amplitude along z [m]", min=0.0, max=1.0, read_only=True),
-        ParamSpec("cartesian_period", 4.0, "figure8 / lissajous / square_circle / z_sine: period [s]"
+        ParamSpec("cartesian_period", 4.0, "figure8 / lissajous / lissajous3d / square_circle / z_sine: period [s]"
                   " (square_circle: 1/7 per full edge, 3/7 for the circle)", min=0.1, read_only=True),
-        ParamSpec("cartesian_plane", "xy", "figure8 / lissajous / square_circle: plane of the base frame",
-                  choices=["xy", "xz", "yz"], read_only=True),
+        ParamSpec("cartesian_plane", "xy", "figure8 / lissajous / lissajous3d / square_circle: plane of the base"
+                  " frame", choices=["xy", "xz", "yz"], read_only=True),
     ]
 
 
@@ -136,8 +138,12 @@ def build_trajectory(p, model, q_center: np.ndarray):
                                                                   plane))
     if kind == "z_sine":
         return CartesianTrajectory(model, q_center, z_sine(size, period))
-    path = figure_eight(size, period, plane) if kind == "figure8" else \
-        lissajous([size / 2, size / 2], [3, 2], period=period, plane=plane)
+    if kind == "lissajous3d":
+        path = lissajous3d(size, period, plane)
+    elif kind == "figure8":
+        path = figure_eight(size, period, plane)
+    else:
+        path = lissajous([size / 2, size / 2], [3, 2], period=period, plane=plane)
     return CartesianTrajectory(model, q_center, path)
 
 

@@ -12,7 +12,7 @@
 """
 from .base import ScaledTrajectory, Trajectory, check_limit_arrays
 from .cartesian import (CartesianPath, CartesianTrajectory, LissajousPath, SquareCirclePath, figure_eight, lissajous,
-                        square_circle, z_sine)
+                        lissajous3d, square_circle, z_sine)
 from .fourier import ModifiedFourier
 from .pick_place import PGPOL_SPEEDS, PickAndPlace, minimum_jerk, pgpol_speed_schedule
 from .sines import MultiSine

@@ -36,7 +36,7 @@ from scipy.interpolate import CubicSpline
 
 from .base import ArrayLike, Samples, Trajectory
 
-__all__ = ["LissajousPath", "SquareCirclePath", "lissajous", "figure_eight", "square_circle", "z_sine",
+__all__ = ["LissajousPath", "SquareCirclePath", "lissajous", "lissajous3d", "figure_eight", "square_circle", "z_sine",
            "CartesianTrajectory", "CartesianPath"]
 
 _PLANES = {"xy": (0, 1, 2), "xz": (0, 2, 1), "yz": (1, 2, 0)}
@@ -206,6 +206,17 @@ def figure_eight(size: float = 0.1, period: float = 4.0, plane: Union[str, Array
     if not size > 0:
         raise ValueError(f"size must be > 0 [m], got {size!r}")
     return LissajousPath([size / 2, size / 4, 0.0], [1, 2, 0], 0.0, period, _plane_rotation(plane))
+
+
+def lissajous3d(size: float = 0.1, period: float = 4.0, plane: Union[str, ArrayLike] = "xy") -> LissajousPath:
+    """A 3D Lissajous curve (Thunder Dynamics' validation path, Fig. 5 and 12): frequencies
+    1 : 2 : 3 along the plane's two axes and its normal, amplitudes ``size / 2``,
+    ``size / 2``, ``size / 4`` [m]; x = size/2 (cos(w t) - 1), y = size/2 sin(2 w t),
+    z = size/4 sin(3 w t) in the plane's axes."""
+    if not size > 0:
+        raise ValueError(f"size must be > 0 [m], got {size!r}")
+    return LissajousPath([size / 2, size / 2, size / 4], [1, 2, 3], (0.5 * math.pi, 0.0, 0.0), period,
+                         _plane_rotation(plane))
 
 
 def z_sine(amplitude: float = 0.05, period: float = 2.0) -> LissajousPath:

@@ -1,0 +1,216 @@
+"""The adaptive_controller node's task-space law (law: backstepping) over real DDS.
+
+* Closed loop in lockstep: the MuJoCo bridge (Panda carrying a 0.8 kg tool off the flange
+  axis that the model does not have), the trajectory node in task space (lissajous3d) and
+  the controller adapting link 7 only: every state answered, nothing covered by the
+  bridge's safe action, the end effector tracks the trajectory's own task reference, the
+  estimate of link 7 moves towards the truth (URDF block + the bridge's payload) while the
+  other links stay the URDF's, /diagnostics reports the task error and link 7's mass and
+  centre of mass, and the estimate file keeps the adapted links.
+* A task reference in another frame, with a NaN or with points out of order is refused
+  with a log line and its instants get the safe command at once; switching to a joint-space
+  law live is refused with the reason; kp_task and k_posture are tuned live (a wrong
+  number of values refused); regressor_source topics is refused at start.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from rcl_interfaces.msg import Log
+from rcl_interfaces.srv import SetParameters
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import MultiDOFJointTrajectory
+
+from adaptive_dynamics.control.adaptive import AdaptiveController
+from adaptive_dynamics.dynamics import RobotModel
+from adaptive_dynamics.nodes.adaptive_controller import AdaptiveControllerNode
+from adaptive_dynamics.nodes.mujoco_bridge import MujocoBridgeNode
+from adaptive_dynamics.nodes.trajectory import TrajectoryNode
+from adaptive_dynamics.ros import joint_state_msg
+from adaptive_dynamics.ros.commands import command_stamp
+from adaptive_dynamics.ros.qos import REFERENCE_QOS, RELIABLE_STREAM_QOS
+from adaptive_dynamics.ros.task_references import matrix_to_quaternion, task_reference_msg
+from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
+from test_node_safety import Probe
+
+pytestmark = pytest.mark.ros
+MS = 1_000_000
+WORLD, EE = "panda_link0", "panda_hand_tcp"
+TOOL = dict(payload_mass=0.8, payload_com=[0.05, 0.0, 0.15], payload_frame="panda_link7")
+
+
+def _stamp(msg) -> int:
+    return msg.header.stamp.sec * 10 ** 9 + msg.header.stamp.nanosec
+
+
+def _logs(ros, name="logs"):
+    logs = []
+    ros.node(name).create_subscription(Log, "/rosout", logs.append,
+                                       QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+                                                  durability=DurabilityPolicy.TRANSIENT_LOCAL))   # as rcl's
+    return logs
+
+
+def _controller(ros, **params):
+    base = dict(robot="panda", law="backstepping", initial_estimate="nominal", adapted_links=["panda_link7"],
+                adaptation="direct", gamma=[100.0], kp_task=[5.0], reference_wait=20.0, state_timeout=30.0,
+                diagnostics_period=0.2, autosave_period=0.0)
+    base.update(params)
+    return ros.add(AdaptiveControllerNode, **base)
+
+
+def test_closed_loop_tracks_and_estimates_the_tool(ros, tmp_path):
+    estimate = tmp_path / "tool.npz"
+    bridge = ros.add(MujocoBridgeNode, robot="panda", mode="lockstep", lockstep_timeout=30.0, wait_for_nodes=2,
+                     wait_for_state_subscribers=1, clock_decimation=10, payload_enabled=True, **TOOL)
+    traj = ros.add(TrajectoryNode, robot="panda", use_sim_time=True, space="task", type="lissajous3d",
+                   cartesian_size=0.2, cartesian_period=4.0, lookahead=0.2, publish_period=0.1)
+    ctl = _controller(ros, use_sim_time=True, estimate_file=str(estimate))
+    probe = Probe(ros)
+    states, commands = [], []
+    probe.node.create_subscription(JointState, "joint_states", states.append, RELIABLE_STREAM_QOS)
+    probe.node.create_subscription(Float64MultiArray, "effort_controller/commands", commands.append,
+                                   RELIABLE_STREAM_QOS)
+    model = RobotModel("panda")
+    truth = model.get_link_parameters("panda_link7") + \
+        MujocoPlant("panda", reality=RealityConfig(payload_enabled=True, **TOOL)).payload_parameters()
+    start = ctl.core.link_estimate("panda_link7")
+
+    assert ros.spin_until(lambda: len(states) >= 4000, timeout=120.0), f"{len(states)} states: the loop stalled"
+    c = bridge.counters.as_dict()
+    assert c.get("lockstep_timeouts", 0) == 0 and c.get("safe_steps", 0) == 0 and c.get("rejected_commands", 0) == 0
+    answered = np.array([command_stamp(m) for m in commands])
+    assert np.all(np.diff(answered) > 0) and np.all(answered % MS == 0)
+    # tracking: the end effector against the trajectory's own task reference
+    ts = np.array([_stamp(s) for s in states])
+    P_ref, _, _ = traj.task.sample_many(ts * 1e-9)
+    P = np.array([model.frame_pose(np.asarray(s.position))[:3, 3] for s in states])
+    err = np.linalg.norm(P - P_ref, axis=1)
+    late = err[ts >= 3.0e9]
+    print(f"task error: first second max {err[ts < 1e9].max() * 1e3:.2f} mm, after 3 s max"
+          f" {late.max() * 1e3:.2f} mm")
+    assert late.max() < 5e-3 and late.max() < 0.3 * err[ts < 1e9].max()
+    assert np.ptp(P[:, 0]) > 0.15 and np.ptp(P[:, 2]) > 0.07     # it moved along the 3D path
+    # the estimate: link 7 towards the truth, every other link the URDF's
+    with ctl._lock:
+        est = ctl.core.link_estimate("panda_link7")
+        pi = ctl.core.pi
+    assert abs(est["mass"] - truth[0]) < 0.3 * abs(start["mass"] - truth[0]), (start, est, truth[0])
+    np.testing.assert_array_equal(pi[:60], model.parameters[:60])
+    # /diagnostics: the task error and the adapted link's mass and centre of mass
+    assert ros.spin_until(lambda: probe.diag_value("adaptive_controller", "panda_link7_mass") is not None,
+                          timeout=5.0)
+    assert abs(probe.diag_value("adaptive_controller", "panda_link7_mass") - est["mass"]) < 0.1
+    assert probe.diag_value("adaptive_controller", "task_error_rms") < 0.01
+    com = [st for arr in probe.diag for st in arr.status if "adaptive_controller" in st.name][-1]
+    assert any(kv.key == "panda_link7_com" and kv.value.startswith("[") for kv in com.values)
+    # the estimate file keeps the adapted links (and the fixed part)
+    ros.executor.remove_node(ctl)
+    ctl.destroy_node()
+    ros.nodes.remove(ctl)
+    saved = AdaptiveController.load(estimate, RobotModel("panda"))
+    assert saved.adapted_links == ["panda_link7"]
+    assert abs(saved.link_estimate("panda_link7")["mass"] - est["mass"]) < 0.05
+
+
+@pytest.fixture
+def lone(ros):
+    """The controller fed by a test probe (no bridge): references held still for 0-99 ms."""
+    logs = _logs(ros)
+    ctl = _controller(ros, use_sim_time=False, reference_wait=2.0, safe_mode="damping", safe_damping=3.0)
+    probe = Probe(ros)
+    pub = probe.node.create_publisher(MultiDOFJointTrajectory, "task_reference", REFERENCE_QOS)
+    model = RobotModel("panda")
+    q0 = 0.5 * (model.lower + model.upper)
+    p0 = model.frame_pose(q0)
+    quat = matrix_to_quaternion(p0[:3, :3])
+    pub.publish(task_reference_msg(0, MS, WORLD, EE, np.tile(p0[:3, 3], (100, 1)), quat, np.zeros(6), np.zeros(6)))
+    assert ros.spin_until(lambda: len(ctl.refs) >= 100, timeout=5.0)
+    assert ros.spin_until(lambda: ctl.pub_cmd.get_subscription_count() >= 1
+                          and probe.state.get_subscription_count() >= 1, timeout=5.0)
+    return ctl, probe, pub, logs, list(model.joint_names), q0, p0, quat
+
+
+def _send(ros, probe, stamp, names, q, v, timeout=3.0):
+    before = len(probe.commands)
+    probe.state.publish(joint_state_msg(stamp, names, q, v, np.zeros(len(q))))
+    assert ros.spin_until(lambda: len(probe.commands) > before, timeout=timeout), "no command"
+    cmd = probe.commands[-1]
+    assert command_stamp(cmd) == stamp
+    return np.asarray(cmd.data)
+
+
+def test_refused_task_references_get_the_safe_command_and_a_log_line(ros, lone):
+    ctl, probe, pub, logs, names, q0, p0, quat = lone
+    v = np.full(7, 0.1)
+    good = _send(ros, probe, 0, names, q0, v)
+    assert np.isfinite(good).all() and not np.allclose(good, -3.0 * v)
+    # at the reference pose the torque is the model's, minus K_D s with s = v - J# (K e) - posture pull
+    assert np.linalg.norm(ctl.bs.ref.e) < 1e-12
+
+    def batch(start, fn):
+        m = task_reference_msg(start, MS, WORLD, EE, np.tile(p0[:3, 3], (10, 1)), quat, np.zeros(6), np.zeros(6))
+        fn(m)
+        return m
+
+    def frame(m):
+        m.header.frame_id = "world"
+
+    def nan(m):
+        m.points[3].transforms[0].translation.x = float("nan")
+
+    def order(m):
+        m.points[5].time_from_start.nanosec = 0
+
+    bad = {"frame": (200, frame, "frame_id 'world' is not the world frame 'panda_link0'"),
+           "NaN": (300, nan, "non-finite position"), "order": (400, order, "out of order")}
+    for ms, fn, _ in bad.values():
+        pub.publish(batch(ms * MS, fn))
+    assert ros.spin_until(lambda: ctl.refs.counters["rejected"] >= 3, timeout=5.0)
+    theta = ctl.core.theta.copy()
+    for what, (ms, _, needle) in bad.items():
+        t0 = time.monotonic()
+        cmd = _send(ros, probe, (ms + 4) * MS, names, q0, v)
+        assert time.monotonic() - t0 < 1.0, what               # at once, not after reference_wait
+        np.testing.assert_allclose(cmd, -3.0 * v, err_msg=what)  # the safe command (damping)
+        assert ros.spin_until(lambda: any(needle in m.msg for m in logs), timeout=3.0), (what, [m.msg for m in logs])
+    np.testing.assert_array_equal(ctl.core.theta, theta)       # nothing learned from refused instants
+    assert ctl.counters.as_dict()["reference_refused_cycles"] == 3
+    assert any("was refused" in m.msg and m.level >= Log.ERROR for m in logs)
+    pub.publish(batch(500 * MS, lambda m: None))
+    assert ros.spin_until(lambda: ctl.refs.lookup(500 * MS, max_staleness_ns=-1) is not None, timeout=5.0)
+    assert not np.allclose(_send(ros, probe, 500 * MS, names, q0, v), -3.0 * v)
+
+
+def test_live_gains_and_refusals(ros, lone):
+    ctl, probe, pub, logs, names, q0, p0, quat = lone
+    tuner = ros.node("tuner")
+    cli = tuner.create_client(SetParameters, f"{ctl.get_fully_qualified_name()}/set_parameters")
+
+    def set_params(*params):
+        req = SetParameters.Request(parameters=[p.to_parameter_msg() for p in params])
+        return ros.call(cli, req).results
+
+    results = set_params(Parameter("kp_task", value=[4.0, 4.0, 4.0, 2.0, 2.0, 2.0]),
+                         Parameter("k_posture", value=0.5), Parameter("adaptation", value="composite"))
+    assert all(r.successful for r in results), [r.reason for r in results]
+    np.testing.assert_array_equal(ctl.bs.ref.kp, [4, 4, 4, 2, 2, 2])
+    assert ctl.bs.ref.k_posture == 0.5 and ctl.core.law == "composite"
+    refused = {"kp_task": (Parameter("kp_task", value=[1.0, 2.0]), "1 or 6 values"),
+               "law": (Parameter("law", value="composite"), "chosen at start"),
+               "links": (Parameter("adapted_links", value=["panda_link6"]), "read-only")}
+    for what, (param, needle) in refused.items():
+        (res,) = set_params(param)
+        assert not res.successful and needle in res.reason, (what, res.reason)
+    assert ctl.p["law"] == "backstepping" and ctl.core.adapted_links == ["panda_link7"]
+    assert np.isfinite(_send(ros, probe, 0, names, q0, np.zeros(7))).all()
+
+
+def test_backstepping_refuses_the_regressor_topics(ros):
+    with pytest.raises(Exception, match="regressor_source: inprocess"):
+        _controller(ros, regressor_source="topics")
