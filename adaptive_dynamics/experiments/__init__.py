@@ -23,6 +23,9 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                  " their defaults, held out"),
     "scqp": ("adaptive_dynamics.experiments.scqp",
              "Khadivar et al.: SCQP vs GP + PID vs MRAC alone over episodes, unmodelled mass/friction/noise (Fig. 2-5)"),
+    "thunder": ("adaptive_dynamics.experiments.thunder",
+                "Thunder Dynamics: task-space adaptive backstepping estimating an unmodelled hand (Tables 6-8, Fig."
+                " 6-13), headline over DDS"),
 }
 
 

@@ -1,0 +1,473 @@
+"""Thunder Dynamics' adaptive backstepping (appendix: Figures 5-13, Tables 6-8) on the MuJoCo Panda.
+
+``adaptive-dynamics experiment thunder --out DIR [--quick] [--seconds S] [-v]``
+
+Set-up (the paper's validation, in simulation): the Panda follows a 3D Lissajous path of
+its end effector (:func:`~adaptive_dynamics.trajectories.cartesian.lissajous3d`, size
+0.3 m, period 5 s, the orientation held; no joint friction, as the paper's simulation) carrying a hand like the Softhand that its
+model does not have: the simulated link 7 + hand weighs 1.5655 kg with its centre of
+mass at (0.0617, -0.0004, 0.0009) m in Thunder's link 7 frame (the flange,
+``panda_link8``; Table 8 "True").  The controller's model is the URDF's except link 7 +
+hand, which starts at Table 8's "Initial" (0.736 kg, CoM (0.014, -0.004, -0.045) m: the
+bare link 7), loaded from a Thunder ``*_inertial_REG.yaml`` written with those numbers;
+only link 7's 10 parameters are adapted (``adapted_links``).  In MuJoCo the hand's URDF
+body is emptied (``link_scales panda_hand:0``) and the hand is a rigid payload on
+``panda_link7`` whose sum with the bare link 7 is Table 8's truth.
+
+* Sweeps (Tables 6-7, Figures 6-9), the core loop in process (plant and
+  :class:`~adaptive_dynamics.control.backstepping.BacksteppingController` in lockstep,
+  1 kHz): three K_d (0.5, 1, 2 x the model-derived K_d of
+  :func:`~adaptive_dynamics.control.gains.default_gains`) at the middle Gamma, three
+  Gamma (25, 100, 400, times ``diag(s_i^2)`` of the URDF block's sizes as the node's
+  ``gamma_scaling: nominal``) at the middle K_d: task-error norm over time, steady-state
+  error and rise time per setting, link 7's mass and CoM over time.
+* Adaptive vs non-adaptive (Figure 10): the same law with the update off (the model stays
+  at the initial estimate).
+* Headline (Figures 12-13, Table 8): the ``adaptive_controller`` node (``law:
+  backstepping``, direct adaptation, middle K_d and Gamma) over DDS in lockstep with the
+  ``mujoco_bridge`` and the trajectory node in task space, as ``adaptive-dynamics launch
+  sim controller:=backstepping`` starts them; recorded, and read back from the bag: the
+  task error from the recorded joint states (forward kinematics) against the recorded
+  ``task_reference``, link 7's estimate over time from ``adaptive/parameters``, the final
+  estimate from the node's estimate file.
+
+Metrics: the error is the norm of the 6-D task error e of (27) (position [m] and
+axis-angle [rad] rows); ``steady_state_error`` = its mean over the last path period;
+``rise_time_s`` = the time at which the one-period moving mean of the error has completed
+90 % of its fall from its largest value to the steady state (the adaptation's
+convergence; the paper's rise times are 4-24 s).  Targets: link 7 + hand mass error <= 3 %
+and CoM error <= 1 cm at the end of the headline run (the paper's: 12 % and ~3 cm), the
+adaptive steady-state error <= 1/4 of the non-adaptive one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from . import save_plot, write_result
+
+ROBOT = "panda"
+LINK = "panda_link7"
+FLANGE = "panda_link8"          # Thunder's link 7 frame (its DH table's row 7 ends at the flange)
+HAND = "panda_hand"
+#: Table 8 (Thunder's link 7 frame): mass [kg], CoM [m]
+TRUE = (1.5655, (0.0617, -0.0004, 0.0009))
+INITIAL = (0.736, (0.014, -0.004, -0.045))
+PAPER_ESTIMATE = (1.7542, (0.0414, -0.0039, -0.0191))
+PATH = {"size": 0.3, "period": 5.0}
+KP_TASK = 5.0
+KD_SCALES = (0.5, 1.0, 2.0)
+GAMMAS = (25.0, 100.0, 400.0)
+MIDDLE = {"kd_scale": 1.0, "gamma": 100.0}
+SECONDS = 60.0
+QUICK_SECONDS = 12.0
+RATE_HZ = 1000.0
+PARAMETERS_DECIMATION = 100      # the node's estimate on adaptive/parameters every 0.1 s
+
+
+# ============================================================================ the set-up
+def flange_offset(model) -> np.ndarray:
+    """Position of Thunder's link 7 frame (the flange) in ``panda_link7``."""
+    return np.array(model.model.frames[model.frame_id(FLANGE)].placement.translation)
+
+
+def setup(model) -> dict:
+    """Truth, initial estimate and the simulator's payload of the experiment (link 7
+    frame): ``truth`` / ``initial`` 10-vectors of link 7 + hand, ``payload`` (mass, CoM,
+    inertia about its CoM) that makes the bare link 7 + payload the truth."""
+    from ..dynamics import RobotModel
+    from ..dynamics.inertial import from_mass_com_inertia, inertia_matrix
+
+    off = flange_offset(model)
+    bare = RobotModel(model.urdf_path)
+    bare.set_end_effector("none")
+    l7 = bare.get_link_parameters(LINK)
+    c7 = l7[1:4] / l7[0]
+    I7 = inertia_matrix(l7) - l7[0] * (c7 @ c7 * np.eye(3) - np.outer(c7, c7))   # about its CoM
+    m_t, c_t = TRUE[0], np.asarray(TRUE[1]) + off
+    m_p = m_t - l7[0]
+    c_p = (m_t * c_t - l7[1:4]) / m_p
+    I_p = 0.4 * m_p * 0.04 ** 2 * np.eye(3)        # a solid ball of 4 cm radius
+    payload = from_mass_com_inertia(m_p, c_p, I_p)
+    initial = from_mass_com_inertia(INITIAL[0], np.asarray(INITIAL[1]) + off, I7)
+    return {"offset": off, "truth": l7 + payload, "initial": initial, "bare_link7": l7,
+            "payload": {"mass": float(m_p), "com": c_p.tolist(), "inertia": I_p.diagonal().tolist()}}
+
+
+def mass_com(pi10, offset) -> tuple[float, np.ndarray]:
+    """Mass and CoM in Thunder's link 7 frame of a link 7 block (about panda_link7)."""
+    m = float(pi10[0])
+    return m, np.asarray(pi10[1:4]) / m - offset
+
+
+def reality(s: dict):
+    from ..sim.plant import RealityConfig
+    p = s["payload"]
+    return RealityConfig(link_scale={HAND: 0.0}, payload_mass=p["mass"], payload_com=p["com"],
+                         payload_inertia=p["inertia"], payload_frame=LINK, payload_enabled=True)
+
+
+def write_initial_file(model, s: dict, path: str) -> str:
+    """The controller's start model as a Thunder ``*_inertial_REG.yaml`` (the URDF's links,
+    link 7 + hand at Table 8's initial estimate)."""
+    from ..dynamics import RobotModel
+    m = RobotModel(model.urdf_path)
+    m.set_link_parameters(LINK, s["initial"])
+    return m.save_thunder_yaml(path, "Thunder appendix Table 8, initial estimate of link 7 + Softhand")
+
+
+def initial_pi(model, s: dict) -> np.ndarray:
+    from ..dynamics import RobotModel
+    m = RobotModel(model.urdf_path)
+    m.set_link_parameters(LINK, s["initial"])
+    return m.parameters
+
+
+def gamma_scale(core, model) -> np.ndarray:
+    """``diag(s_i^2)`` of the node's ``gamma_scaling: nominal`` for the adapted block."""
+    th = np.abs(core.base.to_base(model.parameters)) if core.use_base else np.abs(model.parameters[core.columns])
+    return np.maximum(th, 1e-2 * th.max()) ** 2
+
+
+def task_path(model):
+    """The trajectory node's ``lissajous3d`` path from the middle of the joint ranges."""
+    from ..trajectories import CartesianTrajectory, lissajous3d
+    q0 = 0.5 * (model.lower + model.upper)
+    traj = CartesianTrajectory(model, q0, lissajous3d(PATH["size"], PATH["period"]))
+    return q0, traj.task_space()
+
+
+# ============================================================================ in-process runs
+def run_core(kd_scale: float, gamma: float, adapt: bool, seconds: float) -> dict:
+    """One closed loop of plant + backstepping core; the error norm at 1 kHz and link 7's
+    estimate every 10 ms."""
+    from ..control.backstepping import BacksteppingController
+    from ..control.gains import default_gains
+    from ..dynamics import RobotModel
+    from ..sim.plant import MujocoPlant
+
+    model = RobotModel(ROBOT)
+    s = setup(model)
+    kd = np.asarray(default_gains(model)["kd"]) * kd_scale
+    ctl = BacksteppingController(model, "direct", kp_task=KP_TASK, kd=kd, pi0=initial_pi(model, s),
+                                 adapted_links=[LINK], dt=1.0 / RATE_HZ)
+    ctl.core.set_gains(gamma=gamma * gamma_scale(ctl.core, model))
+    q0, path = task_path(model)
+    plant = MujocoPlant(ROBOT, reality=reality(s), timestep=1.0 / RATE_HZ, q0=q0)
+    n = int(round(seconds * RATE_HZ))
+    P, V, A = path.sample_many(np.arange(n) / RATE_HZ)
+    z3, Rd = np.zeros(3), path.R_start
+    err = np.empty(n)
+    est_t, est = [], []
+    for k in range(n):
+        _, q, v, tau_m = plant.state()
+        tau = ctl.compute(q, v, P[k], Rd, np.r_[V[k], z3], np.r_[A[k], z3], tau_m, learn=adapt)
+        e = ctl.ref.e
+        err[k] = np.sqrt(e @ e)
+        if k % 10 == 0:
+            est_t.append(k / RATE_HZ)
+            est.append(ctl.core.pi[60:70].copy())
+        plant.step(tau)
+    return {"t": np.arange(n) / RATE_HZ, "err": err, "est_t": np.array(est_t), "est": np.array(est),
+            "saturated_steps": int(plant.saturation_count.sum())}
+
+
+def moving_mean(t: np.ndarray, x: np.ndarray, window: float) -> np.ndarray:
+    k = max(1, int(round(window / (t[1] - t[0]))))
+    c = np.cumsum(np.r_[0.0, x])
+    out = np.empty_like(x)
+    out[k - 1:] = (c[k:] - c[:-k]) / k
+    out[:k - 1] = c[1:k] / np.arange(1, k)
+    return out
+
+
+def error_metrics(t: np.ndarray, err: np.ndarray, period: float) -> dict:
+    """Steady-state error (mean over the last period) and the 90 % rise time (module docstring)."""
+    ss = float(err[t >= t[-1] - period].mean())
+    mm = moving_mean(t, err, period)
+    full = t >= t[0] + period                      # whole windows only
+    peak_i = int(np.argmax(np.where(full, mm, -np.inf)))
+    level = ss + 0.1 * (mm[peak_i] - ss)
+    after = np.flatnonzero((mm <= level) & full & (t >= t[peak_i]))
+    rise = float(t[after[0]]) if after.size else None
+    return {"steady_state_error": ss, "rise_time_s": rise, "peak_error": float(mm[peak_i])}
+
+
+# ============================================================================ the headline over DDS
+def run_headline(out_dir: str, seconds: float, *, echo: bool = False, keep_bag: bool = False) -> dict:
+    """The node graph in lockstep (module docstring); returns arrays read from its bag."""
+    from ..dynamics import RobotModel
+    from ..launch_graph import build_graph
+    from ..launcher import GraphProcess
+
+    model = RobotModel(ROBOT)
+    s = setup(model)
+    work = out_dir if keep_bag else tempfile.mkdtemp(prefix="thunder_")
+    bag = os.path.join(work, "bag_thunder")
+    if os.path.exists(bag):
+        shutil.rmtree(bag)
+    yaml_path = write_initial_file(model, s, os.path.join(out_dir, "panda_initial_inertial_REG.yaml"))
+    estimate = os.path.join(out_dir, "thunder_estimate.npz")
+    if os.path.exists(estimate):
+        os.remove(estimate)
+    p = s["payload"]
+    overrides = {
+        "mujoco_bridge": {"payload_mass": p["mass"], "payload_com": p["com"], "payload_inertia": p["inertia"],
+                          "payload_frame": LINK, "payload_enabled": True, "link_scales": [f"{HAND}:0"],
+                          "friction_viscous": [0.0], "friction_coulomb": [0.0]},
+        "trajectory": {"type": "lissajous3d", "cartesian_size": PATH["size"], "cartesian_period": PATH["period"]},
+        "adaptive_controller": {"adaptation": "direct", "kp_task": [KP_TASK], "kd": [0.0],
+                                "gamma": [MIDDLE["gamma"]], "gamma_scaling": "nominal", "adapted_links": [LINK],
+                                "initial_estimate": "file", "initial_estimate_file": yaml_path,
+                                "estimate_file": estimate, "autosave_period": 0.0,
+                                "parameters_decimation": PARAMETERS_DECIMATION},
+        "recorder": {"topics": ["joint_states", "task_reference", "effort_controller/commands", "adaptive/parameters",
+                                "/diagnostics"]},
+    }
+    nodes = build_graph("sim", robot=ROBOT, controller="backstepping", duration=seconds, record=True, bag=bag,
+                        overrides=overrides)
+    t0 = time.monotonic()
+    g = GraphProcess(nodes, echo=echo)
+    rc, why = g.wait(timeout=180.0 + 20.0 * seconds)
+    wall = time.monotonic() - t0
+    if rc != 0:
+        tail = {k: v[-12:] for k, v in g.logs.items()}
+        raise RuntimeError(f"the closed loop failed ({why}); last log lines: {json.dumps(tail, indent=1)}")
+    try:
+        data = read_bag(bag, model)
+    finally:
+        if not keep_bag:
+            shutil.rmtree(work, ignore_errors=True)
+    from ..control.adaptive import AdaptiveController
+    final = AdaptiveController.load(estimate, RobotModel(ROBOT))
+    data.update(wall_s=round(wall, 1), sim_s_per_wall_s=round(seconds / wall, 3),
+                final_block=final.pi[60:70].copy(), estimate_file=estimate, initial_file=yaml_path)
+    return data
+
+
+def read_bag(bag: str, model) -> dict:
+    """States, task references, link 7's estimate over time and the last diagnostics."""
+    from ..evaluation.bags import TYPESTORE, read_raw, resolve_bag
+    from ..ros.task_references import quaternion_to_matrix
+    from ..wire import NameCache, decode_joint_state, decode_multidof
+    import pinocchio as pin
+
+    cache = NameCache()
+    states, refs, params, diag = [], {}, [], {}
+    order = None
+    for topic, msgtype, _, raw in read_raw(resolve_bag(bag), ["/joint_states", "/task_reference",
+                                                              "/adaptive/parameters", "/diagnostics"]):
+        if topic == "/joint_states":
+            stamp, names, q, _v, _e = decode_joint_state(raw, cache)
+            if order is None:
+                order = [list(names).index(j) for j in model.joint_names]
+            states.append((stamp, q[order]))
+        elif topic == "/task_reference":
+            b = decode_multidof(raw, cache)
+            j = list(b.names).index(model.ee_frame)
+            for k, t in enumerate(b.t_ns):
+                refs[int(t)] = b.T[k, j].copy()
+        elif topic == "/adaptive/parameters":
+            stamp, names, q, _v, _e = decode_joint_state(raw, cache)
+            params.append((stamp, list(names), np.asarray(q, float).copy()))
+        else:
+            msg = TYPESTORE.deserialize_cdr(raw, msgtype)
+            for st in msg.status:
+                diag[st.name] = {kv.key: kv.value for kv in st.values}
+    t, err = [], []
+    for stamp, q in states:
+        r = refs.get(int(stamp))
+        if r is None:
+            continue
+        T = model.frame_pose(q)
+        R_d = quaternion_to_matrix(r[3:])
+        e = np.r_[r[:3] - T[:3, 3], pin.log3(R_d @ T[:3, :3].T)]
+        t.append(stamp * 1e-9)
+        err.append(float(np.linalg.norm(e)))
+    est_t, est = [], []
+    for stamp, names, values in params:
+        idx = [names.index(f"{LINK}.{k}") for k in ("m", "mx", "my", "mz")]
+        est_t.append(stamp * 1e-9)
+        est.append(values[idx])
+    return {"t": np.asarray(t), "err": np.asarray(err), "est_t": np.asarray(est_t), "est4": np.asarray(est),
+            "states": len(states), "diagnostics": diag}
+
+
+# ============================================================================ plots
+def _plot_sweep(runs: dict, title: str, offset, out_dir: str, stem: str, files: list) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for name, r in runs.items():
+        ax.plot(r["t"][10::10], r["err"][10::10], lw=0.9, label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("t [s]")
+    ax.set_ylabel("|e| (task error norm)")
+    ax.set_title(f"Task-error norm, {title}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    save_plot(fig, out_dir, f"thunder_{stem}_error.png", files)
+    fig, axes = plt.subplots(2, 2, figsize=(9, 5.5), sharex=True)
+    truth_m, truth_c = TRUE
+    for name, r in runs.items():
+        m = r["est"][:, 0]
+        c = r["est"][:, 1:4] / m[:, None] - offset
+        axes[0, 0].plot(r["est_t"], m, lw=0.9, label=name)
+        for k, ax in enumerate((axes[0, 1], axes[1, 0], axes[1, 1])):
+            ax.plot(r["est_t"], c[:, k], lw=0.9, label=name)
+    for ax, val, lab in zip(axes.flat, (truth_m, *truth_c), ("mass [kg]", "CoM x [m]", "CoM y [m]", "CoM z [m]")):
+        ax.axhline(val, color="k", ls="--", lw=0.8)
+        ax.set_ylabel(lab)
+        ax.grid(True, alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    for ax in axes[1]:
+        ax.set_xlabel("t [s]")
+    fig.suptitle(f"Link 7 + hand estimate, {title} (dashed: truth, Table 8)")
+    fig.tight_layout()
+    save_plot(fig, out_dir, f"thunder_{stem}_parameters.png", files)
+
+
+def _plot_compare(adaptive: dict, fixed: dict, out_dir: str, files: list) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    ax.plot(fixed["t"][10::10], fixed["err"][10::10], color="tab:red", lw=0.9, label="non-adaptive")
+    ax.plot(adaptive["t"][10::10], adaptive["err"][10::10], color="tab:blue", lw=0.9, label="adaptive")
+    ax.set_yscale("log")
+    ax.set_xlabel("t [s]")
+    ax.set_ylabel("|e|")
+    ax.set_title("Adaptive vs non-adaptive backstepping (Fig. 10)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    save_plot(fig, out_dir, "thunder_adaptive_vs_nonadaptive.png", files)
+
+
+def _plot_headline(h: dict, offset, out_dir: str, files: list) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    axes[0].plot(h["t"][10::10], h["err"][10::10], lw=0.8)
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("t [s]")
+    axes[0].set_ylabel("|e|")
+    axes[0].set_title("adaptive_controller node over DDS (Fig. 12)")
+    axes[0].grid(True, which="both", alpha=0.3)
+    if len(h["est4"]):
+        m = h["est4"][:, 0]
+        c = h["est4"][:, 1:4] / m[:, None] - offset
+        ax = axes[1]
+        ax.plot(h["est_t"], m, label="mass [kg]")
+        ax.axhline(TRUE[0], color="C0", ls="--", lw=0.8)
+        ax2 = ax.twinx()
+        for k, lab in enumerate("xyz"):
+            ax2.plot(h["est_t"], c[:, k], color=f"C{k + 1}", lw=0.9, label=f"CoM {lab} [m]")
+            ax2.axhline(TRUE[1][k], color=f"C{k + 1}", ls="--", lw=0.8)
+        ax.set_xlabel("t [s]")
+        ax.set_ylabel("mass [kg]")
+        ax2.set_ylabel("CoM [m] (flange frame)")
+        ax.set_title("Link 7 + hand estimate (Fig. 13; dashed: truth)")
+        lines = ax.get_legend_handles_labels()
+        lines2 = ax2.get_legend_handles_labels()
+        ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="center right")
+    fig.tight_layout()
+    save_plot(fig, out_dir, "thunder_headline.png", files)
+
+
+# ============================================================================ main
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="adaptive-dynamics experiment thunder",
+                                 description="Thunder Dynamics' adaptive backstepping on the MuJoCo Panda with an"
+                                             " unmodelled hand: K_d and Gamma sweeps (Tables 6-7, Fig. 6-9),"
+                                             " adaptive vs non-adaptive (Fig. 10), the link 7 + hand estimate"
+                                             " (Table 8) from the adaptive_controller node over DDS (Fig. 12-13)")
+    ap.add_argument("--out", required=True, help="output directory (created)")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"short version for tests: {QUICK_SECONDS:g} s runs (targets are for the full run)")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help=f"length of every run [s] (default {SECONDS:g}, --quick {QUICK_SECONDS:g})")
+    ap.add_argument("--keep-bag", action="store_true", help="keep the headline run's bag in --out")
+    ap.add_argument("-v", "--verbose", action="store_true", help="echo the node graph's output")
+    args = ap.parse_args(argv)
+    seconds = args.seconds or (QUICK_SECONDS if args.quick else SECONDS)
+    if not seconds >= 2 * PATH["period"]:
+        raise SystemExit(f"--seconds must be at least two path periods ({2 * PATH['period']:g} s)")
+    os.makedirs(args.out, exist_ok=True)
+    t_start = time.perf_counter()
+    from ..control.gains import default_gains
+    from ..dynamics import RobotModel
+    model = RobotModel(ROBOT)
+    off = flange_offset(model)
+    period = PATH["period"]
+
+    print(f"[thunder] sweeps: K_d x {KD_SCALES}, Gamma {GAMMAS}, non-adaptive; {seconds:g} s each ...", flush=True)
+    settings = {f"kd_x{k:g}": (k, MIDDLE["gamma"]) for k in KD_SCALES}
+    settings.update({f"gamma_{g:g}": (MIDDLE["kd_scale"], g) for g in GAMMAS})
+    runs: dict[str, dict] = {}
+    done: dict[tuple, dict] = {}
+    for name, key in settings.items():
+        if key not in done:
+            done[key] = run_core(key[0], key[1], True, seconds)
+        runs[name] = done[key]
+    fixed = run_core(MIDDLE["kd_scale"], MIDDLE["gamma"], False, seconds)
+    metrics = {name: error_metrics(r["t"], r["err"], period) for name, r in runs.items()}
+    m_fixed = error_metrics(fixed["t"], fixed["err"], period)
+    middle = f"kd_x{MIDDLE['kd_scale']:g}"
+    ratio = metrics[middle]["steady_state_error"] / m_fixed["steady_state_error"]
+    files: list[str] = []
+    _plot_sweep({f"K_d x {k:g}": runs[f"kd_x{k:g}"] for k in KD_SCALES}, f"Gamma = {MIDDLE['gamma']:g}", off,
+                args.out, "kd", files)
+    _plot_sweep({f"Gamma {g:g}": runs[f"gamma_{g:g}"] for g in GAMMAS}, "K_d x 1", off, args.out, "gamma", files)
+    _plot_compare(runs[middle], fixed, args.out, files)
+    for name, m in metrics.items():
+        print(f"[thunder] {name}: steady-state |e| {m['steady_state_error']:.3g}, rise time {m['rise_time_s']} s",
+              flush=True)
+
+    print(f"[thunder] headline: the adaptive_controller node over DDS, {seconds:g} s in lockstep ...", flush=True)
+    h = run_headline(args.out, seconds, echo=args.verbose, keep_bag=args.keep_bag)
+    hm = error_metrics(h["t"], h["err"], period)
+    mass, com = mass_com(h["final_block"], off)
+    _plot_headline(h, off, args.out, files)
+    init_m, init_c = INITIAL
+    summary: dict[str, Any] = {
+        "experiment": "thunder", "quick": bool(args.quick), "robot": ROBOT, "seconds": seconds,
+        "path": {"type": "lissajous3d", **PATH}, "kp_task": KP_TASK,
+        "kd_model_derived": [round(x, 4) for x in default_gains(model)["kd"]],
+        "settings": {n: {"kd_scale": k, "gamma": g} for n, (k, g) in settings.items()},
+        "steady_state_error": {n: round(m["steady_state_error"], 6) for n, m in metrics.items()},
+        "rise_time_s": {n: (None if m["rise_time_s"] is None else round(m["rise_time_s"], 2))
+                        for n, m in metrics.items()},
+        "nonadaptive_steady_state_error": round(m_fixed["steady_state_error"], 6),
+        "adaptive_vs_nonadaptive": round(ratio, 5),
+        "table8": {"true": {"mass": TRUE[0], "com": list(TRUE[1])},
+                   "estimate": {"mass": round(mass, 4), "com": [round(float(c), 4) for c in com]},
+                   "initial": {"mass": init_m, "com": list(init_c)},
+                   "paper_estimate": {"mass": PAPER_ESTIMATE[0], "com": list(PAPER_ESTIMATE[1])}},
+        "payload_mass_rel_error": round(abs(mass - TRUE[0]) / TRUE[0], 5),
+        "payload_com_error_m": round(float(np.linalg.norm(com - np.asarray(TRUE[1]))), 5),
+        "headline": {"steady_state_error": round(hm["steady_state_error"], 6),
+                     "rise_time_s": None if hm["rise_time_s"] is None else round(hm["rise_time_s"], 2),
+                     "states": h["states"], "wall_s": h["wall_s"], "sim_s_per_wall_s": h["sim_s_per_wall_s"],
+                     "node_task_error_rms": h["diagnostics"].get("adaptive_controller", {}).get("task_error_rms")},
+        "saturated_steps": {n: r["saturated_steps"] for n, r in runs.items()},
+        "plots": [os.path.basename(f) for f in files],
+        "runtime_s": round(time.perf_counter() - t_start, 1),
+    }
+    summary["targets_met"] = bool(summary["payload_mass_rel_error"] <= 0.03 and summary["payload_com_error_m"] <= 0.01
+                                  and ratio <= 0.25)
+    return write_result(args.out, "thunder", summary)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
