@@ -14,9 +14,18 @@
   probe publishing joint_states and waiting for the command: what a separate process
   adds (transport + executor wake-ups).
 
+* **backstepping** -- Thunder's task-space adaptive backstepping
+  (:class:`~adaptive_dynamics.control.backstepping.BacksteppingController`, issue 19):
+  end-effector reference in -> torque out, its reference generator (pose error, damped
+  pseudo-inverse, q_dot_r, q_ddot_r) in front of the same core with the paper's direct
+  update (34), and with the composite update (informational).
+  ``backstepping_core_p99_units`` and ``backstepping_vs_composite_p99``: its p99 over
+  the joint-space composite law's p99, same run (target <= 1.5).
+
 Every figure is also given in machine units (``*_units``, ``bench/machine_unit.py``:
 pinocchio's regressor on the Panda at random states, measured in the same run).
-Targets (machine units): core p99 <= 30, node p99 <= 60.  Last line: one JSON object.
+Targets (machine units): core p99 <= 30, node p99 <= 60; backstepping <= 1.5 x the
+composite core step.  Last line: one JSON object.
 Usage: ./dev bench controller [--quick]
 """
 from __future__ import annotations
@@ -34,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from controller_core import measure_core  # noqa: E402
 from machine_unit import MachineUnit  # noqa: E402
 
-TARGETS = {"core_p99_units": 30.0, "node_p99_units": 60.0}
+TARGETS = {"core_p99_units": 30.0, "node_p99_units": 60.0, "backstepping_vs_composite_p99": 1.5}
 
 
 def measure_node(n: int = 5000, round_trips: int = 1000) -> dict:
@@ -133,8 +142,16 @@ def main(argv=None) -> int:
     unit.sample()
     res = {"robot": "panda", "law": "composite", **unit.report(), "core_p50_us": core["core_p50_us"],
            "core_p99_us": core["core_p99_us"], "core_config": core["core_config"], **node,
+           "backstepping_core_p50_us": core["backstepping"]["p50_us"],
+           "backstepping_core_p99_us": core["backstepping"]["p99_us"],
+           "backstepping_config": "Thunder's law (direct update (34)), link parameters + friction (base), Panda",
+           "backstepping_vs_composite_p99": round(core["backstepping"]["p99_us"] / core["composite"]["p99_us"], 3),
+           "backstepping_vs_composite_p50": round(core["backstepping"]["p50_us"] / core["composite"]["p50_us"], 3),
+           "backstepping_composite_vs_composite_p99": round(core["backstepping_composite"]["p99_us"]
+                                                            / core["composite"]["p99_us"], 3),
            "per_candidate": {k: unit.add_units(dict(core[k]), ("p50_us", "p99_us"))
-                             for k in ("composite", "composite_nofriction", "direct") if k in core}}
+                             for k in ("composite", "composite_nofriction", "direct", "backstepping",
+                                       "backstepping_composite") if k in core}}
     unit.add_units(res, [k for k in list(res) if k.endswith("_us")])
     res["targets"] = TARGETS
     res["meets_targets"] = all(res[k] <= v for k, v in TARGETS.items())
@@ -143,6 +160,9 @@ def main(argv=None) -> int:
           f"  p99 {res['core_p99_units']:6.1f} units ({res['core_p99_us']:7.1f} us)  ({res['core_config']})")
     print(f"node  p50 {res['node_p50_units']:6.1f} units ({res['node_p50_us']:7.1f} us)"
           f"  p99 {res['node_p99_units']:6.1f} units ({res['node_p99_us']:7.1f} us)  (message in -> message out)")
+    print(f"backstepping core  p99 {res['backstepping_core_p99_units']:6.1f} units"
+          f" ({res['backstepping_core_p99_us']:7.1f} us) = {res['backstepping_vs_composite_p99']:.2f} x the composite"
+          f" core step (with the composite update: {res['backstepping_composite_vs_composite_p99']:.2f} x)")
     if "dds_round_trip_p50_us" in res:
         print(f"DDS round trip to the node  p50 {res['dds_round_trip_p50_us']:.1f} us"
               f"  p99 {res['dds_round_trip_p99_us']:.1f} us (informational)")

@@ -35,7 +35,13 @@ CANDIDATES = {
     "composite": ("composite", True),
     "composite_nofriction": ("composite", False),
     "direct": ("direct", True),
+    # Thunder's task-space adaptive backstepping (control/backstepping.py): the task-space
+    # reference generator in front of the same core; direct adaptation is the paper's (34)
+    "backstepping": ("direct", True),
+    "backstepping_composite": ("composite", True),
 }
+#: candidates fed end-effector references (pose, twist, acceleration) instead of joint ones
+TASK_CANDIDATES = ("backstepping", "backstepping_composite")
 
 
 def _inputs(model, n_states: int, seed: int = 0):
@@ -53,6 +59,19 @@ def _inputs(model, n_states: int, seed: int = 0):
     return q, v, Q, V, A, tau
 
 
+def _task_inputs(model, n_states: int, seed: int = 0) -> list:
+    """Per state: (q, v, p_d, R_d, v_d, a_d, tau) with the end-effector reference of the
+    same joint trajectory (forward kinematics, J qd_d, J qdd_d + J_dot qd_d)."""
+    q, v, Q, V, A, tau = _inputs(model, n_states, seed)
+    out = []
+    for k in range(n_states):
+        T = model.frame_pose(Q[k])
+        J = model.jacobian(Q[k])
+        out.append((q[k], v[k], T[:3, 3].copy(), T[:3, :3].copy(), J @ V[k],
+                    J @ A[k] + model.jacobian_dot(Q[k], V[k]) @ V[k], tau[k]))
+    return out
+
+
 def measure_core(robot: str = "panda", n: int = 20000, rounds: int = 20, candidates=None) -> dict:
     """p50 / p99 [us] of one controller-core cycle for ``robot``.
 
@@ -62,6 +81,7 @@ def measure_core(robot: str = "panda", n: int = 20000, rounds: int = 20, candida
     per-candidate figures.
     """
     from adaptive_dynamics.control.adaptive import AdaptiveController
+    from adaptive_dynamics.control.backstepping import BacksteppingController
     from adaptive_dynamics.dynamics import RobotModel
 
     names = list(candidates or CANDIDATES)
@@ -70,38 +90,43 @@ def measure_core(robot: str = "panda", n: int = 20000, rounds: int = 20, candida
     for name in names:
         law, fr = CANDIDATES[name]
         model = RobotModel(robot, friction=fr, coulomb_smoothing=0.01)
-        ctls[name] = AdaptiveController(model, law, lam=10.0, kd=20.0, gamma=0.5, p0=1.0, r=10.0,
-                                        lambda0=0.5, k0=200.0, k1=100.0)
-        data[name] = _inputs(model, per_round + 1)
+        gains = dict(kd=20.0, gamma=0.5, p0=1.0, r=10.0, lambda0=0.5, k0=200.0, k1=100.0)
+        if name in TASK_CANDIDATES:
+            ctls[name] = BacksteppingController(model, law, kp_task=5.0, **gains)
+            data[name] = _task_inputs(model, per_round + 1)
+            ctls[name].ref.set_posture(data[name][0][0])
+        else:
+            ctls[name] = AdaptiveController(model, law, lam=10.0, **gains)
+            data[name] = list(zip(*_inputs(model, per_round + 1)))
     samples = {name: np.empty(per_round * rounds) for name in names}
     clock = time.perf_counter_ns
     gc_was = gc.isenabled()
     gc.disable()
     try:
         for name in names:  # warm-up (first-call allocations, filter start)
-            c, (q, v, qd, vd, ad, tau) = ctls[name], data[name]
+            c, args = ctls[name], data[name]
             for k in range(min(50, per_round)):
-                c.compute(q[k], v[k], qd[k], vd[k], ad[k], tau[k])
+                c.compute(*args[k])
         for r in range(rounds):
             for name in names:
-                c, (q, v, qd, vd, ad, tau) = ctls[name], data[name]
-                out = samples[name]
+                args, out = data[name], samples[name]
                 base = r * per_round
-                compute = c.compute
+                compute = ctls[name].compute
                 for k in range(per_round):
+                    a = args[k]
                     t0 = clock()
-                    compute(q[k], v[k], qd[k], vd[k], ad[k], tau[k])
+                    compute(*a)
                     out[base + k] = clock() - t0
     finally:
         if gc_was:
             gc.enable()
-    res = {"robot": robot, "dof": ctls[names[0]].n, "cycles": per_round * rounds}
+    res = {"robot": robot, "dof": model.n, "cycles": per_round * rounds}
     for name in names:
         us = samples[name] / 1e3
         res[name] = {"p50_us": round(float(np.percentile(us, 50)), 2),
                      "p99_us": round(float(np.percentile(us, 99)), 2),
                      "mean_us": round(float(us.mean()), 2),
-                     "n_params": ctls[name].n_adapted}
+                     "n_params": getattr(ctls[name], "core", ctls[name]).n_adapted}
     main = "composite" if "composite" in names else names[0]
     res["core_p50_us"] = res[main]["p50_us"]
     res["core_p99_us"] = res[main]["p99_us"]

@@ -150,3 +150,29 @@ def test_a_singular_pose_gives_a_bounded_torque():
     assert ctl.ref.sigma_min < 0.05 and ctl.ref.lam2 > 0
     assert np.all(np.isfinite(tau)) and np.abs(tau).max() < 10 * m.effort_limit.max()
     assert np.abs(ctl.core.qd_r).max() < 20.0 and np.abs(ctl.core.qdd_r).max() < 1e3
+
+
+def test_malformed_inputs_are_named_and_change_nothing():
+    """A NaN or wrongly sized input raises ValueError naming it; the estimate, the
+    covariance and the filter are untouched, and the next good cycle equals the same cycle
+    on a controller that never saw the bad one."""
+    m = RobotModel("panda")
+    p0 = m.frame_pose(Q0)
+    args = (Q0, np.full(7, 0.1), p0[:3, 3] + 0.01, p0[:3, :3], np.zeros(6), np.zeros(6), np.zeros(7))
+    a = BacksteppingController(m, "composite", kd=5.0, pi0=0.9 * m.parameters, adapted_links=["panda_link7"])
+    b = BacksteppingController(m, "composite", kd=5.0, pi0=0.9 * m.parameters, adapted_links=["panda_link7"])
+    a.compute(*args)
+    b.compute(*args)
+    theta, P = a.core.theta.copy(), a.core.P.copy()
+    bad = {"q": (0, np.r_[np.nan, Q0[1:]]), "v": (1, np.full(7, np.inf)), "p_d": (2, np.array([0.3, np.nan, 0.5])),
+           "R_d": (3, np.full((3, 3), np.nan)), "v_d": (4, np.zeros(5)), "a_d": (5, np.r_[np.zeros(5), np.nan]),
+           "tau_measured": (6, np.r_[np.nan, np.zeros(6)])}
+    for name, (i, value) in bad.items():
+        x = list(args)
+        x[i] = value
+        with pytest.raises(ValueError, match=name):
+            a.compute(*x)
+        np.testing.assert_array_equal(a.core.theta, theta, err_msg=name)
+        np.testing.assert_array_equal(a.core.P, P, err_msg=name)
+    q1 = Q0 + 0.001
+    np.testing.assert_array_equal(a.compute(q1, *args[1:]), b.compute(q1, *args[1:]))

@@ -23,12 +23,18 @@ No ROS import.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pinocchio as pin
+from scipy.linalg.lapack import dpotrf as _dpotrf, dpotrs as _dpotrs, dsyev as _dsyev
 
 from .adaptive import AdaptiveController
 
 __all__ = ["TaskSpaceReference", "BacksteppingController", "orientation_error"]
+
+_LWA = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+_DIAG6 = np.diag_indices(6)
 
 
 def orientation_error(R: np.ndarray, R_d: np.ndarray) -> np.ndarray:
@@ -59,6 +65,9 @@ class TaskSpaceReference:
             raise ValueError("damping >= 0, singular_threshold > 0 and k_posture >= 0 are required")
         self.damping, self.threshold, self.k_posture = float(damping), float(singular_threshold), float(k_posture)
         self.posture = None if posture is None else np.asarray(posture, dtype=float).copy()
+        self._pm = model.model                      # kinematics only (the inertias are not used)
+        self._pd = model.model.createData()
+        self._fid = model.frame_id(frame or model.ee_frame)
         # the last evaluation (diagnostics, the cross term)
         self.e = np.zeros(6)
         self.e_dot = np.zeros(6)
@@ -82,48 +91,84 @@ class TaskSpaceReference:
         T = self.model.frame_pose(q, self.frame)
         return np.concatenate([np.asarray(p_d, float) - T[:3, 3], orientation_error(T[:3, :3], R_d)])
 
+    def _kinematics(self, q, v):
+        """Frame pose, J and J_dot (LOCAL_WORLD_ALIGNED) at (q, v): one pinocchio pass."""
+        pm, d, fid = self._pm, self._pd, self._fid
+        pin.computeJointJacobiansTimeVariation(pm, d, q, v)     # forward kinematics, J and dJ of every joint
+        pin.updateFramePlacement(pm, d, fid)
+        J = pin.getFrameJacobian(pm, d, fid, _LWA)
+        Jd = pin.getFrameJacobianTimeVariation(pm, d, fid, _LWA)
+        return d.oMf[fid], J, Jd
+
     def compute(self, q, v, p_d, R_d, v_d, a_d):
         """``(qd_r, qdd_r)`` at the state ``(q, v)`` for the reference pose ``(p_d, R_d)``,
         twist ``v_d = [pd_d; w_d]`` and its derivative ``a_d`` (base frame); the error,
-        its rate and J stay in :attr:`e`, :attr:`e_dot`, :attr:`J`."""
-        m, n = self.model, self.n
+        its rate and J stay in :attr:`e`, :attr:`e_dot`, :attr:`J`.
+
+        With ``A = J J^T + lambda^2 I``, ``J# = J^T A^-1``, the posture pull
+        ``u = k0 (q_posture - q)`` and ``g = v_d + K e - J u``::
+
+            qd_r  = J# g + u                           (= J# (v_d + K e) + N u)
+            qdd_r = J_dot^T y + J^T A^-1 (g_dot - A_dot y) - k0 v,   y = A^-1 g,
+            g_dot = a_d + K e_dot - J_dot u + k0 J v,   A_dot = J_dot J^T + J J_dot^T + (lambda^2)' I
+
+        (the derivative of J# = J^T A^-1 written on vectors: no n x n or 6 x n products
+        beyond J J^T).  sigma_min(J) comes from the eigenvalues of J J^T; only below the
+        threshold (damping active) the SVD gives its rate ``u^T J_dot v``.
+        """
         q = np.asarray(q, float)
         v = np.asarray(v, float)
         v_d = np.asarray(v_d, float).reshape(6)
         a_d = np.asarray(a_d, float).reshape(6)
-        T = m.frame_pose(q, self.frame)
-        R = T[:3, :3]
-        R_e = np.asarray(R_d, float) @ R.T
-        e = np.concatenate([np.asarray(p_d, float) - T[:3, 3], pin.log3(R_e)])
-        J = m.jacobian(q, self.frame)
-        Jd = m.jacobian_dot(q, v, self.frame)
+        oMf, J, Jd = self._kinematics(q, v)
+        R_e = np.asarray(R_d, float) @ oMf.rotation.T
+        e, e_dot = self.e, self.e_dot
+        e[:3] = p_d
+        e[:3] -= oMf.translation
+        e[3:] = pin.log3(R_e)
         # e_dot (exact): position p_d_dot - J_p v; orientation d/dt log(R_e) = Jlog3(R_e) (R_e^T w_d - w)
-        w = J[3:] @ v
-        e_dot = np.concatenate([v_d[:3] - J[:3] @ v, pin.Jlog3(R_e) @ (R_e.T @ v_d[3:] - w)])
-        # damped pseudo-inverse and its time derivative
-        U, S, Vt = np.linalg.svd(J)
-        smin = float(S[-1])
-        lam2, lam2_dot = 0.0, 0.0
+        Jv = J.dot(v)
+        e_dot[:3] = v_d[:3] - Jv[:3]
+        e_dot[3:] = pin.Jlog3(R_e).dot(R_e.T.dot(v_d[3:]) - Jv[3:])
+        A = J.dot(J.T)
+        lam_min = float(_dsyev(A, compute_v=0)[0][0])            # sigma_min^2
+        smin = lam_min ** 0.5 if lam_min > 0.0 else 0.0
+        lam2 = lam2_dot = 0.0
         if self.damping > 0 and smin < self.threshold:
+            U, S, Vt = np.linalg.svd(J)
+            smin = float(S[-1])
             ratio = smin / self.threshold
             lam2 = self.damping ** 2 * (1.0 - ratio * ratio)
             smin_dot = float(U[:, -1] @ Jd @ Vt[5])           # d sigma_min / dt = u^T J_dot v
             lam2_dot = -2.0 * self.damping ** 2 * ratio * smin_dot / self.threshold
-        A_inv = np.linalg.inv(J @ J.T + lam2 * np.eye(6))
-        Jp = J.T @ A_inv
-        A_dot = Jd @ J.T + J @ Jd.T + lam2_dot * np.eye(6)
-        Jp_dot = Jd.T @ A_inv - Jp @ A_dot @ A_inv
-        wref = v_d + self.kp * e
-        wref_dot = a_d + self.kp * e_dot
-        qd_r = Jp @ wref
-        qdd_r = Jp_dot @ wref + Jp @ wref_dot
-        if self.k_posture > 0 and self.posture is not None:
-            N = np.eye(n) - Jp @ J
-            N_dot = -(Jp_dot @ J + Jp @ Jd)
-            pull = self.k_posture * (self.posture - q)
-            qd_r += N @ pull
-            qdd_r += N_dot @ pull - N @ (self.k_posture * v)
-        self.e, self.e_dot, self.J, self.sigma_min, self.lam2 = e, e_dot, J, smin, lam2
+            A[_DIAG6] += lam2
+        c, info = _dpotrf(A, lower=1)
+        if info != 0:     # only an exactly singular J without damping: the damped least squares
+            A[_DIAG6] += max(self.damping, 1e-6) ** 2
+            c, info = _dpotrf(A, lower=1)
+        g = self.kp * e
+        g += v_d
+        g_dot = self.kp * e_dot
+        g_dot += a_d
+        pull = self.k_posture > 0 and self.posture is not None
+        if pull:
+            u = self.k_posture * (self.posture - q)
+            g -= J.dot(u)
+            g_dot -= Jd.dot(u)
+            g_dot += self.k_posture * Jv
+        y = _dpotrs(c, g, lower=1)[0]
+        Jty = J.T.dot(y)
+        g_dot -= Jd.dot(Jty)
+        g_dot -= J.dot(Jd.T.dot(y))
+        if lam2_dot != 0.0:
+            g_dot -= lam2_dot * y
+        qd_r = Jty
+        qdd_r = Jd.T.dot(y)
+        qdd_r += J.T.dot(_dpotrs(c, g_dot, lower=1)[0])
+        if pull:
+            qd_r += u
+            qdd_r -= self.k_posture * v
+        self.J, self.sigma_min, self.lam2 = J, smin, lam2
         return qd_r, qdd_r
 
 
@@ -143,23 +188,44 @@ class BacksteppingController:
                                       posture=posture, k_posture=k_posture, frame=frame)
         self.core = AdaptiveController(model, law, **core)
         self.cross_torque = np.zeros(model.n)
+        self._zero = np.zeros(model.n)
 
     def compute(self, q, v, p_d, R_d, v_d, a_d, tau_measured=None, learn: bool = True) -> np.ndarray:
         """The torque for this state and end-effector reference (model joint order, not
-        saturated), then the parameter update; ``ValueError`` on non-finite inputs."""
-        q = np.asarray(q, float)
-        v = np.asarray(v, float)
-        for name, x in (("q", q), ("v", v), ("p_d", p_d), ("R_d", R_d), ("v_d", v_d), ("a_d", a_d)):
-            if not np.all(np.isfinite(np.asarray(x, float))):
+        saturated), then the parameter update; ``ValueError`` naming the input on a
+        non-finite or wrongly sized one (nothing changed: a non-finite input makes the
+        reference non-finite, which the core refuses before it changes anything)."""
+        try:
+            if self.ref.posture is None:
+                q0 = np.array(q, dtype=float)
+                if q0.shape != (self.model.n,) or not np.isfinite(q0).all():
+                    raise ValueError
+                self.ref.set_posture(q0)
+            qd_r, qdd_r = self.ref.compute(q, v, p_d, R_d, v_d, a_d)
+            e = self.ref.e
+            np.dot(self.ref.J.T, e, out=self.cross_torque)
+            return self.core.compute(q, v, q, v, self._zero, tau_measured, learn,
+                                     reference=(qd_r, qdd_r), extra_torque=self.cross_torque,
+                                     tracking_error=math.sqrt(e.dot(e)))
+        except (ValueError, TypeError, RuntimeError) as exc:
+            self._name_bad_input(q, v, p_d, R_d, v_d, a_d, tau_measured)
+            raise ValueError(str(exc)) from None
+
+    def _name_bad_input(self, q, v, p_d, R_d, v_d, a_d, tau_measured) -> None:
+        """Raise ``ValueError`` naming the first malformed input (returns if none is)."""
+        n = self.model.n
+        for name, x, size in (("q", q, n), ("v", v, n), ("p_d", p_d, 3), ("R_d", R_d, 9), ("v_d", v_d, 6),
+                              ("a_d", a_d, 6), ("tau_measured", tau_measured, n)):
+            if x is None and name == "tau_measured":
+                continue
+            try:
+                arr = np.asarray(x, dtype=float)
+            except (TypeError, ValueError):
+                raise ValueError(f"{name} is not numeric") from None
+            if arr.size != size:
+                raise ValueError(f"{name} must have {size} values, got {arr.size}")
+            if not np.isfinite(arr).all():
                 raise ValueError(f"{name} is not finite")
-        if self.ref.posture is None:
-            self.ref.set_posture(q)
-        qd_r, qdd_r = self.ref.compute(q, v, p_d, R_d, v_d, a_d)
-        np.dot(self.ref.J.T, self.ref.e, out=self.cross_torque)
-        e = self.ref.e
-        return self.core.compute(q, v, q, v, np.zeros_like(q), tau_measured, learn,
-                                 reference=(qd_r, qdd_r), extra_torque=self.cross_torque,
-                                 tracking_error=float(np.sqrt(e @ e)))
 
     def lyapunov(self, q, v, qd_r) -> float:
         """``V = e^T e / 2 + s^T M(q) s / 2`` with the last error and ``s = v - qd_r``

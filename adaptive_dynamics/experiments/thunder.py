@@ -330,10 +330,12 @@ def _plot_sweep(runs: dict, title: str, offset, out_dir: str, stem: str, files: 
         ax.axhline(val, color="k", ls="--", lw=0.8)
         ax.set_ylabel(lab)
         ax.grid(True, alpha=0.3)
+        # the first second's burst (the path starts moving, the arm at rest) would hide the rest
+        ax.set_ylim(*((0.0, 2.0 * truth_m) if lab.startswith("mass") else (val - 0.1, val + 0.1)))
     axes[0, 0].legend(fontsize=8)
     for ax in axes[1]:
         ax.set_xlabel("t [s]")
-    fig.suptitle(f"Link 7 + hand estimate, {title} (dashed: truth, Table 8)")
+    fig.suptitle(f"Link 7 + hand estimate, {title} (dashed: truth, Table 8; start transient clipped)")
     fig.tight_layout()
     save_plot(fig, out_dir, f"thunder_{stem}_parameters.png", files)
 
@@ -357,7 +359,7 @@ def _plot_compare(adaptive: dict, fixed: dict, out_dir: str, files: list) -> Non
 def _plot_headline(h: dict, offset, out_dir: str, files: list) -> None:
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     axes[0].plot(h["t"][10::10], h["err"][10::10], lw=0.8)
     axes[0].set_yscale("log")
     axes[0].set_xlabel("t [s]")
@@ -367,20 +369,22 @@ def _plot_headline(h: dict, offset, out_dir: str, files: list) -> None:
     if len(h["est4"]):
         m = h["est4"][:, 0]
         c = h["est4"][:, 1:4] / m[:, None] - offset
-        ax = axes[1]
-        ax.plot(h["est_t"], m, label="mass [kg]")
-        ax.axhline(TRUE[0], color="C0", ls="--", lw=0.8)
-        ax2 = ax.twinx()
+        axes[1].plot(h["est_t"], m, color="C0", label="estimate")
+        axes[1].axhline(TRUE[0], color="k", ls="--", lw=0.8, label="truth")
+        axes[1].axhline(INITIAL[0], color="0.5", ls=":", lw=0.8, label="initial")
+        axes[1].set_ylim(0.0, 2.0 * TRUE[0])
+        axes[1].set_ylabel("mass [kg]")
+        axes[1].set_title("Link 7 + hand mass (Fig. 13)")
         for k, lab in enumerate("xyz"):
-            ax2.plot(h["est_t"], c[:, k], color=f"C{k + 1}", lw=0.9, label=f"CoM {lab} [m]")
-            ax2.axhline(TRUE[1][k], color=f"C{k + 1}", ls="--", lw=0.8)
-        ax.set_xlabel("t [s]")
-        ax.set_ylabel("mass [kg]")
-        ax2.set_ylabel("CoM [m] (flange frame)")
-        ax.set_title("Link 7 + hand estimate (Fig. 13; dashed: truth)")
-        lines = ax.get_legend_handles_labels()
-        lines2 = ax2.get_legend_handles_labels()
-        ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="center right")
+            axes[2].plot(h["est_t"], c[:, k], color=f"C{k + 1}", lw=0.9, label=f"CoM {lab}")
+            axes[2].axhline(TRUE[1][k], color=f"C{k + 1}", ls="--", lw=0.8)
+        axes[2].set_ylim(-0.1, 0.15)
+        axes[2].set_ylabel("CoM [m] (flange frame)")
+        axes[2].set_title("Link 7 + hand CoM (dashed: truth)")
+        for ax in axes[1:]:
+            ax.set_xlabel("t [s]")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     save_plot(fig, out_dir, "thunder_headline.png", files)
 
