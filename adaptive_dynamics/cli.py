@@ -226,7 +226,8 @@ def _add_graph_args(p, *, sim_default=True) -> None:
     _add_robot_args(p)
     p.add_argument("--controller", default="computed_torque", choices=CONTROLLERS,
                    help="pd | computed_torque (node controller) | direct | composite (adaptive_controller) |"
-                   " scqp (scqp_controller: the end effector on task_reference, the trajectory in task space)")
+                   " scqp (scqp_controller: the end effector on task_reference, the trajectory in task space) |"
+                   " backstepping (adaptive_controller's task-space law on task_reference, from the URDF's model)")
     p.add_argument("--learner", default="none", choices=LEARNERS)
     p.add_argument("--learner-split", action="store_true", help="run the learner as model_update + prediction"
                    " (the PGPOL prediction / model-update split) instead of residual_learner")
@@ -530,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_robot_args(p)
     p.add_argument("--controller", default="computed_torque", choices=JOINT_CONTROLLERS,
                    help="pd | computed_torque (baseline node) | direct | composite (adaptive_controller);"
-                   " the demo tracks joint references (scqp: `launch sim --controller scqp`)")
+                   " the demo tracks joint references (scqp, backstepping: `launch sim --controller ...`)")
     p.add_argument("--duration", type=float, default=10.0, help="sim seconds (default 10)")
     p.add_argument("--out", default="out/demo", help="directory for the bag, plots and demo.json")
     p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",

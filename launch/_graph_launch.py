@@ -9,7 +9,8 @@ from adaptive_dynamics.launch_graph import build_graph
 ARGS = {
     "robot": ("panda", "panda | iiwa14 | planar2"),
     "controller": ("computed_torque", "pd | computed_torque (node controller) | direct | composite"
-                   " (node adaptive_controller) | scqp (node scqp_controller; the trajectory in task space)"),
+                   " (node adaptive_controller) | scqp (node scqp_controller; the trajectory in task space)"
+                   " | backstepping (node adaptive_controller, law backstepping; the trajectory in task space)"),
     "learner": ("none", "none | gmm | rbfn | gp | pgpol | sgpol: add the residual_learner node (needs controller direct|composite)"),
     "learner_split": ("false", "true: the learner runs as model_update + prediction (the PGPOL split) instead of"
                       " residual_learner"),
