@@ -221,3 +221,24 @@ def test_live_gains_and_refusals(ros, lone):
 def test_backstepping_refuses_the_regressor_topics(ros):
     with pytest.raises(Exception, match="regressor_source: inprocess"):
         _controller(ros, regressor_source="topics")
+
+
+def test_adapted_links_start_from_a_file_and_keep_the_urdf_elsewhere(ros, tmp_path):
+    """initial_estimate: file with adapted_links (a joint-space law here): the adapted link
+    starts from the file (a state file, or a Thunder parameter file), every other link
+    holds the URDF's values even where the file says otherwise."""
+    m = RobotModel("panda")
+    urdf = m.parameters
+    pi = 1.3 * urdf                                    # every link differs from the URDF
+    state = AdaptiveController(m, "direct", pi0=pi, adapted_links=["panda_link7"]).save(tmp_path / "start")
+    other = RobotModel("panda")
+    other.set_link_parameters("panda_link7", 1.7 * other.get_link_parameters("panda_link7"))
+    other.set_link_parameters("panda_link2", 0.5 * other.get_link_parameters("panda_link2"))
+    thunder = other.save_thunder_yaml(tmp_path / "panda_inertial_REG.yaml")
+    for src, want in ((state, pi), (thunder, other.parameters)):
+        node = ros.add(AdaptiveControllerNode, robot="panda", law="direct", adapted_links=["panda_link7"],
+                       initial_estimate="file", initial_estimate_file=str(src), autosave_period=0.0)
+        est = node.core.pi
+        np.testing.assert_allclose(est[60:70], want[60:70], rtol=1e-9, err_msg=str(src))
+        np.testing.assert_array_equal(est[:60], urdf[:60])
+        np.testing.assert_array_equal(node.model.parameters, urdf)     # the node's model stays the URDF's

@@ -98,8 +98,6 @@ from .common import shutdown_save, trigger_save
 from .controller import JointControllerShell, shell_specs
 
 LAWS = ("pd", "computed_torque", "direct", "composite", "backstepping")
-#: laws on the joint-space reference (live switchable among themselves)
-JOINT_LAWS = LAWS[:4]
 REGRESSOR_SOURCES = ("inprocess", "topics")
 _BAD = object()  # a regressor message for this stamp was rejected: safe command for it
 _ZERO6 = np.zeros(6)
@@ -152,7 +150,8 @@ def specs() -> list[ParamSpec]:
         ParamSpec("k1", 100.0, "composite law: |P| above which forgetting is off", min=1e-9),
         ParamSpec("max_tracking_error", 0.0, "freeze learning while |q_d - q| exceeds this [rad] (law"
                   " backstepping: the task-space error norm [m, rad]); 0 = never", min=0.0),
-        ParamSpec("learning", True, "adapt the estimate (direct/composite)"),
+        ParamSpec("learning", True, "adapt the estimate (direct, composite, backstepping; off: the law with"
+                  " the estimate held)"),
         ParamSpec("feedforward", True, "add feedforward/residual when one is available"),
         ParamSpec("residual_wait", 0.0, "lockstep: once residuals have been received, wait up to this many"
                   " wall s for the residual stamped for the state before answering it (0 = never wait)",
@@ -218,11 +217,14 @@ class AdaptiveControllerNode(JointControllerShell):
         else:
             pi0 = np.zeros_like(nominal)
         if links:
-            cols = AdaptiveController._adapted_columns(self.model, links)[1]
-            out = nominal.copy()
-            out[cols] = pi0[cols]
-            pi0 = out
+            pi0 = self._urdf_outside(pi0, AdaptiveController._adapted_columns(self.model, links)[1])
         return pi0
+
+    def _urdf_outside(self, pi, cols) -> np.ndarray:
+        """``pi`` on the adapted columns ``cols``, the URDF's values elsewhere."""
+        out = self.pi_nominal.copy()
+        out[cols] = np.asarray(pi)[cols]
+        return out
 
     def _thunder_file(self, src) -> np.ndarray:
         """The full pi of a Thunder ``*_inertial_REG.yaml`` (the model keeps the URDF's)."""
@@ -275,7 +277,7 @@ class AdaptiveControllerNode(JointControllerShell):
             self.core.load_state(src, covariance=False)  # the estimate; P stays this node's p0
                                                          # (raises with what differs: friction, base parameters)
             if links:   # the links not adapted keep the URDF's values
-                self.core.set_estimate(pi=self._initial_from(self.core.pi))
+                self.core.set_estimate(pi=self._urdf_outside(self.core.pi, self.core.columns))
             self.get_logger().info(f"initial estimate loaded from {src}")
         self._theta0 = self.core.theta.copy()
         # pd / computed torque: the same sliding variables and K_D with a fixed estimate
@@ -322,11 +324,6 @@ class AdaptiveControllerNode(JointControllerShell):
         if path and os.path.exists(path):
             self.core.load_state(path)  # raises with what differs: never silently discard a learned model
             self.get_logger().info(f"estimate loaded from {path} ({self.core.coordinates} parameters)")
-
-    def _initial_from(self, pi) -> np.ndarray:
-        out = self.pi_nominal.copy()
-        out[self.core.columns] = np.asarray(pi)[self.core.columns]
-        return out
 
     def _setup_topics(self) -> None:
         self.pub_ptorque = self.create_publisher(JointState, "adaptive/parametric_torque", PUBLISHER_STREAM_QOS)
