@@ -14,46 +14,30 @@
 """
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
-from rcl_interfaces.msg import Log
-from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
-from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from adaptive_dynamics.control.adaptive import AdaptiveController
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.adaptive_controller import AdaptiveControllerNode
 from adaptive_dynamics.nodes.mujoco_bridge import MujocoBridgeNode
 from adaptive_dynamics.nodes.trajectory import TrajectoryNode
-from adaptive_dynamics.ros import joint_state_msg
 from adaptive_dynamics.ros.commands import command_stamp
-from adaptive_dynamics.ros.qos import REFERENCE_QOS, RELIABLE_STREAM_QOS
-from adaptive_dynamics.ros.task_references import matrix_to_quaternion, task_reference_msg
+from adaptive_dynamics.ros.qos import RELIABLE_STREAM_QOS
 from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
-from test_node_safety import Probe
+from task_reference_faults import MS, fed_by_probe, refused_references_drill, rosout, send_state
+from test_node_safety import Probe, param_setter
 
 pytestmark = pytest.mark.ros
-MS = 1_000_000
-WORLD, EE = "panda_link0", "panda_hand_tcp"
 TOOL = dict(payload_mass=0.8, payload_com=[0.05, 0.0, 0.15], payload_frame="panda_link7")
 
 
 def _stamp(msg) -> int:
     return msg.header.stamp.sec * 10 ** 9 + msg.header.stamp.nanosec
-
-
-def _logs(ros, name="logs"):
-    logs = []
-    ros.node(name).create_subscription(Log, "/rosout", logs.append,
-                                       QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
-                                                  durability=DurabilityPolicy.TRANSIENT_LOCAL))   # as rcl's
-    return logs
 
 
 def _controller(ros, **params):
@@ -128,81 +112,29 @@ def test_closed_loop_tracks_and_estimates_the_tool(ros, tmp_path):
 @pytest.fixture
 def lone(ros):
     """The controller fed by a test probe (no bridge): references held still for 0-99 ms."""
-    logs = _logs(ros)
+    logs = rosout(ros)
     ctl = _controller(ros, use_sim_time=False, reference_wait=2.0, safe_mode="damping", safe_damping=3.0)
-    probe = Probe(ros)
-    pub = probe.node.create_publisher(MultiDOFJointTrajectory, "task_reference", REFERENCE_QOS)
-    model = RobotModel("panda")
-    q0 = 0.5 * (model.lower + model.upper)
-    p0 = model.frame_pose(q0)
-    quat = matrix_to_quaternion(p0[:3, :3])
-    pub.publish(task_reference_msg(0, MS, WORLD, EE, np.tile(p0[:3, 3], (100, 1)), quat, np.zeros(6), np.zeros(6)))
-    assert ros.spin_until(lambda: len(ctl.refs) >= 100, timeout=5.0)
-    assert ros.spin_until(lambda: ctl.pub_cmd.get_subscription_count() >= 1
-                          and probe.state.get_subscription_count() >= 1, timeout=5.0)
-    return ctl, probe, pub, logs, list(model.joint_names), q0, p0, quat
-
-
-def _send(ros, probe, stamp, names, q, v, timeout=3.0):
-    before = len(probe.commands)
-    probe.state.publish(joint_state_msg(stamp, names, q, v, np.zeros(len(q))))
-    assert ros.spin_until(lambda: len(probe.commands) > before, timeout=timeout), "no command"
-    cmd = probe.commands[-1]
-    assert command_stamp(cmd) == stamp
-    return np.asarray(cmd.data)
+    probe, pub, names, q0, p0, quat = fed_by_probe(ros, ctl)
+    return ctl, probe, pub, logs, names, q0, p0, quat
 
 
 def test_refused_task_references_get_the_safe_command_and_a_log_line(ros, lone):
     ctl, probe, pub, logs, names, q0, p0, quat = lone
     v = np.full(7, 0.1)
-    good = _send(ros, probe, 0, names, q0, v)
+    good = send_state(ros, probe, 0, names, q0, v)
     assert np.isfinite(good).all() and not np.allclose(good, -3.0 * v)
-    # at the reference pose the torque is the model's, minus K_D s with s = v - J# (K e) - posture pull
-    assert np.linalg.norm(ctl.bs.ref.e) < 1e-12
-
-    def batch(start, fn):
-        m = task_reference_msg(start, MS, WORLD, EE, np.tile(p0[:3, 3], (10, 1)), quat, np.zeros(6), np.zeros(6))
-        fn(m)
-        return m
-
-    def frame(m):
-        m.header.frame_id = "world"
-
-    def nan(m):
-        m.points[3].transforms[0].translation.x = float("nan")
-
-    def order(m):
-        m.points[5].time_from_start.nanosec = 0
-
-    bad = {"frame": (200, frame, "frame_id 'world' is not the world frame 'panda_link0'"),
-           "NaN": (300, nan, "non-finite position"), "order": (400, order, "out of order")}
-    for ms, fn, _ in bad.values():
-        pub.publish(batch(ms * MS, fn))
-    assert ros.spin_until(lambda: ctl.refs.counters["rejected"] >= 3, timeout=5.0)
+    assert np.linalg.norm(ctl.bs.ref.e) < 1e-12               # at the reference pose
     theta = ctl.core.theta.copy()
-    for what, (ms, _, needle) in bad.items():
-        t0 = time.monotonic()
-        cmd = _send(ros, probe, (ms + 4) * MS, names, q0, v)
-        assert time.monotonic() - t0 < 1.0, what               # at once, not after reference_wait
-        np.testing.assert_allclose(cmd, -3.0 * v, err_msg=what)  # the safe command (damping)
-        assert ros.spin_until(lambda: any(needle in m.msg for m in logs), timeout=3.0), (what, [m.msg for m in logs])
-    np.testing.assert_array_equal(ctl.core.theta, theta)       # nothing learned from refused instants
-    assert ctl.counters.as_dict()["reference_refused_cycles"] == 3
-    assert any("was refused" in m.msg and m.level >= Log.ERROR for m in logs)
-    pub.publish(batch(500 * MS, lambda m: None))
-    assert ros.spin_until(lambda: ctl.refs.lookup(500 * MS, max_staleness_ns=-1) is not None, timeout=5.0)
-    assert not np.allclose(_send(ros, probe, 500 * MS, names, q0, v), -3.0 * v)
+
+    def nothing_learned(what, ms):                              # a refused instant teaches nothing
+        np.testing.assert_array_equal(ctl.core.theta, theta, err_msg=what)
+
+    refused_references_drill(ros, ctl, probe, pub, logs, names, q0, p0, quat, 3.0, after_each=nothing_learned)
 
 
 def test_live_gains_and_refusals(ros, lone):
     ctl, probe, pub, logs, names, q0, p0, quat = lone
-    tuner = ros.node("tuner")
-    cli = tuner.create_client(SetParameters, f"{ctl.get_fully_qualified_name()}/set_parameters")
-
-    def set_params(*params):
-        req = SetParameters.Request(parameters=[p.to_parameter_msg() for p in params])
-        return ros.call(cli, req).results
-
+    set_params = param_setter(ros, ctl)
     results = set_params(Parameter("kp_task", value=[4.0, 4.0, 4.0, 2.0, 2.0, 2.0]),
                          Parameter("k_posture", value=0.5), Parameter("adaptation", value="composite"))
     assert all(r.successful for r in results), [r.reason for r in results]
@@ -215,7 +147,7 @@ def test_live_gains_and_refusals(ros, lone):
         (res,) = set_params(param)
         assert not res.successful and needle in res.reason, (what, res.reason)
     assert ctl.p["law"] == "backstepping" and ctl.core.adapted_links == ["panda_link7"]
-    assert np.isfinite(_send(ros, probe, 0, names, q0, np.zeros(7))).all()
+    assert np.isfinite(send_state(ros, probe, 0, names, q0, np.zeros(7))).all()
 
 
 def test_backstepping_refuses_the_regressor_topics(ros):

@@ -67,6 +67,16 @@ class Probe:
         return None
 
 
+def param_setter(ros, node, client_name: str = "tuner"):
+    """``set_params(*Parameter) -> results``: SetParameters from another node, as rqt does."""
+    cli = ros.node(client_name).create_client(SetParameters, f"{node.get_fully_qualified_name()}/set_parameters")
+
+    def set_params(*params):
+        return ros.call(cli, SetParameters.Request(parameters=[p.to_parameter_msg() for p in params])).results
+
+    return set_params
+
+
 # ---------------------------------------------------------------- mujoco_bridge
 
 
@@ -305,13 +315,7 @@ def test_controller_live_tuning_through_set_parameters(ros, ctl_setup):
     effect on the next cycle, invalid ones are refused with a reason."""
     ctl, probe, names, Q, QD = ctl_setup
     n = len(names)
-    tuner = ros.node("rqt_like")
-    cli = tuner.create_client(SetParameters, f"{ctl.get_fully_qualified_name()}/set_parameters")
-
-    def set_params(*params):
-        req = SetParameters.Request(parameters=[p.to_parameter_msg() for p in params])
-        return ros.call(cli, req).results
-
+    set_params = param_setter(ros, ctl, "rqt_like")
     q, v = np.full(n, 0.05), np.full(n, -0.1)
     kp, kd = np.array([50.0, 60.0])[:n], np.array([3.0, 4.0])[:n]
     (r1, r2) = set_params(Parameter("kp", value=kp.tolist()), Parameter("kd", value=kd.tolist()))

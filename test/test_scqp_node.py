@@ -19,28 +19,21 @@ import time
 
 import numpy as np
 import pytest
-from rcl_interfaces.msg import Log
-from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
-from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.mujoco_bridge import MujocoBridgeNode
 from adaptive_dynamics.nodes.scqp_controller import SCQPControllerNode
 from adaptive_dynamics.nodes.trajectory import TrajectoryNode
-from adaptive_dynamics.ros import joint_state_msg
 from adaptive_dynamics.ros.commands import command_stamp
-from adaptive_dynamics.ros.qos import REFERENCE_QOS, RELIABLE_STREAM_QOS
-from adaptive_dynamics.ros.task_references import matrix_to_quaternion, task_reference_msg
-from test_node_safety import Probe
+from adaptive_dynamics.ros.qos import RELIABLE_STREAM_QOS
+from task_reference_faults import MS, fed_by_probe, refused_references_drill, rosout, send_state
+from test_node_safety import param_setter
 
 pytestmark = pytest.mark.ros
-MS = 1_000_000
-WORLD, EE = "panda_link0", "panda_hand_tcp"
 
 
 def _stamp(msg) -> int:
@@ -57,14 +50,6 @@ def _scqp(ros, **params):
 def _trigger(ros, node, client_node, service):
     cli = client_node.create_client(Trigger, f"{node.get_fully_qualified_name()}/{service}")
     return ros.call(cli, Trigger.Request())
-
-
-def _logs(ros, name="logs"):
-    logs = []
-    ros.node(name).create_subscription(Log, "/rosout", logs.append,
-                                       QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
-                                                  durability=DurabilityPolicy.TRANSIENT_LOCAL))   # as rcl's
-    return logs
 
 
 def test_closed_loop_tracks_refits_without_stall_and_persists(ros, tmp_path):
@@ -166,86 +151,30 @@ def test_closed_loop_tracks_refits_without_stall_and_persists(ros, tmp_path):
 @pytest.fixture
 def lone(ros, tmp_path):
     """The controller fed by a test probe (no bridge): good references for 0-99 ms."""
-    logs = _logs(ros)
+    logs = rosout(ros)
     ctl = _scqp(ros, use_sim_time=False, reference_wait=2.0, safe_mode="damping", safe_damping=3.0,
                 state_file=str(tmp_path / "s.npz"))
-    probe = Probe(ros)
-    pub = probe.node.create_publisher(MultiDOFJointTrajectory, "task_reference", REFERENCE_QOS)
-    model = RobotModel("panda")
-    q0 = 0.5 * (model.lower + model.upper)
-    p0 = model.frame_pose(q0)
-    quat = matrix_to_quaternion(p0[:3, :3])
-    pub.publish(task_reference_msg(0, MS, WORLD, EE, np.tile(p0[:3, 3], (100, 1)), quat, np.zeros(6), np.zeros(6)))
-    assert ros.spin_until(lambda: len(ctl.refs) >= 100, timeout=5.0)
-    assert ros.spin_until(lambda: ctl.pub_cmd.get_subscription_count() >= 1
-                          and probe.state.get_subscription_count() >= 1, timeout=5.0)
-    names = list(model.joint_names)
+    probe, pub, names, q0, p0, quat = fed_by_probe(ros, ctl)
     return ctl, probe, pub, logs, names, q0, p0, quat
-
-
-def _send(ros, probe, stamp, names, q, v, timeout=3.0):
-    before = len(probe.commands)
-    probe.state.publish(joint_state_msg(stamp, names, q, v, np.zeros(len(q))))
-    assert ros.spin_until(lambda: len(probe.commands) > before, timeout=timeout), "no command"
-    cmd = probe.commands[-1]
-    assert command_stamp(cmd) == stamp
-    return np.asarray(cmd.data)
 
 
 def test_refused_task_references_get_the_safe_command_and_a_log_line(ros, lone):
     ctl, probe, pub, logs, names, q0, p0, quat = lone
     v = np.full(7, 0.1)
-    good = _send(ros, probe, 0, names, q0, v)          # a control instant with a good reference
+    good = send_state(ros, probe, 0, names, q0, v)          # a control instant with a good reference
     assert np.isfinite(good).all() and not np.allclose(good, -3.0 * v)
-    held = _send(ros, probe, 1 * MS, names, q0, v)     # between control instants: the held torque
+    held = send_state(ros, probe, 1 * MS, names, q0, v)     # between control instants: the held torque
     np.testing.assert_array_equal(held, good)
 
-    def batch(start, **change):
-        m = task_reference_msg(start, MS, WORLD, EE, np.tile(p0[:3, 3], (10, 1)), quat, np.zeros(6), np.zeros(6))
-        for fn in change.values():
-            fn(m)
-        return m
+    def held_safe(what, ms):                                  # held safe: damping on the new state
+        np.testing.assert_allclose(send_state(ros, probe, (ms + 5) * MS, names, q0, 2 * v), -6.0 * v, err_msg=what)
 
-    def frame(m):
-        m.header.frame_id = "world"
-
-    def nan(m):
-        m.points[3].transforms[0].translation.x = float("nan")
-
-    def order(m):
-        m.points[5].time_from_start.nanosec = 0
-
-    bad = {"frame": (200, frame, "frame_id 'world' is not the world frame 'panda_link0'"),
-           "NaN": (300, nan, "non-finite position"), "order": (400, order, "out of order")}
-    for what, (ms, fn, _) in bad.items():
-        pub.publish(batch(ms * MS, f=fn))
-    assert ros.spin_until(lambda: ctl.refs.counters["rejected"] >= 3, timeout=5.0)
-    for what, (ms, _, needle) in bad.items():
-        t0 = time.monotonic()
-        cmd = _send(ros, probe, (ms + 4) * MS, names, q0, v)
-        assert time.monotonic() - t0 < 1.0, what               # at once, not after reference_wait
-        np.testing.assert_allclose(cmd, -3.0 * v, err_msg=what)  # the safe command (damping)
-        held = _send(ros, probe, (ms + 5) * MS, names, q0, 2 * v)
-        np.testing.assert_allclose(held, -6.0 * v, err_msg=what)  # held safe: damping on the new state
-        assert ros.spin_until(lambda: any(needle in m.msg for m in logs), timeout=3.0), (what, [m.msg for m in logs])
-    assert ctl.counters.as_dict()["reference_refused_cycles"] == 3
-    assert any("was refused" in m.msg and m.level >= Log.ERROR for m in logs)
-    # good references again: the law is back
-    pub.publish(batch(500 * MS))
-    assert ros.spin_until(lambda: ctl.refs.lookup(500 * MS, max_staleness_ns=-1) is not None, timeout=5.0)
-    cmd = _send(ros, probe, 500 * MS, names, q0, v)
-    assert not np.allclose(cmd, -3.0 * v)
+    refused_references_drill(ros, ctl, probe, pub, logs, names, q0, p0, quat, 3.0, after_each=held_safe)
 
 
 def test_live_gains_keep_what_was_adapted_and_bad_values_are_refused(ros, lone):
     ctl, probe, pub, logs, names, q0, p0, quat = lone
-    tuner = ros.node("tuner")
-    cli = tuner.create_client(SetParameters, f"{ctl.get_fully_qualified_name()}/set_parameters")
-
-    def set_params(*params):
-        req = SetParameters.Request(parameters=[p.to_parameter_msg() for p in params])
-        return ros.call(cli, req).results
-
+    set_params = param_setter(ros, ctl)
     with ctl._lock:                               # "adapted" gains
         ctl.ctrl.mrac.psi_phi[:] = 0.01
         ctl.ctrl.mrac.psi_zeta += 0.5
@@ -269,11 +198,11 @@ def test_live_gains_keep_what_was_adapted_and_bad_values_are_refused(ros, lone):
         (res,) = set_params(param)
         assert not res.successful and needle in res.reason, (what, res.reason)
     v = np.zeros(7)
-    assert np.isfinite(_send(ros, probe, 0, names, q0, v)).all()
+    assert np.isfinite(send_state(ros, probe, 0, names, q0, v)).all()
 
 
 def test_corrupt_state_file_is_kept_aside_and_the_node_starts_fresh(ros, tmp_path):
-    logs = _logs(ros)
+    logs = rosout(ros)
     path = tmp_path / "scqp_state.npz"
     path.write_bytes(b"PK\x03\x04 not really a zip")
     ctl = _scqp(ros, use_sim_time=False, state_file=str(path))
