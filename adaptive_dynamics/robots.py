@@ -77,8 +77,9 @@ def _unknown(name: str) -> ValueError:
 
 def _generated_config(robot: str) -> "pathlib.Path | None":
     """The parameter file :func:`resolve_robot` generated for the URDF file ``robot`` (its
-    sibling ``<stem>.yaml`` whose ``urdf`` names it), or None when ``robot`` is not such a
-    file."""
+    sibling ``<stem>.yaml`` whose ``urdf`` names it and which has every section this
+    version writes), or None when ``robot`` is not such a file (a file of an older version
+    lacking a section is then resolved again, into its own cache entry)."""
     if not os.path.isfile(robot):
         return None
     path = pathlib.Path(os.path.abspath(robot))
@@ -88,9 +89,11 @@ def _generated_config(robot: str) -> "pathlib.Path | None":
     try:
         doc = yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}
         params = doc[_WILDCARD_NODE]["ros__parameters"]
+        complete = all(isinstance(doc[f"/**/{node}"]["ros__parameters"], dict)
+                       for node in (_BRIDGE_NODE, "adaptive_controller"))
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None
-    return cfg if params.get("urdf") == str(path) else None
+    return cfg if complete and params.get("urdf") == str(path) else None
 
 
 def _config_file(name: str) -> pathlib.Path:

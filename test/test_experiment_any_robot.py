@@ -54,6 +54,25 @@ def test_a_resolved_urdf_names_its_parameter_file_and_friction():
     assert controller_gains(ur5)["kd"] == default_gains(RobotModel(ur5))["kd"]
 
 
+def test_a_parameter_file_of_an_older_version_is_resolved_again(tmp_path):
+    """A locked URDF whose generated parameter file lacks a section this version writes
+    (the simulator's friction) is not taken as it is: it resolves again, to a complete file."""
+    import shutil
+
+    import yaml
+    spec = resolve_robot(UR5)
+    old_urdf = tmp_path / "ur5.urdf"
+    shutil.copy(spec.urdf, old_urdf)
+    doc = yaml.safe_load(open(spec.config))
+    doc["/**"]["ros__parameters"]["urdf"] = str(old_urdf)
+    del doc["/**/mujoco_bridge"]
+    (tmp_path / "ur5.yaml").write_text(yaml.safe_dump(doc))
+    again = resolve_robot(str(old_urdf))
+    assert again.config != str(tmp_path / "ur5.yaml") and again.joint_names == spec.joint_names
+    np.testing.assert_allclose(friction(again.urdf)[0], friction(spec.urdf)[0])
+    assert robot_config(again.urdf)["joint_names"] == spec.joint_names
+
+
 def test_task_configuration_is_the_most_manipulable_feasible_pose():
     m = RobotModel(resolve_robot(UR5).urdf)
     lo, hi = m.lower, m.upper
