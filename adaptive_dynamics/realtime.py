@@ -120,12 +120,17 @@ class OverloadTracker:
     was not keeping up), ``missed`` counts the misses in between.
 
     Allocation-free per tick (a fixed ring of booleans); the episode list keeps the
-    last ``keep`` episodes.  No ROS import: the bridge's real-time loop feeds it and
-    reports it in ``/diagnostics`` and its statistics.
+    last ``keep`` episodes.  ``miss_log`` (anything with ``add(int)``, e.g. a
+    preallocated ring) receives the index of every missed period, skipped ones included
+    (at most ``MISS_LOG_SKIPPED`` of one stall).  No ROS import: the bridge's real-time
+    loop feeds it and reports it in ``/diagnostics`` and its statistics.
     """
 
+    #: the most skipped periods of one stall written to ``miss_log``
+    MISS_LOG_SKIPPED = 100_000
+
     def __init__(self, period_s: float, window: int = 20, start_misses: int = 10, quiet: int = 100,
-                 keep: int = 100):
+                 keep: int = 100, miss_log=None):
         if not (0 < start_misses <= window) or quiet < 1 or period_s <= 0:
             raise ValueError("need 0 < start_misses <= window, quiet >= 1, period_s > 0")
         self.period_ms = 1e3 * period_s
@@ -142,12 +147,15 @@ class OverloadTracker:
         self.active = False
         self.episodes: list[dict] = []
         self.count = 0
+        self.miss_log = miss_log
 
     def tick(self, missed: bool) -> "str | None":
         """Record one period; returns ``"start"`` / ``"end"`` when an episode starts or
         ends at this period, else None."""
         t = self._ticks
         self._ticks += 1
+        if missed and self.miss_log is not None:
+            self.miss_log.add(t)
         old = self._ring[self._i]
         self._ring[self._i] = missed
         self._i = (self._i + 1) % self.window
@@ -192,6 +200,9 @@ class OverloadTracker:
         events = [e for e in (self.tick(True) for _ in range(head)) if e]
         rest = periods - head
         if rest:
+            if self.miss_log is not None:
+                for k in range(min(rest, self.MISS_LOG_SKIPPED - head)):
+                    self.miss_log.add(self._ticks + k)
             self._ticks += rest
             self._missed += rest
             self._last_dense, self._missed_at_dense = self._ticks - 1, self._missed

@@ -190,13 +190,17 @@ def test_episode_threshold_and_skipped_periods():
     o, _ = _episodes(seq)
     assert o.count == 0
     from adaptive_dynamics.realtime import OverloadTracker
-    o = OverloadTracker(1e-3)
+    log = []
+    o = OverloadTracker(1e-3, miss_log=type("Log", (), {"add": lambda self, t: log.append(t)})())
     for _ in range(10):
         o.tick(False)
     assert o.skipped(50) == ["start"] and o.active and o.ticks == 60 and o.current_ms == 50.0
+    assert log == list(range(10, 60))                     # every missed period's index, skipped ones too
     for _ in range(200):
         o.tick(False)
     assert not o.active and o.episodes[0]["duration_ms"] == 50.0 and o.episodes[0]["start_tick"] == 10
+    o.tick(True)
+    assert log[-1] == o.ticks - 1 and len(log) == 51
     with pytest.raises(ValueError):
         OverloadTracker(1e-3, window=5, start_misses=6)
 

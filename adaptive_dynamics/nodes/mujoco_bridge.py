@@ -185,7 +185,9 @@ class MujocoBridgeNode(Node):
         self.names = list(self.plant.joint_names)
         self.counters = Counters("mujoco_bridge", self.get_fully_qualified_name(), warn_on=("overload_episodes",))
         # real time: stretches of sustained deadline misses and their recovery (diagnostics)
-        self.overload = OverloadTracker(self.dt)
+        # real time: the periods (counted from the first tick) that missed their deadline
+        self.missed_ticks = SampleRing(100_000)
+        self.overload = OverloadTracker(self.dt, miss_log=self.missed_ticks)
         self.stall = StallInjector(self)
         self.throttle = Throttle(1.0)
         self.lock = threading.RLock()
@@ -213,8 +215,6 @@ class MujocoBridgeNode(Node):
         self.latency_ns = SampleRing(100_000)
         # real time: how late each tick woke (the simulator's own timing)
         self.tick_late_ns = SampleRing(100_000)
-        # real time: the periods (counted from the first tick) that missed their deadline
-        self.missed_ticks = SampleRing(100_000)
         # state stamp -> wall time it was published (CLOCK_REALTIME ns, the clock of the
         # DDS reception stamps the latency is measured against)
         self._published_at: dict[int, int] = {}
@@ -444,8 +444,6 @@ class MujocoBridgeNode(Node):
                     # (the loop itself stalled): missed, as far as the robot is concerned
                     nxt = clock() + period_ns
                     skipped = behind // period_ns + 1    # the tick slots up to now, this one's aside
-                    for k in range(min(skipped, 100_000)):
-                        self.missed_ticks.add(self.overload.ticks + k)
                     events = self.overload.skipped(skipped)
                     self.counters.inc("skipped_periods", skipped)
                 self.stall.take()   # a fault drill (inject_stall_ms): the loop itself stalls here
@@ -473,7 +471,6 @@ class MujocoBridgeNode(Node):
                             self._safe_step()
                     if missed:
                         self.counters.inc("deadline_misses")
-                        self.missed_ticks.add(self.overload.ticks)
                     event = self.overload.tick(missed)
                     if event is not None:
                         events.append(event)
