@@ -77,6 +77,18 @@ def test_scqp_graph_keeps_a_cartesian_trajectory_type_and_refuses_a_learner():
         build_graph("sim", controller="scqp", learner="gmm")
 
 
+def test_backstepping_graph_on_a_real_robot_and_without_a_learner():
+    real = by_name(build_graph("real", controller="backstepping", preset="franka"))
+    c, t = resolved(real["adaptive_controller"]), resolved(real["trajectory"])
+    assert c["law"] == "backstepping" and c["robot_compensates_gravity"] is True
+    assert c["initial_estimate"] == "nominal" and c["reference_wait"] == 0.0
+    assert t["space"] == "task" and t["start_from_current"] is True and t["type"] == "lissajous3d"
+    sim = by_name(build_graph("sim", controller="backstepping", overrides={"trajectory": {"type": "z_sine"}}))
+    assert resolved(sim["trajectory"])["type"] == "z_sine"        # a Cartesian type is kept
+    with pytest.raises(ValueError, match="adaptive controller"):
+        build_graph("sim", controller="backstepping", learner="rbfn")
+
+
 def test_config_files_order_and_overrides_win(tmp_path):
     nodes = by_name(build_graph("sim", robot="iiwa14", controller="composite",
                                 overrides={"adaptive_controller": {"lam": [5.0]}}))
