@@ -69,7 +69,10 @@ def test_the_loop_recovers_from_stalls_and_reports_them(ros, tmp_path):
     assert all(e["duration_ms"] <= 1000.0 for e in eps), eps
     # the miss rate: before the first stall (baseline) and from 1 s after each stall's start
     # to the next stall, at most the baseline + 1 %; the periods of the host's own episodes
-    # (each reported, each over within 1 s: asserted above) are left out of both
+    # (each reported, each over within 1 s: asserted above) and its shorter bursts (a window
+    # of 20 periods with the 5 misses OverloadTracker calls dense, away from the stalls: a
+    # vCPU taken away for a few ms) are left out of both -- what is measured is the
+    # controller's and the bridge's own rate of isolated misses
     missed = np.asarray(st["missed_ticks"])
     ticks = np.arange(st["ticks"])
     own = np.zeros(st["ticks"], dtype=bool)
@@ -78,6 +81,20 @@ def test_the_loop_recovers_from_stalls_and_reports_them(ros, tmp_path):
             own[e["start_tick"]:e["end_tick"] + 1] = True
     is_missed = np.zeros(st["ticks"], dtype=bool)
     is_missed[missed[missed < st["ticks"]]] = True
+    in_stall = np.zeros(st["ticks"], dtype=bool)
+    for e in stall_eps:
+        in_stall[e["start_tick"]:e["end_tick"] + 1] = True
+    window = np.convolve(is_missed.astype(int), np.ones(20, dtype=int))[:st["ticks"]]   # misses in [t-19, t]
+    burst = np.zeros(st["ticks"], dtype=bool)
+    for t in np.flatnonzero((window >= 5) & ~in_stall & ~own):
+        burst[max(0, t - 19):t + 1] = True
+    starts = np.flatnonzero(np.diff(np.r_[0, burst.astype(int)]) == 1)
+    ends = np.flatnonzero(np.diff(np.r_[burst.astype(int), 0]) == -1)
+    bursts = len(starts)
+    # ... and they are the host's only if rare and short: a loop that stays in a dense pattern
+    # after a stall (a collapse below the episode threshold) would exceed both bounds
+    assert np.sum(burst) <= 0.02 * st["ticks"] and np.all(ends - starts < 200), list(zip(starts, ends))
+    own |= burst
 
     def rate(a, b):
         keep = (ticks >= a) & (ticks < b) & ~own
@@ -87,8 +104,8 @@ def test_the_loop_recovers_from_stalls_and_reports_them(ros, tmp_path):
     nxt = [e["start_tick"] for e in stall_eps[1:]] + [st["ticks"]]
     for e, end in zip(stall_eps, nxt):
         after = rate(e["start_tick"] + 1000, end)
-        where = [int(t) for t in missed if e["start_tick"] + 1000 <= t < end]
-        assert after <= baseline + 0.01, (e, after, baseline, where, eps)
+        where = [int(t) for t in missed if e["start_tick"] + 1000 <= t < end and not own[t]]
+        assert after <= baseline + 0.01, (e, after, baseline, where[:40], eps, f"{bursts} host stretches left out")
     # the plant ran on ageing commands up to command_timeout, never beyond: the 120 ms stall
     # ends in the safe action
     assert COMMAND_TIMEOUT_MS - 5.0 <= st["command_age_max_ms"] <= COMMAND_TIMEOUT_MS + 1.0, st["command_age_max_ms"]
