@@ -53,3 +53,21 @@ def test_thunder_quick(tmp_path, capsys):
     com = np.array([l7["m_CoM_x"], l7["m_CoM_y"], l7["m_CoM_z"]]) / l7["mass"]
     assert l7["mass"] == pytest.approx(0.736) and np.allclose(com, [0.014, -0.004, -0.045], atol=1e-12)
     assert os.path.exists(out / "thunder_estimate.npz")
+
+
+def test_thunder_quick_on_a_urdf_arm(tmp_path, capsys):
+    """Another arm (the UR5's URDF): a 1 kg tool on its last link, the bare link as the
+    start, a start pose from which the path stays within the limits (the trajectory node
+    checks it again in the headline graph); the node over DDS still reproduces the core,
+    adaptation still beats the fixed model, the tool's mass is found."""
+    from test_any_robot import UR5
+    out = tmp_path / "ur5"
+    assert thunder.main(["--out", str(out), "--quick", "--robot", UR5]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["robot"] == "ur5_robot" and res["adapted_link"] == res["com_frame"] == "wrist_3_link"
+    assert "paper_estimate" not in res["table8"] and res["table8"]["true"]["mass"] == pytest.approx(
+        res["table8"]["initial"]["mass"] + thunder.TOOL[0])
+    ss_node, ss_core = res["headline"]["steady_state_error"], res["steady_state_error"]["kd_x1"]
+    assert abs(ss_node - ss_core) < 0.05 * ss_core, (ss_node, ss_core)
+    assert res["adaptive_vs_nonadaptive"] < 0.25
+    assert res["payload_mass_rel_error"] < 0.1

@@ -1,6 +1,6 @@
 """Thunder Dynamics' adaptive backstepping (appendix: Figures 5-13, Tables 6-8) on the MuJoCo Panda.
 
-``adaptive-dynamics experiment thunder --out DIR [--quick] [--seconds S] [-v]``
+``adaptive-dynamics experiment thunder --out DIR [--quick] [--seconds S] [--robot R] [-v]``
 
 Set-up (the paper's validation, in simulation): the Panda follows a 3D Lissajous path of
 its end effector (:func:`~adaptive_dynamics.trajectories.cartesian.lissajous3d`, size
@@ -31,6 +31,12 @@ body is emptied (``link_scales panda_hand:0``) and the hand is a rigid payload o
   ``task_reference``, link 7's estimate over time from ``adaptive/parameters``, the final
   estimate from the node's estimate file.
 
+Another arm (``--robot iiwa14`` or a URDF file): the same with a 1 kg tool (:data:`TOOL`,
+CoM (0.06, 0, 0.05) m in its last link's frame) on the last link, the bare last link (the
+URDF's, without end-effector bodies) as the initial estimate, mass and CoM reported in
+that link's frame, the model-derived gains, and the most manipulable start pose from
+which the largest of :data:`SIZES` keeps the path within the trajectory node's limits.
+
 Metrics: the error is the norm of the 6-D task error e of (27) (position [m] and
 axis-angle [rad] rows); ``steady_state_error`` = its mean over the last path period;
 ``rise_time_s`` = the time at which the one-period moving mean of the error has completed
@@ -48,21 +54,28 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import save_plot, write_result
+from .robot_choice import add_robot_args, chosen_robots
 
 ROBOT = "panda"
-LINK = "panda_link7"
-FLANGE = "panda_link8"          # Thunder's link 7 frame (its DH table's row 7 ends at the flange)
-HAND = "panda_hand"
+#: Thunder's Panda: link 7 + hand, reported in Thunder's link 7 frame (its DH table's row 7
+#: ends at the flange, panda_link8)
+PANDA = {"link": "panda_link7", "frame": "panda_link8"}
 #: Table 8 (Thunder's link 7 frame): mass [kg], CoM [m]
 TRUE = (1.5655, (0.0617, -0.0004, 0.0009))
 INITIAL = (0.736, (0.014, -0.004, -0.045))
 PAPER_ESTIMATE = (1.7542, (0.0414, -0.0039, -0.0191))
+#: another arm: an unmodelled tool on its last link (mass [kg], CoM [m] in that link's frame)
+TOOL = (1.0, (0.06, 0.0, 0.05))
 PATH = {"size": 0.3, "period": 5.0}
+#: path sizes tried on another arm, largest first, until a start pose keeps it within the limits
+SIZES = (0.3, 0.2, 0.15, 0.1)
+ACCELERATION_LIMIT = 10.0        # the trajectory node's acceleration_limit (its check)
 KP_TASK = 5.0
 KD_SCALES = (0.5, 1.0, 2.0)
 GAMMAS = (25.0, 100.0, 400.0)
@@ -74,61 +87,105 @@ PARAMETERS_DECIMATION = 100      # the node's estimate on adaptive/parameters ev
 
 
 # ============================================================================ the set-up
-def flange_offset(model) -> np.ndarray:
-    """Position of Thunder's link 7 frame (the flange) in ``panda_link7``."""
-    return np.array(model.model.frames[model.frame_id(FLANGE)].placement.translation)
+@dataclass
+class Setup:
+    """One robot's experiment: the adapted ``link`` (the last; with the end-effector bodies
+    the URDF fixes to it), the ``frame`` its mass and CoM are reported in (origin at
+    ``offset`` in the link frame), the ``hand`` bodies the simulator empties, the truth and
+    the controller's initial block (10-vectors about the link frame), the simulator's
+    ``payload`` (bare link + payload = truth), the start pose and the path size."""
+
+    robot: str
+    label: str
+    link: str
+    frame: str
+    offset: np.ndarray
+    hand: list
+    truth: np.ndarray
+    initial: np.ndarray
+    payload: dict
+    q0: np.ndarray
+    size: float
+    paper: bool                  # Thunder's Panda: Table 8's numbers
+
+    def mass_com(self, pi10) -> tuple[float, np.ndarray]:
+        """Mass and CoM (in :attr:`frame`) of a block about the link frame."""
+        m = float(pi10[0])
+        return m, np.asarray(pi10[1:4]) / m - self.offset
 
 
-def setup(model) -> dict:
-    """Truth, initial estimate and the simulator's payload of the experiment (link 7
-    frame): ``truth`` / ``initial`` 10-vectors of link 7 + hand, ``payload`` (mass, CoM,
-    inertia about its CoM) that makes the bare link 7 + payload the truth."""
+def _path_ok(model, q0, size: float, coarse: bool) -> bool:
+    from ..trajectories import CartesianTrajectory, lissajous3d
+    try:
+        CartesianTrajectory(model, q0, lissajous3d(size, PATH["period"]), dt=0.01 if coarse else 1e-3).check_limits(
+            model.lower, model.upper, model.velocity_limit, np.full(model.n, ACCELERATION_LIMIT))
+    except ValueError:
+        return False
+    return True
+
+
+def make_setup(robot: str) -> Setup:
+    """The Panda as in Thunder's paper (Table 8, the middle of the joint ranges, 0.3 m);
+    another arm: :data:`TOOL` on its last link, the bare link as the initial estimate, the
+    most manipulable start pose (robot_choice.task_configuration) from which the largest
+    of :data:`SIZES` stays within the trajectory node's limits."""
     from ..dynamics import RobotModel
     from ..dynamics.inertial import from_mass_com_inertia, inertia_matrix
+    from ..robots import ROBOT_NAMES, resolve_robot
+    from .robot_choice import label, task_configuration
 
-    off = flange_offset(model)
-    bare = RobotModel(model.urdf_path)
+    if robot not in ROBOT_NAMES:
+        robot = resolve_robot(robot).urdf      # the locked URDF beside its generated parameter file
+    model = RobotModel(robot)
+    paper = robot == ROBOT
+    link = PANDA["link"] if paper else model.link_names[-1]
+    frame = PANDA["frame"] if paper else link
+    offset = np.array(model.model.frames[model.frame_id(frame)].placement.translation) if paper else np.zeros(3)
+    bare = RobotModel(model.urdf_path, ee_frame=model.ee_frame)
     bare.set_end_effector("none")
-    l7 = bare.get_link_parameters(LINK)
-    c7 = l7[1:4] / l7[0]
-    I7 = inertia_matrix(l7) - l7[0] * (c7 @ c7 * np.eye(3) - np.outer(c7, c7))   # about its CoM
-    m_t, c_t = TRUE[0], np.asarray(TRUE[1]) + off
-    m_p = m_t - l7[0]
-    c_p = (m_t * c_t - l7[1:4]) / m_p
+    blk = bare.get_link_parameters(link)
+    c = blk[1:4] / blk[0]
+    I_c = inertia_matrix(blk) - blk[0] * (c @ c * np.eye(3) - np.outer(c, c))   # about its CoM
+    if paper:
+        m_t, c_t = TRUE[0], np.asarray(TRUE[1]) + offset
+        initial = from_mass_com_inertia(INITIAL[0], np.asarray(INITIAL[1]) + offset, I_c)
+        q0, size = 0.5 * (model.lower + model.upper), PATH["size"]
+    else:
+        m_t = blk[0] + TOOL[0]
+        c_t = (blk[1:4] + TOOL[0] * np.asarray(TOOL[1])) / m_t
+        initial = blk.copy()
+        for size in SIZES:
+            try:
+                q0 = task_configuration(model, feasible=lambda q, s=size: _path_ok(model, q, s, True)
+                                        and _path_ok(model, q, s, False))
+                break
+            except ValueError:
+                continue
+        else:
+            raise SystemExit(f"{robot}: no start pose keeps a lissajous3d path of {SIZES[-1]} m within the joint,"
+                             " velocity and acceleration limits")
+    m_p = m_t - blk[0]
+    c_p = (m_t * c_t - blk[1:4]) / m_p
     I_p = 0.4 * m_p * 0.04 ** 2 * np.eye(3)        # a solid ball of 4 cm radius
     payload = from_mass_com_inertia(m_p, c_p, I_p)
-    initial = from_mass_com_inertia(INITIAL[0], np.asarray(INITIAL[1]) + off, I7)
-    return {"offset": off, "truth": l7 + payload, "initial": initial, "bare_link7": l7,
-            "payload": {"mass": float(m_p), "com": c_p.tolist(), "inertia": I_p.diagonal().tolist()}}
+    return Setup(robot, label(robot), link, frame, offset, list(model.end_effector_links), blk + payload, initial,
+                 {"mass": float(m_p), "com": c_p.tolist(), "inertia": I_p.diagonal().tolist()},
+                 np.asarray(q0, float), float(size), paper)
 
 
-def mass_com(pi10, offset) -> tuple[float, np.ndarray]:
-    """Mass and CoM in Thunder's link 7 frame of a link 7 block (about panda_link7)."""
-    m = float(pi10[0])
-    return m, np.asarray(pi10[1:4]) / m - offset
-
-
-def reality(s: dict):
+def reality(st: Setup):
     from ..sim.plant import RealityConfig
-    p = s["payload"]
-    return RealityConfig(link_scale={HAND: 0.0}, payload_mass=p["mass"], payload_com=p["com"],
-                         payload_inertia=p["inertia"], payload_frame=LINK, payload_enabled=True)
+    p = st.payload
+    return RealityConfig(link_scale={b: 0.0 for b in st.hand} or 1.0, payload_mass=p["mass"], payload_com=p["com"],
+                         payload_inertia=p["inertia"], payload_frame=st.link, payload_enabled=True)
 
 
-def write_initial_file(model, s: dict, path: str) -> str:
-    """The controller's start model as a Thunder ``*_inertial_REG.yaml`` (the URDF's links,
-    link 7 + hand at Table 8's initial estimate)."""
+def start_model(st: Setup):
+    """The controller's start model: the URDF's, the adapted link at the initial estimate."""
     from ..dynamics import RobotModel
-    m = RobotModel(model.urdf_path)
-    m.set_link_parameters(LINK, s["initial"])
-    return m.save_thunder_yaml(path, "Thunder appendix Table 8, initial estimate of link 7 + Softhand")
-
-
-def initial_pi(model, s: dict) -> np.ndarray:
-    from ..dynamics import RobotModel
-    m = RobotModel(model.urdf_path)
-    m.set_link_parameters(LINK, s["initial"])
-    return m.parameters
+    m = RobotModel(st.robot)
+    m.set_link_parameters(st.link, st.initial)
+    return m
 
 
 def gamma_scale(core, model) -> np.ndarray:
@@ -137,31 +194,29 @@ def gamma_scale(core, model) -> np.ndarray:
     return np.maximum(th, 1e-2 * th.max()) ** 2
 
 
-def task_path(model):
-    """The trajectory node's ``lissajous3d`` path from the middle of the joint ranges."""
+def task_path(model, st: Setup):
+    """The trajectory node's ``lissajous3d`` path from the start pose."""
     from ..trajectories import CartesianTrajectory, lissajous3d
-    q0 = 0.5 * (model.lower + model.upper)
-    traj = CartesianTrajectory(model, q0, lissajous3d(PATH["size"], PATH["period"]))
-    return q0, traj.task_space()
+    return CartesianTrajectory(model, st.q0, lissajous3d(st.size, PATH["period"])).task_space()
 
 
 # ============================================================================ in-process runs
-def run_core(kd_scale: float, gamma: float, adapt: bool, seconds: float) -> dict:
-    """One closed loop of plant + backstepping core; the error norm at 1 kHz and link 7's
-    estimate every 10 ms."""
+def run_core(st: Setup, kd_scale: float, gamma: float, adapt: bool, seconds: float) -> dict:
+    """One closed loop of plant + backstepping core; the error norm at 1 kHz and the adapted
+    link's block every 10 ms."""
     from ..control.backstepping import BacksteppingController
     from ..control.gains import default_gains
     from ..dynamics import RobotModel
     from ..sim.plant import MujocoPlant
 
-    model = RobotModel(ROBOT)
-    s = setup(model)
+    model = RobotModel(st.robot)
     kd = np.asarray(default_gains(model)["kd"]) * kd_scale
-    ctl = BacksteppingController(model, "direct", kp_task=KP_TASK, kd=kd, pi0=initial_pi(model, s),
-                                 adapted_links=[LINK], dt=1.0 / RATE_HZ)
+    ctl = BacksteppingController(model, "direct", kp_task=KP_TASK, kd=kd, pi0=start_model(st).parameters,
+                                 adapted_links=[st.link], dt=1.0 / RATE_HZ)
     ctl.core.set_gains(gamma=gamma * gamma_scale(ctl.core, model))
-    q0, path = task_path(model)
-    plant = MujocoPlant(ROBOT, reality=reality(s), timestep=1.0 / RATE_HZ, q0=q0)
+    path = task_path(model, st)
+    blk = slice(10 * model.link_block(st.link), 10 * model.link_block(st.link) + 10)
+    plant = MujocoPlant(st.robot, reality=reality(st), timestep=1.0 / RATE_HZ, q0=st.q0)
     n = int(round(seconds * RATE_HZ))
     P, V, A = path.sample_many(np.arange(n) / RATE_HZ)
     z3, Rd = np.zeros(3), path.R_start
@@ -174,7 +229,7 @@ def run_core(kd_scale: float, gamma: float, adapt: bool, seconds: float) -> dict
         err[k] = np.sqrt(e @ e)
         if k % 10 == 0:
             est_t.append(k / RATE_HZ)
-            est.append(ctl.core.pi[60:70].copy())
+            est.append(ctl.core.pi[blk].copy())
         plant.step(tau)
     return {"t": np.arange(n) / RATE_HZ, "err": err, "est_t": np.array(est_t), "est": np.array(est),
             "saturated_steps": int(plant.saturation_count.sum())}
@@ -202,37 +257,42 @@ def error_metrics(t: np.ndarray, err: np.ndarray, period: float) -> dict:
 
 
 # ============================================================================ the headline over DDS
-def run_headline(out_dir: str, seconds: float, *, echo: bool = False, keep_bag: bool = False) -> dict:
+def run_headline(st: Setup, out_dir: str, seconds: float, *, echo: bool = False, keep_bag: bool = False) -> dict:
     """The node graph in lockstep (module docstring); returns arrays read from its bag."""
+    from ..control.adaptive import AdaptiveController
     from ..dynamics import RobotModel
     from ..launch_graph import build_graph
     from ..launcher import GraphProcess
 
-    model = RobotModel(ROBOT)
-    s = setup(model)
+    model = RobotModel(st.robot)
     work = out_dir if keep_bag else tempfile.mkdtemp(prefix="thunder_")
     bag = os.path.join(work, "bag_thunder")
     if os.path.exists(bag):
         shutil.rmtree(bag)
-    yaml_path = write_initial_file(model, s, os.path.join(out_dir, "panda_initial_inertial_REG.yaml"))
+    yaml_path = start_model(st).save_thunder_yaml(
+        os.path.join(out_dir, f"{st.label}_initial_inertial_REG.yaml"),
+        "the controller's start model: the URDF's, " + ("link 7 + Softhand at Thunder's Table 8 initial estimate"
+                                                        if st.paper else f"{st.link} without the tool"))
     estimate = os.path.join(out_dir, "thunder_estimate.npz")
     if os.path.exists(estimate):
         os.remove(estimate)
-    p = s["payload"]
+    p = st.payload
     overrides = {
         "mujoco_bridge": {"payload_mass": p["mass"], "payload_com": p["com"], "payload_inertia": p["inertia"],
-                          "payload_frame": LINK, "payload_enabled": True, "link_scales": [f"{HAND}:0"],
+                          "payload_frame": st.link, "payload_enabled": True,
+                          "link_scales": [f"{b}:0" for b in st.hand] or [""], "q0": st.q0.tolist(),
                           "friction_viscous": [0.0], "friction_coulomb": [0.0]},
-        "trajectory": {"type": "lissajous3d", "cartesian_size": PATH["size"], "cartesian_period": PATH["period"]},
+        "trajectory": {"type": "lissajous3d", "cartesian_size": st.size, "cartesian_period": PATH["period"],
+                       "q_center": st.q0.tolist()},
         "adaptive_controller": {"adaptation": "direct", "kp_task": [KP_TASK], "kd": [0.0],
-                                "gamma": [MIDDLE["gamma"]], "gamma_scaling": "nominal", "adapted_links": [LINK],
+                                "gamma": [MIDDLE["gamma"]], "gamma_scaling": "nominal", "adapted_links": [st.link],
                                 "initial_estimate": "file", "initial_estimate_file": yaml_path,
                                 "estimate_file": estimate, "autosave_period": 0.0,
                                 "parameters_decimation": PARAMETERS_DECIMATION},
         "recorder": {"topics": ["joint_states", "task_reference", "effort_controller/commands", "adaptive/parameters",
                                 "/diagnostics"]},
     }
-    nodes = build_graph("sim", robot=ROBOT, controller="backstepping", duration=seconds, record=True, bag=bag,
+    nodes = build_graph("sim", robot=st.robot, controller="backstepping", duration=seconds, record=True, bag=bag,
                         overrides=overrides)
     t0 = time.monotonic()
     g = GraphProcess(nodes, echo=echo)
@@ -246,15 +306,23 @@ def run_headline(out_dir: str, seconds: float, *, echo: bool = False, keep_bag: 
     finally:
         if not keep_bag:
             shutil.rmtree(work, ignore_errors=True)
-    from ..control.adaptive import AdaptiveController
-    final = AdaptiveController.load(estimate, RobotModel(ROBOT))
-    data.update(wall_s=round(wall, 1), sim_s_per_wall_s=round(seconds / wall, 3),
-                final_block=final.pi[60:70].copy(), estimate_file=estimate, initial_file=yaml_path)
+    final = AdaptiveController.load(estimate, RobotModel(st.robot))
+    i = model.link_block(st.link)
+    # the estimate over time: adaptive/parameters carries theta (the adapted link's base
+    # parameters); its full-coordinate block is the state file's mapping of it
+    blocks = []
+    for names, theta in data.pop("params"):
+        if names != final.parameter_names:
+            raise RuntimeError(f"adaptive/parameters names {names[:3]}... are not the estimate file's layout")
+        blocks.append(final.base.from_base(theta)[10 * i: 10 * i + 10] + final.pi_fixed[10 * i: 10 * i + 10])
+    data.update(wall_s=round(wall, 1), sim_s_per_wall_s=round(seconds / wall, 3), est=np.asarray(blocks),
+                final_block=final.pi[10 * i: 10 * i + 10].copy(), estimate_file=estimate, initial_file=yaml_path)
     return data
 
 
 def read_bag(bag: str, model) -> dict:
-    """States, task references, link 7's estimate over time and the last diagnostics."""
+    """Task error over time (recorded states against the recorded task references), the
+    estimate messages (names, theta) and the last diagnostics."""
     from ..evaluation.bags import TYPESTORE, read_raw, resolve_bag
     from ..ros.task_references import quaternion_to_matrix
     from ..wire import NameCache, decode_joint_state, decode_multidof
@@ -292,17 +360,16 @@ def read_bag(bag: str, model) -> dict:
         e = np.r_[r[:3] - T[:3, 3], pin.log3(R_d @ T[:3, :3].T)]
         t.append(stamp * 1e-9)
         err.append(float(np.linalg.norm(e)))
-    est_t, est = [], []
-    for stamp, names, values in params:
-        idx = [names.index(f"{LINK}.{k}") for k in ("m", "mx", "my", "mz")]
-        est_t.append(stamp * 1e-9)
-        est.append(values[idx])
-    return {"t": np.asarray(t), "err": np.asarray(err), "est_t": np.asarray(est_t), "est4": np.asarray(est),
-            "states": len(states), "diagnostics": diag}
+    return {"t": np.asarray(t), "err": np.asarray(err), "est_t": np.array([p[0] * 1e-9 for p in params]),
+            "params": [(names, values) for _, names, values in params], "states": len(states), "diagnostics": diag}
 
 
 # ============================================================================ plots
-def _plot_sweep(runs: dict, title: str, offset, out_dir: str, stem: str, files: list) -> None:
+def _what(st: Setup) -> str:
+    return "link 7 + hand" if st.paper else f"{st.link} + tool"
+
+
+def _plot_sweep(st: Setup, runs: dict, title: str, out_dir: str, stem: str, files: list) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -319,10 +386,10 @@ def _plot_sweep(runs: dict, title: str, offset, out_dir: str, stem: str, files: 
     fig.tight_layout()
     save_plot(fig, out_dir, f"thunder_{stem}_error.png", files)
     fig, axes = plt.subplots(2, 2, figsize=(9, 5.5), sharex=True)
-    truth_m, truth_c = TRUE
+    truth_m, truth_c = st.mass_com(st.truth)
     for name, r in runs.items():
         m = r["est"][:, 0]
-        c = r["est"][:, 1:4] / m[:, None] - offset
+        c = r["est"][:, 1:4] / m[:, None] - st.offset
         axes[0, 0].plot(r["est_t"], m, lw=0.9, label=name)
         for k, ax in enumerate((axes[0, 1], axes[1, 0], axes[1, 1])):
             ax.plot(r["est_t"], c[:, k], lw=0.9, label=name)
@@ -335,7 +402,7 @@ def _plot_sweep(runs: dict, title: str, offset, out_dir: str, stem: str, files: 
     axes[0, 0].legend(fontsize=8)
     for ax in axes[1]:
         ax.set_xlabel("t [s]")
-    fig.suptitle(f"Link 7 + hand estimate, {title} (dashed: truth, Table 8; start transient clipped)")
+    fig.suptitle(f"{_what(st).capitalize()} estimate, {title} (dashed: truth; start transient clipped)")
     fig.tight_layout()
     save_plot(fig, out_dir, f"thunder_{stem}_parameters.png", files)
 
@@ -356,7 +423,7 @@ def _plot_compare(adaptive: dict, fixed: dict, out_dir: str, files: list) -> Non
     save_plot(fig, out_dir, "thunder_adaptive_vs_nonadaptive.png", files)
 
 
-def _plot_headline(h: dict, offset, out_dir: str, files: list) -> None:
+def _plot_headline(st: Setup, h: dict, out_dir: str, files: list) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
@@ -366,21 +433,22 @@ def _plot_headline(h: dict, offset, out_dir: str, files: list) -> None:
     axes[0].set_ylabel("|e|")
     axes[0].set_title("adaptive_controller node over DDS (Fig. 12)")
     axes[0].grid(True, which="both", alpha=0.3)
-    if len(h["est4"]):
-        m = h["est4"][:, 0]
-        c = h["est4"][:, 1:4] / m[:, None] - offset
+    if len(h["est"]):
+        truth_m, truth_c = st.mass_com(st.truth)
+        m = h["est"][:, 0]
+        c = h["est"][:, 1:4] / m[:, None] - st.offset
         axes[1].plot(h["est_t"], m, color="C0", label="estimate")
-        axes[1].axhline(TRUE[0], color="k", ls="--", lw=0.8, label="truth")
-        axes[1].axhline(INITIAL[0], color="0.5", ls=":", lw=0.8, label="initial")
-        axes[1].set_ylim(0.0, 2.0 * TRUE[0])
+        axes[1].axhline(truth_m, color="k", ls="--", lw=0.8, label="truth")
+        axes[1].axhline(st.initial[0], color="0.5", ls=":", lw=0.8, label="initial")
+        axes[1].set_ylim(0.0, 2.0 * truth_m)
         axes[1].set_ylabel("mass [kg]")
-        axes[1].set_title("Link 7 + hand mass (Fig. 13)")
+        axes[1].set_title(f"{_what(st).capitalize()} mass (Fig. 13)")
         for k, lab in enumerate("xyz"):
             axes[2].plot(h["est_t"], c[:, k], color=f"C{k + 1}", lw=0.9, label=f"CoM {lab}")
-            axes[2].axhline(TRUE[1][k], color=f"C{k + 1}", ls="--", lw=0.8)
-        axes[2].set_ylim(-0.1, 0.15)
-        axes[2].set_ylabel("CoM [m] (flange frame)")
-        axes[2].set_title("Link 7 + hand CoM (dashed: truth)")
+            axes[2].axhline(truth_c[k], color=f"C{k + 1}", ls="--", lw=0.8)
+        axes[2].set_ylim(float(np.min(truth_c)) - 0.1, float(np.max(truth_c)) + 0.1)
+        axes[2].set_ylabel(f"CoM [m] ({st.frame} frame)")
+        axes[2].set_title(f"{_what(st).capitalize()} CoM (dashed: truth)")
         for ax in axes[1:]:
             ax.set_xlabel("t [s]")
             ax.grid(True, alpha=0.3)
@@ -401,6 +469,8 @@ def main(argv=None) -> int:
                     help=f"short version for tests: {QUICK_SECONDS:g} s runs (targets are for the full run)")
     ap.add_argument("--seconds", type=float, default=None,
                     help=f"length of every run [s] (default {SECONDS:g}, --quick {QUICK_SECONDS:g})")
+    add_robot_args(ap, ROBOT, plural=False,
+                   extra_help="; panda: Thunder's Table 8 set-up, another arm: a 1 kg tool on its last link")
     ap.add_argument("--keep-bag", action="store_true", help="keep the headline run's bag in --out")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the node graph's output")
     args = ap.parse_args(argv)
@@ -411,8 +481,9 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     from ..control.gains import default_gains
     from ..dynamics import RobotModel
-    model = RobotModel(ROBOT)
-    off = flange_offset(model)
+    (robot,) = chosen_robots(args)
+    st = make_setup(robot)
+    model = RobotModel(robot)
     period = PATH["period"]
 
     print(f"[thunder] sweeps: K_d x {KD_SCALES}, Gamma {GAMMAS}, non-adaptive; {seconds:g} s each ...", flush=True)
@@ -422,31 +493,38 @@ def main(argv=None) -> int:
     done: dict[tuple, dict] = {}
     for name, key in settings.items():
         if key not in done:
-            done[key] = run_core(key[0], key[1], True, seconds)
+            done[key] = run_core(st, key[0], key[1], True, seconds)
         runs[name] = done[key]
-    fixed = run_core(MIDDLE["kd_scale"], MIDDLE["gamma"], False, seconds)
+    fixed = run_core(st, MIDDLE["kd_scale"], MIDDLE["gamma"], False, seconds)
     metrics = {name: error_metrics(r["t"], r["err"], period) for name, r in runs.items()}
     m_fixed = error_metrics(fixed["t"], fixed["err"], period)
     middle = f"kd_x{MIDDLE['kd_scale']:g}"
     ratio = metrics[middle]["steady_state_error"] / m_fixed["steady_state_error"]
     files: list[str] = []
-    _plot_sweep({f"K_d x {k:g}": runs[f"kd_x{k:g}"] for k in KD_SCALES}, f"Gamma = {MIDDLE['gamma']:g}", off,
+    _plot_sweep(st, {f"K_d x {k:g}": runs[f"kd_x{k:g}"] for k in KD_SCALES}, f"Gamma = {MIDDLE['gamma']:g}",
                 args.out, "kd", files)
-    _plot_sweep({f"Gamma {g:g}": runs[f"gamma_{g:g}"] for g in GAMMAS}, "K_d x 1", off, args.out, "gamma", files)
+    _plot_sweep(st, {f"Gamma {g:g}": runs[f"gamma_{g:g}"] for g in GAMMAS}, "K_d x 1", args.out, "gamma", files)
     _plot_compare(runs[middle], fixed, args.out, files)
     for name, m in metrics.items():
         print(f"[thunder] {name}: steady-state |e| {m['steady_state_error']:.3g}, rise time {m['rise_time_s']} s",
               flush=True)
 
     print(f"[thunder] headline: the adaptive_controller node over DDS, {seconds:g} s in lockstep ...", flush=True)
-    h = run_headline(args.out, seconds, echo=args.verbose, keep_bag=args.keep_bag)
+    h = run_headline(st, args.out, seconds, echo=args.verbose, keep_bag=args.keep_bag)
     hm = error_metrics(h["t"], h["err"], period)
-    mass, com = mass_com(h["final_block"], off)
-    _plot_headline(h, off, args.out, files)
-    init_m, init_c = INITIAL
+    mass, com = st.mass_com(h["final_block"])
+    _plot_headline(st, h, args.out, files)
+    true_m, true_c = st.mass_com(st.truth)
+    init_m, init_c = st.mass_com(st.initial)
+    table = {"true": {"mass": round(true_m, 5), "com": [round(float(c), 5) for c in true_c]},
+             "estimate": {"mass": round(mass, 4), "com": [round(float(c), 4) for c in com]},
+             "initial": {"mass": round(init_m, 5), "com": [round(float(c), 5) for c in init_c]}}
+    if st.paper:
+        table["paper_estimate"] = {"mass": PAPER_ESTIMATE[0], "com": list(PAPER_ESTIMATE[1])}
     summary: dict[str, Any] = {
-        "experiment": "thunder", "quick": bool(args.quick), "robot": ROBOT, "seconds": seconds,
-        "path": {"type": "lissajous3d", **PATH}, "kp_task": KP_TASK,
+        "experiment": "thunder", "quick": bool(args.quick), "robot": st.label, "seconds": seconds,
+        "adapted_link": st.link, "com_frame": st.frame, "start_pose": [round(float(x), 4) for x in st.q0],
+        "path": {"type": "lissajous3d", "size": st.size, "period": period}, "kp_task": KP_TASK,
         "kd_model_derived": [round(x, 4) for x in default_gains(model)["kd"]],
         "settings": {n: {"kd_scale": k, "gamma": g} for n, (k, g) in settings.items()},
         "steady_state_error": {n: round(m["steady_state_error"], 6) for n, m in metrics.items()},
@@ -454,12 +532,9 @@ def main(argv=None) -> int:
                         for n, m in metrics.items()},
         "nonadaptive_steady_state_error": round(m_fixed["steady_state_error"], 6),
         "adaptive_vs_nonadaptive": round(ratio, 5),
-        "table8": {"true": {"mass": TRUE[0], "com": list(TRUE[1])},
-                   "estimate": {"mass": round(mass, 4), "com": [round(float(c), 4) for c in com]},
-                   "initial": {"mass": init_m, "com": list(init_c)},
-                   "paper_estimate": {"mass": PAPER_ESTIMATE[0], "com": list(PAPER_ESTIMATE[1])}},
-        "payload_mass_rel_error": round(abs(mass - TRUE[0]) / TRUE[0], 5),
-        "payload_com_error_m": round(float(np.linalg.norm(com - np.asarray(TRUE[1]))), 5),
+        "table8": table,
+        "payload_mass_rel_error": round(abs(mass - true_m) / true_m, 5),
+        "payload_com_error_m": round(float(np.linalg.norm(com - true_c)), 5),
         "headline": {"steady_state_error": round(hm["steady_state_error"], 6),
                      "rise_time_s": None if hm["rise_time_s"] is None else round(hm["rise_time_s"], 2),
                      "states": h["states"], "wall_s": h["wall_s"], "sim_s_per_wall_s": h["sim_s_per_wall_s"],
