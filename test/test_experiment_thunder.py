@@ -47,6 +47,9 @@ def test_thunder_quick(tmp_path, capsys):
     t8 = res["table8"]
     start_err = abs(t8["initial"]["mass"] - t8["true"]["mass"]) / t8["true"]["mass"]
     assert res["payload_mass_rel_error"] < 0.15 * start_err
+    # the composite update (beyond the paper): lower error, a closer estimate
+    assert res["composite"]["steady_state_error"] < ss["gamma_100"]
+    assert res["composite"]["payload_mass_rel_error"] < res["payload_mass_rel_error"]
     # the controller's start model: the Thunder file the experiment wrote (link 7 about the flange)
     doc = yaml.safe_load(open(out / "panda_initial_inertial_REG.yaml"))
     l7 = doc["link7"]

@@ -22,7 +22,8 @@ body is emptied (``link_scales panda_hand:0``) and the hand is a rigid payload o
   ``gamma_scaling: nominal``) at the middle K_d: task-error norm over time, steady-state
   error and rise time per setting, link 7's mass and CoM over time.
 * Adaptive vs non-adaptive (Figure 10): the same law with the update off (the model stays
-  at the initial estimate).
+  at the initial estimate); and, beyond the paper, with the suite's composite update
+  (prediction error of the filtered regressor added, P0 = I): JSON ``composite``.
 * Headline (Figures 12-13, Table 8): the ``adaptive_controller`` node (``law:
   backstepping``, direct adaptation, middle K_d and Gamma) over DDS in lockstep with the
   ``mujoco_bridge`` and the trajectory node in task space, as ``adaptive-dynamics launch
@@ -201,9 +202,10 @@ def task_path(model, st: Setup):
 
 
 # ============================================================================ in-process runs
-def run_core(st: Setup, kd_scale: float, gamma: float, adapt: bool, seconds: float) -> dict:
+def run_core(st: Setup, kd_scale: float, gamma: float, adapt: bool, seconds: float, law: str = "direct") -> dict:
     """One closed loop of plant + backstepping core; the error norm at 1 kHz and the adapted
-    link's block every 10 ms."""
+    link's block every 10 ms.  ``law`` "composite": the suite's composite update in the same
+    law (P0 = I, R = I, no forgetting: the node's defaults but ``lambda0``)."""
     from ..control.backstepping import BacksteppingController
     from ..control.gains import default_gains
     from ..dynamics import RobotModel
@@ -211,8 +213,8 @@ def run_core(st: Setup, kd_scale: float, gamma: float, adapt: bool, seconds: flo
 
     model = RobotModel(st.robot)
     kd = np.asarray(default_gains(model)["kd"]) * kd_scale
-    ctl = BacksteppingController(model, "direct", kp_task=KP_TASK, kd=kd, pi0=start_model(st).parameters,
-                                 adapted_links=[st.link], dt=1.0 / RATE_HZ)
+    ctl = BacksteppingController(model, law, kp_task=KP_TASK, kd=kd, pi0=start_model(st).parameters,
+                                 adapted_links=[st.link], dt=1.0 / RATE_HZ, p0=1.0, r=1.0, lambda0=0.0)
     ctl.core.set_gains(gamma=gamma * gamma_scale(ctl.core, model))
     path = task_path(model, st)
     blk = slice(10 * model.link_block(st.link), 10 * model.link_block(st.link) + 10)
@@ -407,12 +409,14 @@ def _plot_sweep(st: Setup, runs: dict, title: str, out_dir: str, stem: str, file
     save_plot(fig, out_dir, f"thunder_{stem}_parameters.png", files)
 
 
-def _plot_compare(adaptive: dict, fixed: dict, out_dir: str, files: list) -> None:
+def _plot_compare(adaptive: dict, fixed: dict, composite: dict, out_dir: str, files: list) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.4))
     ax.plot(fixed["t"][10::10], fixed["err"][10::10], color="tab:red", lw=0.9, label="non-adaptive")
-    ax.plot(adaptive["t"][10::10], adaptive["err"][10::10], color="tab:blue", lw=0.9, label="adaptive")
+    ax.plot(adaptive["t"][10::10], adaptive["err"][10::10], color="tab:blue", lw=0.9, label="adaptive (34)")
+    ax.plot(composite["t"][10::10], composite["err"][10::10], color="tab:green", lw=0.9,
+            label="adaptive, composite update")
     ax.set_yscale("log")
     ax.set_xlabel("t [s]")
     ax.set_ylabel("|e|")
@@ -496,6 +500,7 @@ def main(argv=None) -> int:
             done[key] = run_core(st, key[0], key[1], True, seconds)
         runs[name] = done[key]
     fixed = run_core(st, MIDDLE["kd_scale"], MIDDLE["gamma"], False, seconds)
+    composite = run_core(st, MIDDLE["kd_scale"], MIDDLE["gamma"], True, seconds, law="composite")
     metrics = {name: error_metrics(r["t"], r["err"], period) for name, r in runs.items()}
     m_fixed = error_metrics(fixed["t"], fixed["err"], period)
     middle = f"kd_x{MIDDLE['kd_scale']:g}"
@@ -504,7 +509,7 @@ def main(argv=None) -> int:
     _plot_sweep(st, {f"K_d x {k:g}": runs[f"kd_x{k:g}"] for k in KD_SCALES}, f"Gamma = {MIDDLE['gamma']:g}",
                 args.out, "kd", files)
     _plot_sweep(st, {f"Gamma {g:g}": runs[f"gamma_{g:g}"] for g in GAMMAS}, "K_d x 1", args.out, "gamma", files)
-    _plot_compare(runs[middle], fixed, args.out, files)
+    _plot_compare(runs[middle], fixed, composite, args.out, files)
     for name, m in metrics.items():
         print(f"[thunder] {name}: steady-state |e| {m['steady_state_error']:.3g}, rise time {m['rise_time_s']} s",
               flush=True)
@@ -521,6 +526,8 @@ def main(argv=None) -> int:
              "initial": {"mass": round(init_m, 5), "com": [round(float(c), 5) for c in init_c]}}
     if st.paper:
         table["paper_estimate"] = {"mass": PAPER_ESTIMATE[0], "com": list(PAPER_ESTIMATE[1])}
+    c_m, c_c = st.mass_com(composite["est"][-1])
+    m_comp = error_metrics(composite["t"], composite["err"], period)
     summary: dict[str, Any] = {
         "experiment": "thunder", "quick": bool(args.quick), "robot": st.label, "seconds": seconds,
         "adapted_link": st.link, "com_frame": st.frame, "start_pose": [round(float(x), 4) for x in st.q0],
@@ -535,6 +542,10 @@ def main(argv=None) -> int:
         "table8": table,
         "payload_mass_rel_error": round(abs(mass - true_m) / true_m, 5),
         "payload_com_error_m": round(float(np.linalg.norm(com - true_c)), 5),
+        "composite": {"steady_state_error": round(m_comp["steady_state_error"], 6),
+                      "payload_mass_rel_error": round(abs(c_m - true_m) / true_m, 5),
+                      "payload_com_error_m": round(float(np.linalg.norm(c_c - true_c)), 5),
+                      "estimate": {"mass": round(c_m, 4), "com": [round(float(c), 4) for c in c_c]}},
         "headline": {"steady_state_error": round(hm["steady_state_error"], 6),
                      "rise_time_s": None if hm["rise_time_s"] is None else round(hm["rise_time_s"], 2),
                      "states": h["states"], "wall_s": h["wall_s"], "sim_s_per_wall_s": h["sim_s_per_wall_s"],
