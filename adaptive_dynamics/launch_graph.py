@@ -168,8 +168,10 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     ctl = "scqp_controller" if controller == "scqp" else \
         "adaptive_controller" if controller in ADAPTIVE_LAWS + ("backstepping",) else "controller"
     ctl_params = {**common} if controller == "scqp" else {**common, "law": controller}
-    if controller == "backstepping":   # Thunder's set-up: from the URDF's model, whatever the files' default
-        ctl_params["initial_estimate"] = "nominal"
+    if controller == "backstepping":
+        # Thunder's set-up: from the URDF's model, whatever the files' default; with the joints'
+        # friction estimated too (every arm has it; unmodelled, it is most of the task error)
+        ctl_params.update(initial_estimate="nominal", friction=True)
     if not sim:  # franka_ros2 adds gravity to the command itself; FRI torque mode and Gazebo do not
         ctl_params["robot_compensates_gravity"] = preset in GRAVITY_COMPENSATING_PRESETS
     else:  # lockstep must not lose a state; in real time the latest state is what matters

@@ -81,7 +81,7 @@ def test_backstepping_graph_on_a_real_robot_and_without_a_learner():
     real = by_name(build_graph("real", controller="backstepping", preset="franka"))
     c, t = resolved(real["adaptive_controller"]), resolved(real["trajectory"])
     assert c["law"] == "backstepping" and c["robot_compensates_gravity"] is True
-    assert c["initial_estimate"] == "nominal" and c["reference_wait"] == 0.0
+    assert c["initial_estimate"] == "nominal" and c["friction"] is True and c["reference_wait"] == 0.0
     assert t["space"] == "task" and t["start_from_current"] is True and t["type"] == "lissajous3d"
     sim = by_name(build_graph("sim", controller="backstepping", overrides={"trajectory": {"type": "z_sine"}}))
     assert resolved(sim["trajectory"])["type"] == "z_sine"        # a Cartesian type is kept

@@ -114,7 +114,7 @@ def specs() -> list[ParamSpec]:
         ParamSpec("adaptation", "direct", "law backstepping: the parameter update, direct (Thunder's (34):"
                   " -Gamma Y^T s) or composite (+ the filtered prediction error, gains p0, r, ...)",
                   choices=["direct", "composite"]),
-        ParamSpec("kp_task", [5.0], "law backstepping: K of q_dot_r = J# (v_d + K e) [1/s], 1 value or 6"
+        ParamSpec("kp_task", [10.0], "law backstepping: K of q_dot_r = J# (v_d + K e) [1/s], 1 value or 6"
                   " (x y z, then the three orientation rows)", type="float[]", min=1e-6, max=1e4),
         ParamSpec("k_posture", 1.0, "law backstepping: null-space pull towards the start posture [1/s]"
                   " (redundant arms; 0 = off)", min=0.0, max=1e3),
