@@ -220,6 +220,18 @@ class OverloadTracker:
             return 0.0
         return (self._ticks - self._first_miss) * self.period_ms
 
+    def all_episodes(self) -> list:
+        """The ended episodes, and the one in progress (``"open": True``, up to its last
+        dense period so far) -- what a final report lists, so that it has
+        :attr:`count` entries (of the last ``keep``)."""
+        out = list(self.episodes)
+        if self.active and self._first_miss is not None:
+            last = self._last_dense
+            out.append({"start_tick": self._first_miss, "end_tick": last,
+                        "duration_ms": round((last - self._first_miss + 1) * self.period_ms, 3),
+                        "missed": self._missed_at_dense, "open": True})
+        return out[-self.keep:]
+
     def summary(self) -> dict:
         """``overload_episodes``, ``overload_active``, ``overload_longest_ms``,
         ``overload_last_ms`` (0 before any)."""

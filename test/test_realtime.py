@@ -201,6 +201,12 @@ def test_episode_threshold_and_skipped_periods():
     assert not o.active and o.episodes[0]["duration_ms"] == 50.0 and o.episodes[0]["start_tick"] == 10
     o.tick(True)
     assert log[-1] == o.ticks - 1 and len(log) == 51
+    # a final report lists an episode still running (open) too: count entries
+    assert o.all_episodes() == o.episodes and o.count == 1
+    o.skipped(30)
+    open_ep = o.all_episodes()[-1]
+    assert o.active and o.count == 2 == len(o.all_episodes()) and open_ep["open"]
+    assert open_ep["end_tick"] == o.ticks - 1 and open_ep["missed"] >= 30
     with pytest.raises(ValueError):
         OverloadTracker(1e-3, window=5, start_misses=6)
 

@@ -562,7 +562,7 @@ class MujocoBridgeNode(Node):
             out.update(self.overload.summary())
             out["command_age_max_ms"] = round(1e3 * self._cmd_age_max, 3)
             if window is None:
-                out["overload"] = list(self.overload.episodes)
+                out["overload"] = self.overload.all_episodes()   # an episode still running at the end too
                 out["missed_ticks"] = self.missed_ticks.all().tolist()
                 out["ticks"] = self.overload.ticks
         return out
