@@ -24,7 +24,7 @@ from adaptive_dynamics.launch_graph import build_graph
 from adaptive_dynamics.launcher import GraphProcess
 from adaptive_dynamics.ros.qos import CLOCK_QOS
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.realtime]
 STALLS = ((2.5, "controller", 50.0), (4.5, "mujoco_bridge", 50.0), (6.5, "controller", 120.0))   # sim s
 DURATION = 9.0
 COMMAND_TIMEOUT_MS = 50.0
@@ -109,6 +109,9 @@ def test_the_loop_recovers_from_stalls_and_reports_them(ros, tmp_path):
 
     baseline = rate(500, stall_eps[0]["start_tick"])
     nxt = [e["start_tick"] for e in stall_eps[1:]] + [st["ticks"]]
+    print(f"miss rate: baseline {baseline:.4f}, after each stall "
+          f"{[round(rate(e['start_tick'] + 1000, end), 4) for e, end in zip(stall_eps, nxt)]},"
+          f" {bursts} host bursts left out")
     for e, end in zip(stall_eps, nxt):
         after = rate(e["start_tick"] + 1000, end)
         where = [int(t) for t in missed if e["start_tick"] + 1000 <= t < end and not own[t]]
