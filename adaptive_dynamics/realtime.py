@@ -166,10 +166,7 @@ class OverloadTracker:
                 self._last_dense, self._missed_at_dense = t, self._missed
             elif t - self._last_dense >= self.quiet:
                 self.active = False
-                self.episodes.append({
-                    "start_tick": self._first_miss, "end_tick": self._last_dense,
-                    "duration_ms": round((self._last_dense - self._first_miss + 1) * self.period_ms, 3),
-                    "missed": self._missed_at_dense})
+                self.episodes.append(self._episode())
                 del self.episodes[:-self.keep]
                 return "end"
             return None
@@ -181,6 +178,12 @@ class OverloadTracker:
             self._missed = self._missed_at_dense = self._recent
             return "start"
         return None
+
+    def _episode(self) -> dict:
+        """The current episode as reported: first miss to last dense period."""
+        return {"start_tick": self._first_miss, "end_tick": self._last_dense,
+                "duration_ms": round((self._last_dense - self._first_miss + 1) * self.period_ms, 3),
+                "missed": self._missed_at_dense}
 
     def _oldest_miss(self, t: int) -> int:
         """The tick of the oldest miss among the last ``window`` periods (``t`` the newest)."""
@@ -226,10 +229,7 @@ class OverloadTracker:
         :attr:`count` entries (of the last ``keep``)."""
         out = list(self.episodes)
         if self.active and self._first_miss is not None:
-            last = self._last_dense
-            out.append({"start_tick": self._first_miss, "end_tick": last,
-                        "duration_ms": round((last - self._first_miss + 1) * self.period_ms, 3),
-                        "missed": self._missed_at_dense, "open": True})
+            out.append({**self._episode(), "open": True})
         return out[-self.keep:]
 
     def summary(self) -> dict:

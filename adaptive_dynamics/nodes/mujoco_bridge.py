@@ -184,8 +184,8 @@ class MujocoBridgeNode(Node):
         self.n = self.plant.n
         self.names = list(self.plant.joint_names)
         self.counters = Counters("mujoco_bridge", self.get_fully_qualified_name(), warn_on=("overload_episodes",))
-        # real time: stretches of sustained deadline misses and their recovery (diagnostics)
-        # real time: the periods (counted from the first tick) that missed their deadline
+        # real time: the periods (counted from the first tick) that missed their deadline, and
+        # the stretches of sustained misses with their recovery (diagnostics)
         self.missed_ticks = SampleRing(100_000)
         self.overload = OverloadTracker(self.dt, miss_log=self.missed_ticks)
         self.stall = StallInjector(self)
