@@ -608,18 +608,7 @@ class AdaptiveControllerNode(JointControllerShell):
                 self._waiting_for_residual = stamp
                 self.counters.inc("residual_waited")
             return False  # the residual callback (or the watchdog) comes back to it
-        if super()._try_pending(allow_stale):
-            return True
-        if self.task and self.refs.refused_at(stamp, int(self.p["reference_tolerance"] * 1e9)):
-            # its task reference was refused (logged with the reason): do not wait for it
-            self._pending = None
-            self.counters.inc("reference_refused_cycles")
-            if self.log_throttle("refused"):
-                self.get_logger().error(f"the {TASK_REFERENCE_TOPIC} for t={stamp * 1e-9:.4f} s was refused (see"
-                                        " the reason logged with it): safe command")
-            self._publish(self._safe_command(), stamp)
-            return True
-        return False
+        return super()._try_pending(allow_stale)
 
     def _on_state(self, msg) -> None:
         if self._topics:

@@ -238,8 +238,8 @@ class JointControllerShell(Node):
         stamp, q, v, effort = self._pending
         ref = self.refs.lookup(stamp, int(self.p["reference_tolerance"] * 1e9),
                                max_staleness_ns=None if allow_stale else -1)
-        if ref is None:
-            return False  # wait for it (the watchdog gives up after reference_wait)
+        if ref is None:   # refused: the safe command now; else wait (the watchdog gives up after reference_wait)
+            return self._answer_refused(stamp)
         self._pending = None
         qd = getattr(ref, "qd", None)      # (a task-space reference has none)
         qdd = getattr(ref, "qdd", None)
@@ -258,6 +258,22 @@ class JointControllerShell(Node):
         saturate(tau, self.limit, self.sat)
         self._publish(tau, stamp)
         self._after_command(stamp, q, v, ref, qd, tau)
+        return True
+
+    def _answer_refused(self, stamp: int) -> bool:
+        """When the reference for ``stamp`` was refused (a buffer that remembers refused
+        stamp ranges, as the task-space one does; the reason was logged with the refusal),
+        answer the pending state with the safe command at once instead of waiting for a
+        reference that will not come; returns whether it did."""
+        refused_at = getattr(self.refs, "refused_at", None)
+        if refused_at is None or not refused_at(stamp, int(self.p["reference_tolerance"] * 1e9)):
+            return False
+        self._pending = None
+        self.counters.inc("reference_refused_cycles")
+        if self.log_throttle("refused"):
+            self.get_logger().error(f"the {self.REFERENCE_TOPIC} for t={stamp * 1e-9:.4f} s was refused (see the"
+                                    " reason logged with it): safe command")
+        self._publish(saturate(self._safe_command(), self.limit, self.sat), stamp)
         return True
 
     def _safe_command(self) -> np.ndarray:

@@ -303,15 +303,9 @@ class SCQPControllerNode(JointControllerShell):
             return True
         ref = self.refs.lookup(stamp, tol, max_staleness_ns=None if allow_stale else -1)
         if ref is None:
-            if not self.refs.refused_at(stamp, tol):
+            if not self._answer_refused(stamp):
                 return False   # wait for it (the watchdog gives up after reference_wait)
-            self._pending = None
             self._after_safe(stamp)
-            self.counters.inc("reference_refused_cycles")
-            if self.log_throttle("refused"):
-                self.get_logger().error(f"the {TASK_REFERENCE_TOPIC} for t={stamp * 1e-9:.4f} s was refused (see"
-                                        " the reason logged with it): safe command")
-            self._answer(stamp, self._safe_command())
             return True
         self._pending = None
         tau = self._control(stamp, q, v, effort, ref, None, None)
