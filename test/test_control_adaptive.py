@@ -585,3 +585,20 @@ def test_adapted_links_estimate_an_unknown_tool_on_the_mujoco_panda(tmp_path):
         AdaptiveController(model, "direct", adapted_links=["panda_link6"], gamma=5.0).load_state(path)
     with pytest.raises(ValueError, match="unknown link 'wrist'"):
         AdaptiveController(model, "direct", adapted_links=["wrist"])
+
+
+def test_nominal_gamma_scale_is_the_squared_floored_size_of_each_adapted_parameter():
+    """Base combinations (K pi), full columns or the adapted link's: |value|, floored at a
+    fraction of the largest, squared; friction entries 1."""
+    model = RobotModel("panda", friction=True)
+    pi = model.parameters
+    for kw in (dict(), dict(base_parameters=False), dict(adapted_links=["panda_link7"], base_parameters=False)):
+        ctl = AdaptiveController(model, "direct", **kw)
+        got = ctl.nominal_gamma_scale(pi, floor=0.05)
+        K = ctl.base.K if ctl.use_base else np.eye(pi.size)[ctl.index if ctl.index is not None else slice(None)]
+        size = np.abs(K @ pi)
+        want = np.maximum(size, 0.05 * size.max()) ** 2
+        friction = np.array([n.split(" ")[0].endswith((".fv", ".fc")) for n in ctl.parameter_names])
+        assert friction.sum() == 14
+        want[friction] = 1.0
+        np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=str(kw))

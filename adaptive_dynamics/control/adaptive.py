@@ -545,6 +545,23 @@ class AdaptiveController:
         com = (blk[1:4] / m).tolist() if abs(m) > 1e-12 else [float("nan")] * 3
         return {"link": self.model.link_names[i], "mass": m, "com": com, "pi10": blk.tolist()}
 
+    def nominal_gamma_scale(self, pi_nominal, floor: float = 1e-2) -> np.ndarray:
+        """``diag(s_i^2)`` for a direct-law ``Gamma = gamma * diag(s_i^2)``: ``s_i`` the
+        magnitude of adapted parameter i in ``pi_nominal`` (a full pi; base combinations,
+        or the ``adapted_links`` columns, as this controller adapts them), floored at
+        ``floor`` times the largest; friction entries 1 (a nominal model has none).  Each
+        parameter then moves relative to its own size."""
+        full = np.asarray(pi_nominal, dtype=float)
+        if self.use_base:
+            th = np.abs(self.base.to_base(full))
+        else:
+            th = np.abs(full if self.columns is None else full[self.columns])
+        scale = np.maximum(th, floor * th.max())
+        for i, name in enumerate(self.parameter_names):
+            if name.split(" ")[0].endswith((".fv", ".fc")):
+                scale[i] = 1.0
+        return scale ** 2
+
     def consistency_margins(self) -> np.ndarray:
         """Smallest pseudo-inertia eigenvalue per link of the (full) estimate
         (meaningful with full-pi adaptation; for base parameters of ``from_base``)."""

@@ -185,14 +185,8 @@ def direct_gamma(ctl, model, g: dict) -> np.ndarray:
     """
     pi_nom = wrong_nominal(model)  # model.link_parameters: the URDF's (the estimate lives in ctl)
     full = np.concatenate([pi_nom, np.zeros(model.n_params - pi_nom.size)])
-    th = np.abs(ctl.base.to_base(full)) if ctl.use_base else np.abs(full)
-    scale = np.maximum(th, g.get("gamma_floor", 1e-2) * th.max())
-    if model.friction:  # friction entries: unknown to the nominal, O(1) N m (s/rad)
-        names = ctl.parameter_names
-        for i, nm in enumerate(names):
-            if nm.split(" ")[0].endswith((".fv", ".fc")):
-                scale[i] = 1.0
-    return g["gamma"] * scale ** 2
+    # friction entries: unknown to the nominal, O(1) N m (s/rad)
+    return g["gamma"] * ctl.nominal_gamma_scale(full, g.get("gamma_floor", 1e-2))
 
 
 def reality(robot: str, case: str):

@@ -189,12 +189,6 @@ def start_model(st: Setup):
     return m
 
 
-def gamma_scale(core, model) -> np.ndarray:
-    """``diag(s_i^2)`` of the node's ``gamma_scaling: nominal`` for the adapted block."""
-    th = np.abs(core.base.to_base(model.parameters)) if core.use_base else np.abs(model.parameters[core.columns])
-    return np.maximum(th, 1e-2 * th.max()) ** 2
-
-
 def task_path(model, st: Setup):
     """The trajectory node's ``lissajous3d`` path from the start pose."""
     from ..trajectories import CartesianTrajectory, lissajous3d
@@ -215,7 +209,7 @@ def run_core(st: Setup, kd_scale: float, gamma: float, adapt: bool, seconds: flo
     kd = np.asarray(default_gains(model)["kd"]) * kd_scale
     ctl = BacksteppingController(model, law, kp_task=KP_TASK, kd=kd, pi0=start_model(st).parameters,
                                  adapted_links=[st.link], dt=1.0 / RATE_HZ, p0=1.0, r=1.0, lambda0=0.0)
-    ctl.core.set_gains(gamma=gamma * gamma_scale(ctl.core, model))
+    ctl.core.set_gains(gamma=gamma * ctl.core.nominal_gamma_scale(model.parameters))   # gamma_scaling: nominal
     path = task_path(model, st)
     blk = slice(10 * model.link_block(st.link), 10 * model.link_block(st.link) + 10)
     plant = MujocoPlant(st.robot, reality=reality(st), timestep=1.0 / RATE_HZ, q0=st.q0)

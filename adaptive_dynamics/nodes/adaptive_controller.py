@@ -357,14 +357,7 @@ class AdaptiveControllerNode(JointControllerShell):
         """diag(s_i^2) of ``gamma_scaling: nominal`` in the core's coordinates (None: off)."""
         if self.p["gamma_scaling"] != "nominal":
             return None
-        full = self.model.parameters.copy()
-        th = np.abs(core.base.to_base(full)) if core.use_base else np.abs(
-            full if core.columns is None else full[core.columns])
-        scale = np.maximum(th, 1e-2 * th.max())
-        for i, name in enumerate(core.parameter_names):
-            if name.split(" ")[0].endswith((".fv", ".fc")):
-                scale[i] = 1.0
-        return scale ** 2
+        return core.nominal_gamma_scale(self.model.parameters)
 
     def _kd(self, value) -> np.ndarray:
         """``kd`` as given, or the model-derived K_D for the ``[0]`` of "derive it"."""
