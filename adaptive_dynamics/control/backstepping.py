@@ -29,6 +29,7 @@ import numpy as np
 import pinocchio as pin
 from scipy.linalg.lapack import dpotrf as _dpotrf, dpotrs as _dpotrs, dsyev as _dsyev
 
+from ..dynamics.validation import as_vector
 from .adaptive import AdaptiveController
 
 __all__ = ["TaskSpaceReference", "BacksteppingController", "orientation_error"]
@@ -85,11 +86,6 @@ class TaskSpaceReference:
 
     def set_posture(self, q) -> None:
         self.posture = np.asarray(q, dtype=float).copy()
-
-    def error(self, q, p_d, R_d) -> np.ndarray:
-        """(27): ``[p_d - p; log(R_d R^T)]``."""
-        T = self.model.frame_pose(q, self.frame)
-        return np.concatenate([np.asarray(p_d, float) - T[:3, 3], orientation_error(T[:3, :3], R_d)])
 
     def _kinematics(self, q, v):
         """Frame pose, J and J_dot (LOCAL_WORLD_ALIGNED) at (q, v): one pinocchio pass."""
@@ -197,10 +193,7 @@ class BacksteppingController:
         reference non-finite, which the core refuses before it changes anything)."""
         try:
             if self.ref.posture is None:
-                q0 = np.array(q, dtype=float)
-                if q0.shape != (self.model.n,) or not np.isfinite(q0).all():
-                    raise ValueError
-                self.ref.set_posture(q0)
+                self.ref.set_posture(as_vector(q, self.model.n, "q"))
             qd_r, qdd_r = self.ref.compute(q, v, p_d, R_d, v_d, a_d)
             e = self.ref.e
             np.dot(self.ref.J.T, e, out=self.cross_torque)
@@ -214,18 +207,19 @@ class BacksteppingController:
     def _name_bad_input(self, q, v, p_d, R_d, v_d, a_d, tau_measured) -> None:
         """Raise ``ValueError`` naming the first malformed input (returns if none is)."""
         n = self.model.n
-        for name, x, size in (("q", q, n), ("v", v, n), ("p_d", p_d, 3), ("R_d", R_d, 9), ("v_d", v_d, 6),
+        for name, x, size in (("q", q, n), ("v", v, n), ("p_d", p_d, 3), ("R_d", R_d, (3, 3)), ("v_d", v_d, 6),
                               ("a_d", a_d, 6), ("tau_measured", tau_measured, n)):
             if x is None and name == "tau_measured":
                 continue
-            try:
-                arr = np.asarray(x, dtype=float)
-            except (TypeError, ValueError):
-                raise ValueError(f"{name} is not numeric") from None
-            if arr.size != size:
-                raise ValueError(f"{name} must have {size} values, got {arr.size}")
-            if not np.isfinite(arr).all():
-                raise ValueError(f"{name} is not finite")
+            if size == (3, 3):   # a matrix: its entries as a vector, after the shape
+                try:
+                    shape = np.shape(x)
+                except ValueError:   # ragged nesting
+                    shape = "ragged"
+                if shape != (3, 3):
+                    raise ValueError(f"R_d: expected a 3x3 rotation matrix, got shape {shape}")
+                x, size = np.ravel(x), 9
+            as_vector(x, size, name)
 
     def lyapunov(self, q, v, qd_r) -> float:
         """``V = e^T e / 2 + s^T M(q) s / 2`` with the last error and ``s = v - qd_r``
