@@ -70,7 +70,7 @@ def thunder_frames(model, frames=None) -> dict:
                   if k in model.link_names and model.model.existFrame(v)}
     out = {}
     for link, frame in frames.items():
-        i = model.link_names.index(link) if link in model.link_names else model.link_block(link)
+        i = model.link_block(link)
         f = model.model.frames[model.frame_id(frame)]
         if f.parentJoint != i + 1:
             raise ValueError(f"frame {frame!r} does not move with link {link!r}")

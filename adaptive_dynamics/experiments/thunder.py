@@ -305,12 +305,13 @@ def run_headline(st: Setup, out_dir: str, seconds: float, *, echo: bool = False,
     final = AdaptiveController.load(estimate, RobotModel(st.robot))
     i = model.link_block(st.link)
     # the estimate over time: adaptive/parameters carries theta (the adapted link's base
-    # parameters); its full-coordinate block is the state file's mapping of it
+    # parameters); its full-coordinate block is the state file's mapping of it (the fixed
+    # part is zero on the adapted block)
     blocks = []
     for names, theta in data.pop("params"):
         if names != final.parameter_names:
             raise RuntimeError(f"adaptive/parameters names {names[:3]}... are not the estimate file's layout")
-        blocks.append(final.base.from_base(theta)[10 * i: 10 * i + 10] + final.pi_fixed[10 * i: 10 * i + 10])
+        blocks.append(final.base.from_base(theta)[10 * i: 10 * i + 10])
     data.update(wall_s=round(wall, 1), sim_s_per_wall_s=round(seconds / wall, 3), est=np.asarray(blocks),
                 final_block=final.pi[10 * i: 10 * i + 10].copy(), estimate_file=estimate, initial_file=yaml_path)
     return data

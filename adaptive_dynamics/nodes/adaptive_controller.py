@@ -212,7 +212,7 @@ class AdaptiveControllerNode(JointControllerShell):
             pi0 = nominal.copy()
         elif kind == "scaled":
             pi0 = p["nominal_scale"] * nominal
-        elif kind == "file" and str(p["initial_estimate_file"]).endswith((".yaml", ".yml")):
+        elif kind == "file" and _is_thunder_file(p["initial_estimate_file"]):
             pi0 = self._thunder_file(p["initial_estimate_file"])
         else:
             pi0 = np.zeros_like(nominal)
@@ -270,7 +270,7 @@ class AdaptiveControllerNode(JointControllerShell):
             self._gains = self._gain_kwargs(p)
             self.core.set_gains(gamma=self._gains["gamma"])
         src = p["initial_estimate_file"]
-        if p["initial_estimate"] == "file" and not str(src).endswith((".yaml", ".yml")):
+        if p["initial_estimate"] == "file" and not _is_thunder_file(src):
             if not src or not os.path.exists(src):
                 raise ValueError(f"initial_estimate=file needs an existing initial_estimate_file (.npz, or a"
                                  f" Thunder *_inertial_REG.yaml), got {src!r}")
@@ -800,6 +800,11 @@ class AdaptiveControllerNode(JointControllerShell):
 
     def _shutdown(self) -> None:
         shutdown_save(self, self.save_estimate, "estimate")
+
+
+def _is_thunder_file(path) -> bool:
+    """An ``initial_estimate_file`` in Thunder's YAML layout (else a state file, ``.npz``)."""
+    return str(path).endswith((".yaml", ".yml"))
 
 
 def _matrix_stamp(msg: Float64MultiArray) -> int | None:
