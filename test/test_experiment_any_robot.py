@@ -17,6 +17,7 @@ import pytest
 from adaptive_dynamics.control.gains import default_gains
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.experiments.robot_choice import task_configuration
+from adaptive_dynamics.trajectories import ACCELERATION_LIMIT
 from adaptive_dynamics.robots import (DEFAULT_FRICTION_PER_EFFORT, controller_gains, friction, resolve_robot,
                                       robot_config, robot_label)
 from test_any_robot import UR5, XARM7
@@ -144,7 +145,7 @@ def test_pgpol_settings_of_a_urdf_robot_pass_the_trajectory_checks():
     from adaptive_dynamics.experiments import pgpol
     urdf = resolve_robot(UR5).urdf
     m = RobotModel(urdf)
-    acc = np.full(m.n, pgpol.TRAJECTORY_ACCELERATION_LIMIT)
+    acc = np.full(m.n, ACCELERATION_LIMIT)
     pgpol.task_trajectory(urdf).check_limits(m.lower, m.upper, m.velocity_limit, acc)
     for which in ("test", "train"):
         p = pgpol.pick_place_params(urdf, which)

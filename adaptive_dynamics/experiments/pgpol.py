@@ -130,6 +130,7 @@ import numpy as np
 from ..learning.pgpol import CHANGE_DEFAULTS, CHANGE_PAPER, ChangeTest
 from . import save_plot, write_result
 from .clock_follower import ClockFollower
+from ..trajectories import ACCELERATION_LIMIT
 from .robot_choice import add_robot_args, chosen_robots, gains, is_shipped, label
 
 #: per robot: the task's start pose, the pick-and-place base pose and offsets, the payload
@@ -144,8 +145,6 @@ ROBOTS: dict[str, dict[str, Any]] = {
                "pick_place": {"move_time": 0.7}},
 }
 TASK = {"type": "square_circle", "cartesian_size": 0.2, "cartesian_period": 7.0, "cartesian_plane": "xy"}
-#: the trajectory node's acceleration check [rad/s^2] (its ``acceleration_limit`` default)
-TRAJECTORY_ACCELERATION_LIMIT = 10.0
 EXCITATION = {"type": "fourier", "amplitude": 0.4, "base_frequency": 0.1, "harmonics": 4}
 #: pick-and-place: six test points on a circle, twelve training points in a star
 PICK_PLACE = {"radius": 0.12, "height": 0.08, "move_time": 0.55, "dwell_time": 0.1, "speeds": [0.33, 0.66, 1.0],
@@ -215,7 +214,7 @@ def _task_pose(robot: str) -> list:
     from .robot_choice import task_configuration
     m = RobotModel(robot)
 
-    acc = np.full(m.n, TRAJECTORY_ACCELERATION_LIMIT)
+    acc = np.full(m.n, ACCELERATION_LIMIT)   # the trajectory node's check
 
     def feasible(q):
         cfg = {**GENERATED, "q_task": q}

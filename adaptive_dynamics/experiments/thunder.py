@@ -76,7 +76,6 @@ TOOL = (1.0, (0.06, 0.0, 0.05))
 PATH = {"size": 0.3, "period": 5.0}
 #: path sizes tried on another arm, largest first, until a start pose keeps it within the limits
 SIZES = (0.3, 0.2, 0.15, 0.1)
-ACCELERATION_LIMIT = 10.0        # the trajectory node's acceleration_limit (its check)
 KP_TASK = 5.0
 KD_SCALES = (0.5, 1.0, 2.0)
 GAMMAS = (25.0, 100.0, 400.0)
@@ -116,7 +115,7 @@ class Setup:
 
 
 def _path_ok(model, q0, size: float, coarse: bool) -> bool:
-    from ..trajectories import CartesianTrajectory, lissajous3d
+    from ..trajectories import ACCELERATION_LIMIT, CartesianTrajectory, lissajous3d
     try:
         CartesianTrajectory(model, q0, lissajous3d(size, PATH["period"]), dt=0.01 if coarse else 1e-3).check_limits(
             model.lower, model.upper, model.velocity_limit, np.full(model.n, ACCELERATION_LIMIT))

@@ -37,6 +37,7 @@ from ..ros.stamps import to_ns
 from ..ros.task_references import TASK_REFERENCE_TOPIC, base_frame_name, matrix_to_quaternion, task_reference_bytes
 from ..wire import encode_trajectory
 from ..trajectories import (
+    ACCELERATION_LIMIT,
     CartesianTrajectory,
     ModifiedFourier,
     MultiSine,
@@ -80,7 +81,7 @@ def specs() -> list[ParamSpec]:
         ParamSpec("base_frequency", 0.1, "fourier fundamental / multisine base frequency [Hz]", min=1e-3,
                   max=10.0, read_only=True),
         ParamSpec("harmonics", 4, "fourier harmonics / multisine components", min=1, max=20, read_only=True),
-        ParamSpec("acceleration_limit", 10.0, "joint acceleration limit used for validation [rad/s^2]",
+        ParamSpec("acceleration_limit", ACCELERATION_LIMIT, "joint acceleration limit used for validation [rad/s^2]",
                   min=0.0, read_only=True),
         ParamSpec("q_pick", [0.0], "pick_place: pick configuration [rad]", type="float[]", read_only=True),
         ParamSpec("q_place", [0.0], "pick_place: place configuration [rad]", type="float[]", read_only=True),

@@ -10,7 +10,7 @@
 * :class:`CartesianTrajectory` -- Lissajous / figure-8 / square + circle / z-sine end-effector paths via
   differential IK; :class:`CartesianPath` -- the same path as a task-space reference.
 """
-from .base import ScaledTrajectory, Trajectory, check_limit_arrays
+from .base import ACCELERATION_LIMIT, ScaledTrajectory, Trajectory, check_limit_arrays
 from .cartesian import (CartesianPath, CartesianTrajectory, LissajousPath, SquareCirclePath, figure_eight, lissajous,
                         lissajous3d, square_circle, z_sine)
 from .fourier import ModifiedFourier
@@ -18,6 +18,7 @@ from .pick_place import PGPOL_SPEEDS, PickAndPlace, minimum_jerk, pgpol_speed_sc
 from .sines import MultiSine
 
 __all__ = [
+    "ACCELERATION_LIMIT",
     "Trajectory",
     "ScaledTrajectory",
     "check_limit_arrays",
@@ -32,6 +33,7 @@ __all__ = [
     "z_sine",
     "LissajousPath",
     "lissajous",
+    "lissajous3d",
     "figure_eight",
     "SquareCirclePath",
     "square_circle",

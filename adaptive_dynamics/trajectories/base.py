@@ -17,7 +17,12 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = ["Trajectory", "ScaledTrajectory", "check_limit_arrays"]
+__all__ = ["Trajectory", "ScaledTrajectory", "check_limit_arrays", "ACCELERATION_LIMIT"]
+
+#: joint acceleration limit [rad/s^2] a trajectory is checked against when the URDF gives
+#: none (the trajectory node's ``acceleration_limit`` default; experiments that choose
+#: paths for it check the same)
+ACCELERATION_LIMIT = 10.0
 
 ArrayLike = Union[float, Sequence[float], np.ndarray]
 Samples = Tuple[np.ndarray, np.ndarray, np.ndarray]
