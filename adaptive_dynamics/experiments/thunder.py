@@ -107,6 +107,7 @@ class Setup:
     q0: np.ndarray
     size: float
     paper: bool                  # Thunder's Panda: Table 8's numbers
+    path: Any = None             # the task-space path (task_path: computed once, every run follows it)
 
     def mass_com(self, pi10) -> tuple[float, np.ndarray]:
         """Mass and CoM (in :attr:`frame`) of a block about the link frame."""
@@ -189,9 +190,11 @@ def start_model(st: Setup):
 
 
 def task_path(model, st: Setup):
-    """The trajectory node's ``lissajous3d`` path from the start pose."""
+    """The trajectory node's ``lissajous3d`` path from the start pose (its IK once per set-up)."""
     from ..trajectories import CartesianTrajectory, lissajous3d
-    return CartesianTrajectory(model, st.q0, lissajous3d(st.size, PATH["period"])).task_space()
+    if st.path is None:
+        st.path = CartesianTrajectory(model, st.q0, lissajous3d(st.size, PATH["period"])).task_space()
+    return st.path
 
 
 # ============================================================================ in-process runs
