@@ -128,7 +128,7 @@ def test_realdata_on_a_urdf_robot(tmp_path, capsys):
     effort limits; the GMM and the RBFN improve on the identification on every joint (as
     the Panda's --quick test asserts)."""
     from adaptive_dynamics.experiments import realdata
-    assert realdata.main(["--out", str(tmp_path), "--quick", "--robot", UR5, "--learners", "gmm,rbfn"]) == 0
+    assert realdata.main(["--out", str(tmp_path), "--quick", "--robots", UR5, "--learners", "gmm,rbfn"]) == 0
     res = _last_json(capsys)
     lim = RobotModel(UR5).effort_limit
     panda = RobotModel("panda").effort_limit
@@ -137,6 +137,7 @@ def test_realdata_on_a_urdf_robot(tmp_path, capsys):
     idn = np.asarray(res["id_nmse"])
     for kind in ("gmm", "rbfn"):
         assert np.all(np.asarray(res["semiparam_nmse"][kind]) < 0.9 * idn), (kind, res["semiparam_nmse"][kind], idn)
+    assert res["out_of_region_vs_id_max"] <= res["targets"]["out_of_region_vs_id_max"]
 
 
 def test_pgpol_settings_of_a_urdf_robot_pass_the_trajectory_checks():

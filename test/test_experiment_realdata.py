@@ -1,30 +1,49 @@
-"""`experiment realdata --quick`: the realistic Panda recording (sigmoid + Stribeck
-friction, sensor bias and noise, jittered stamps, a heavier end effector) is identified
-on its first half and every residual learner, with its defaults, improves on the
-identification on the second half; the JSON has the experiment's figures."""
+"""`experiment realdata --quick`: two realistic proxies (the Panda: sigmoid + Stribeck
+friction, sensor bias and noise, jittered stamps, a heavier end effector; the iiwa 14:
+another friction law with a position ripple and a payload that changes between the
+runs), identified on the first half of one excitation and judged on its second half and
+on another excitation.  Every residual learner with its defaults improves on the
+identification inside the training region and is no worse outside it, where the raw
+learners are; the JSON has the experiment's figures."""
 from __future__ import annotations
 
 import json
 
 import numpy as np
 
-from adaptive_dynamics.experiments.realdata import main
+from adaptive_dynamics.experiments.realdata import LEARNERS, main
 
 
 def test_realdata_quick(tmp_path, capsys):
     assert main(["--quick", "--out", str(tmp_path)]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert json.loads((tmp_path / "realdata.json").read_text()) == res
+    assert res["robots"] == ["panda", "iiwa14"] and set(res["learners"]) == set(LEARNERS)
     nominal, ls, cons = (np.array(res[k]) for k in ("nominal_nmse", "id_nmse", "id_consistent_nmse"))
     assert np.all(ls < nominal) and np.all(cons < 3 * ls + 1e-4)
     assert res["counts"]["train"]["resampled_segments"] >= 1          # the jittered stamps were regridded
     # the sensor bias is found as the offsets (0.4 / -0.6 / 0.3 / 0.5 N m on joints 1-4)
     np.testing.assert_allclose(res["offsets_identified"][:4], res["reality"]["tau_bias"][:4], atol=0.15)
-    assert set(res["semiparam_nmse"]) == {"gmm", "rbfn", "gp"}
-    # 15 s of training data (the full run has 60 s and meets the target of 0.5): the
-    # learners that keep every region they saw improve on the identification on every joint
-    for kind in ("gmm", "rbfn"):
-        assert res["semiparam_vs_id_max_per_learner"][kind] < 0.9, res["semiparam_vs_id_max_per_learner"]
-    assert res["target_met"] == (res["semiparam_vs_id_max"] <= res["target"])
-    assert res["semiparam_vs_id_max"] == min(res["semiparam_vs_id_max_per_learner"].values())
-    assert (tmp_path / "realdata_nmse.png").stat().st_size > 10_000
+    for name, p in res["proxies"].items():
+        # the same-trajectory test revisits the training states; the other excitation leaves them
+        assert p["regions"]["same"]["fraction_outside"] < 0.05, name
+        assert p["regions"]["other"]["fraction_outside"] > 0.5, name
+        # 15 s of training data: the learners that keep every region they saw improve on the
+        # identification inside it (the full run's best learner meets 0.5)
+        for kind in ("gmm", "rbfn"):
+            assert p["in_region_vs_id"][kind] < 0.9, (name, p["in_region_vs_id"])
+    # outside the region no learner makes the identified model worse (target 1.05) ...
+    assert res["out_of_region_vs_id_max"] <= res["targets"]["out_of_region_vs_id_max"], \
+        res["out_of_region_vs_id_max_per_learner"]
+    # ... where the same learners without the fall-back do, by far
+    raw = res["out_of_region_vs_id_raw_max_per_learner"]
+    assert raw["gmm"] > 2.0 and raw["rbfn"] > 2.0, raw
+    # learners of the torque itself asked about far states: their prior (the training mean)
+    # or within 1 % of it (target 1.0; the raw learners: several times worse)
+    assert res["batch_far_vs_prior_max"] <= 1.01, res["batch_far_vs_prior_max_per_learner"]
+    assert max(res["batch_far_vs_prior_raw_max_per_learner"].values()) > 1.5
+    assert res["targets_met"]["out_of_region_vs_id_max"]
+    assert res["in_region_vs_id_max"] == min(res["in_region_vs_id_max_per_learner"].values())
+    assert res["target_met"] == all(res["targets_met"].values())
+    for name in res["robots"]:
+        assert (tmp_path / f"realdata_regions_{name}.png").stat().st_size > 10_000

@@ -47,7 +47,7 @@ def test_shapes_single_and_batch(kind):
     assert np.all(v >= 0) and np.all(np.isfinite(m))
     m1, v1 = L.predict(X[401], return_var=True)
     assert m1.shape == v1.shape == (2,)
-    np.testing.assert_allclose(m1, m[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(m1, m[0], rtol=1e-10, atol=1e-10)
     # interpolation between the training samples
     nmse = np.mean((L.predict(X[1::2]) - y[1::2]) ** 2, axis=0) / np.var(y, axis=0)
     assert np.all(nmse < 0.05), nmse

@@ -179,12 +179,12 @@ def test_gmm_transform_vs_gmm_learnt_on_transformed_data():
     dpi = 0.5 * rm.parameters
     shifted = tau - 0.5 * tau                     # Y (0.5 pi) = 0.5 tau for this rigid body
     tr, te = slice(0, None, 3), slice(1, None, 3)
-    L = IncrementalGMM(6, 2, max_components=32)
+    L = IncrementalGMM(6, 2, max_components=32).set_prediction(raw=True)
     L.partial_fit(X[tr], tau[tr])
     before = L.predict(X[te])
     L.apply_parameter_update(dpi, rm)
     assert L.n_transforms == 1
-    brute = IncrementalGMM(6, 2, max_components=32)
+    brute = IncrementalGMM(6, 2, max_components=32).set_prediction(raw=True)
     brute.partial_fit(X[tr], shifted[tr])
     e_tr = np.sqrt(np.mean((L.predict(X[te]) - shifted[te]) ** 2, axis=0))
     e_brute = np.sqrt(np.mean((brute.predict(X[te]) - shifted[te]) ** 2, axis=0))
@@ -233,11 +233,11 @@ def test_rbfn_transform_equals_retraining(forgetting):
     dpi = 0.2 * rng.standard_normal(rm.n_params)
     kw = dict(n_basis=128, low=X.min(0), high=X.max(0), width=0.4, n_params=rm.n_params, forgetting=forgetting,
               standardize=False)
-    A = RBFNetwork(6, 2, **kw)
+    A = RBFNetwork(6, 2, **kw).set_prediction(raw=True)
     A.partial_fit(X[::2], y[::2], regressors=Ys[::2])
     old = A.predict(X)
     A.apply_parameter_update(dpi, rm)
-    B = RBFNetwork(6, 2, **kw)
+    B = RBFNetwork(6, 2, **kw).set_prediction(raw=True)
     B.partial_fit(X[::2], (y - Ys @ dpi)[::2], model=rm)      # Y evaluated from x this time
     np.testing.assert_allclose(A.W, B.W, rtol=1e-7, atol=1e-9 * np.abs(B.W).max())
     np.testing.assert_allclose(A.predict(X), B.predict(X), rtol=1e-7, atol=1e-8 * np.abs(y).max())
@@ -259,7 +259,7 @@ def test_rbfn_transform_with_standardised_targets_is_exact_in_its_scaling():
     Ys = np.array([rm.regressor(x[:2], x[2:4], x[4:]) for x in X])
     y = tau - Ys @ (rm.parameters * (1 + 0.3 * rng.standard_normal(rm.n_params)))
     dpi = 0.2 * rng.standard_normal(rm.n_params)
-    A = RBFNetwork(6, 2, n_basis=128, width=0.4, n_params=rm.n_params, warmup=100)
+    A = RBFNetwork(6, 2, n_basis=128, width=0.4, n_params=rm.n_params, warmup=100).set_prediction(raw=True)
     A.partial_fit(X[:60], y[:60], regressors=Ys[:60])
     assert not A.ready
     A.apply_parameter_update(dpi, rm)                            # still in the warm-up buffer
@@ -267,7 +267,7 @@ def test_rbfn_transform_with_standardised_targets_is_exact_in_its_scaling():
     A.apply_parameter_update(dpi, rm)
     target = y - 2.0 * (Ys @ dpi)         # every sample: one dpi before it was learnt, one after
     mu, sd = A.y_mean, A.y_scale
-    B = RBFNetwork(6, 2, n_basis=128, width=0.4, n_params=rm.n_params, low=A.low, high=A.high, standardize=False)
+    B = RBFNetwork(6, 2, n_basis=128, width=0.4, n_params=rm.n_params, low=A.low, high=A.high, standardize=False).set_prediction(raw=True)
     idx = np.r_[0:60, 60:len(X):2]
     B.partial_fit(X[idx], (target[idx] - mu) / sd, regressors=Ys[idx] / sd[None, :, None])
     np.testing.assert_allclose(A.W, B.W, rtol=1e-7, atol=1e-9 * np.abs(B.W).max())

@@ -34,7 +34,7 @@ def test_exact_gp_equals_scikit_learn():
 
     X, Y = _data(60)
     ls, sf2, sn2 = [0.7, 1.3, 2.0], 1.5, 0.05
-    gp = ExactGP(3, 2, length_scale=ls, signal_var=sf2, noise_var=sn2).partial_fit(X, Y)
+    gp = ExactGP(3, 2, length_scale=ls, signal_var=sf2, noise_var=sn2).set_prediction(raw=True).partial_fit(X, Y)
     Xq = np.random.default_rng(1).uniform(-2, 2, (7, 3))
     mean, var = gp.predict(Xq, return_var=True)
     xs, ys = Standardiser.fit(X), Standardiser.fit(Y)
@@ -117,7 +117,7 @@ def test_sparse_equals_exact_with_inducing_inputs_at_the_data():
     sp = SparseGP(3, 2, n_inducing=40, length_scale=1.0, noise_var=0.05, optimize=False)
     sp.Z_raw = np.broadcast_to(X, (2, 40, 3)).copy()
     sp.fit(X, Y)
-    ex = ExactGP(3, 2, length_scale=1.0, noise_var=0.05, ard=False).partial_fit(X, Y)
+    ex = ExactGP(3, 2, length_scale=1.0, noise_var=0.05, ard=False).set_prediction(raw=True).partial_fit(X, Y)
     Xq = np.random.default_rng(2).uniform(-2, 2, (6, 3))
     m1, v1 = sp.predict(Xq, True)
     m2, v2 = ex.predict(Xq, return_var=True)
@@ -148,7 +148,7 @@ def test_sparse_fit_optimises_and_predicts():
 
 def test_exact_gp_mean_gradient_finite_differences():
     X, Y = _data(50)
-    gp = ExactGP(3, 2, length_scale=[0.8, 1.1, 1.6], noise_var=0.02).partial_fit(X, Y)
+    gp = ExactGP(3, 2, length_scale=[0.8, 1.1, 1.6], noise_var=0.02).set_prediction(raw=True).partial_fit(X, Y)
     rng = np.random.default_rng(5)
     Xq = rng.uniform(-2, 2, (4, 3))
     G = gp.mean_gradient(Xq)
@@ -236,7 +236,7 @@ def test_predict_with_gradient_equals_predict_and_mean_gradient():
     X = rng.normal(size=(80, 5))
     Y = np.stack([np.sin(X[:, 0]) * X[:, 1], X[:, 2] ** 2, np.cos(X[:, 3] + X[:, 4])], axis=1)
     for ls in (1.2, [[0.8, 1.0, 1.2, 1.4, 1.6], [1.0] * 5, [2.0] * 5]):
-        gp = ExactGP(5, 3, length_scale=ls, max_points=100).partial_fit(X, Y)
+        gp = ExactGP(5, 3, length_scale=ls, max_points=100).set_prediction(raw=True).partial_fit(X, Y)
         for x in rng.normal(size=(4, 5)):
             m, g = gp.predict_with_gradient(x)
             np.testing.assert_allclose(m, gp.predict(x[None])[0], rtol=1e-12, atol=1e-12)

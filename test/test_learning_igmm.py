@@ -29,7 +29,7 @@ def test_gmr_matches_reference_formula():
     rng = np.random.default_rng(3)
     K, i, o = 4, 3, 2
     w, mu, cov = _random_mixture(rng, K, i + o)
-    L = IncrementalGMM.from_mixture(w, mu, cov, i, eig_floor=1e-12)
+    L = IncrementalGMM.from_mixture(w, mu, cov, i, eig_floor=1e-12).set_prediction(raw=True)
     X = rng.standard_normal((25, i))
     m, v = L.predict(X, return_var=True)
     for x, mm, vv in zip(X, m, v):
@@ -76,7 +76,7 @@ def _planar2_stream():
 def test_igmm_matches_sklearn_em_on_robot_trajectory_stream():
     X, Y = _planar2_stream()
     tr, te = slice(0, None, 2), slice(1, None, 2)     # learn every other sample, in time order
-    L = IncrementalGMM(6, 2, max_components=32)
+    L = IncrementalGMM(6, 2, max_components=32).set_prediction(raw=True)
     L.partial_fit(X[tr], Y[tr])
     assert L.n_components == 32 and L.n_rejected == 0
     ref = _sklearn_gmr(X[tr], Y[tr], L.n_components)
@@ -221,12 +221,12 @@ def test_novelty_does_not_degenerate_on_noisy_data_and_decimation_does_not_matte
     X, Y, Xn, Yn = _noisy_planar2_stream()
     tr = np.arange(0, len(X) - 1, 2)
     te = tr + 1
-    legacy = _stream_fit(IncrementalGMM(6, 2, max_components=32, **IncrementalGMM.LEGACY_CONFIG),
+    legacy = _stream_fit(IncrementalGMM(6, 2, max_components=32, **IncrementalGMM.LEGACY_CONFIG).set_prediction(raw=True),
                          Xn[tr], Yn[tr], 50)
     assert legacy.n_created > 0.9 * tr.size          # the degenerate case this guards against
     for dec in (1, 2, 3, 5, 10):
         idx = tr[::dec]
-        L = _stream_fit(IncrementalGMM(6, 2, max_components=32), Xn[idx], Yn[idx], 50)
+        L = _stream_fit(IncrementalGMM(6, 2, max_components=32).set_prediction(raw=True), Xn[idx], Yn[idx], 50)
         if dec <= 3:
             assert L.n_created < (0.25 if dec == 1 else 0.4) * idx.size, (dec, L.n_created, idx.size)
         e, e_em = _nmse(L, X[te], Y[te]), _nmse(_sklearn_gmr(Xn[idx], Yn[idx], 32), X[te], Y[te])

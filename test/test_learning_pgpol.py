@@ -75,7 +75,7 @@ def test_member_posterior_equals_gpy_dtc_and_fusion_is_inverse_sigma_weighted(mo
         warnings.simplefilter("ignore")
         import GPy
     X, Y = _stream(260, o=1)
-    L = PGPOL(3, 1, windows=[40, 120], knn=10, n_inducing=8, max_iter=5, change_threshold=None)
+    L = PGPOL(3, 1, windows=[40, 120], knn=10, n_inducing=8, max_iter=5, change_threshold=None).set_prediction(raw=True)
     for k in range(0, 260, 5):
         L.hint(X[min(k + 7, 259)])
         L.partial_fit(X[k:k + 5], Y[k:k + 5])
@@ -109,7 +109,7 @@ def test_member_posterior_equals_gpy_dtc_and_fusion_is_inverse_sigma_weighted(mo
     np.testing.assert_allclose(mu, fused, rtol=1e-7, atol=1e-8)
     np.testing.assert_allclose(var, fused_var, rtol=1e-6, atol=1e-8)   # sf2 - k R k cancels
     # SGPOL: the single GP's own prediction
-    S = SGPOL(3, 1, windows=[60], knn=0, n_inducing=8, max_iter=3).partial_fit(X[:100], Y[:100])
+    S = SGPOL(3, 1, windows=[60], knn=0, n_inducing=8, max_iter=3).set_prediction(raw=True).partial_fit(X[:100], Y[:100])
     np.testing.assert_allclose(S.predict(Xq), S.members[0].predict(Xq)[0], rtol=1e-7, atol=1e-8)
 
 
@@ -158,7 +158,7 @@ def test_change_statistics_match_eq_7_to_9_and_a_step_clears_the_database(horizo
     Y2 = Y.copy()
     Y2[450:] += np.array([3.0, -2.0])                  # the dynamics change at sample 450
     L = PGPOL(3, 2, windows=[20, 60], knn=10, database_size=300, max_iter=3, change_threshold=eta,
-              change_horizon=horizon, change_warmup=20)
+              change_horizon=horizon, change_warmup=20).set_prediction(raw=True)
     preds = []
     for k in range(450):
         preds.append(L.predict(X[k]))

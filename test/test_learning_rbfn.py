@@ -112,7 +112,7 @@ def test_default_network_works_on_data_far_from_the_unit_box():
 
     X, Y = _far_data()
     tr, te = slice(0, 2000), slice(2000, 3000)
-    net = RBFNetwork(3, 2, n_basis=256, width=0.3)
+    net = RBFNetwork(3, 2, n_basis=256, width=0.3).set_prediction(raw=True)
     for k in range(0, 2000, 50):
         net.partial_fit(X[k:k + 50], Y[k:k + 50])
     assert net.ready and net.box_from_data and 1 <= net.n_box_growths <= 12
@@ -124,7 +124,7 @@ def test_default_network_works_on_data_far_from_the_unit_box():
 
     lin = nmse(LinearRegression().fit(X[tr], Y[tr]).predict(X[te]))
     ours = nmse(net.predict(X[te]))
-    plain = RBFNetwork(3, 2, n_basis=256, width=0.3, low=-1, high=1, bias=False, standardize=False)
+    plain = RBFNetwork(3, 2, n_basis=256, width=0.3, low=-1, high=1, bias=False, standardize=False).set_prediction(raw=True)
     plain.partial_fit(X[tr], Y[tr])
     assert np.all(ours < 0.5 * lin), (ours, lin)
     assert np.all(nmse(plain.predict(X[te])) > 0.5), nmse(plain.predict(X[te]))
@@ -138,16 +138,19 @@ def test_default_network_works_on_data_far_from_the_unit_box():
 
 
 def test_warm_up_and_saved_network_round_trip(tmp_path):
-    """Before the warm-up completes: zeros with infinite variance, and a saved network
+    """Before the warm-up completes: the prior (zero, with the targets' second moment as
+    its variance; infinite before any target), and a saved network
     keeps its buffer; after: the loaded network predicts the same, box and scaling
     included; batch sizes do not change the result."""
     from adaptive_dynamics.learning import Learner
 
     X, Y = _far_data(600)
     a = RBFNetwork(3, 2, n_basis=64, warmup=200)
+    assert np.all(np.isinf(a.predict(X[:3], return_var=True)[1]))
     a.partial_fit(X[:150], Y[:150])
     m, v = a.predict(X[:3], return_var=True)
-    assert not a.ready and np.all(m == 0) and np.all(np.isinf(v))
+    assert not a.ready and np.all(m == 0)
+    np.testing.assert_allclose(v, np.broadcast_to(np.mean(Y[:150] ** 2, axis=0), v.shape), rtol=1e-12)
     mid = Learner.load(a.save(tmp_path / "mid"))
     for net in (a, mid):
         net.partial_fit(X[150:], Y[150:])

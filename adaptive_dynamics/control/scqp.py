@@ -67,6 +67,8 @@ class ResidualModel:
         self.model = model
         n = self.n = model.n
         self.subsample = int(subsample)
+        if length_scale is None:     # sqrt(3n) standardised units: the SCQP tables were made with it
+            length_scale = float(np.sqrt(3 * n))
         self.gp = ExactGP(3 * n, n, length_scale=length_scale, signal_var=signal_var, noise_var=noise_var,
                           max_points=int(max_points), refit_every=10 ** 9, optimize=optimize, max_iter=max_iter)
         self._offered = 0

@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-__all__ = ["add_arguments", "run", "main", "main_args", "split_prepared", "DESCRIPTION"]
+__all__ = ["add_arguments", "run", "main", "main_args", "split_prepared", "prepared_pieces", "DESCRIPTION"]
 
 DESCRIPTION = (
     "Identify the rigid-body model (base parameters + viscous/Coulomb friction + a torque offset per joint) from"
@@ -70,7 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    " | pgpol | sgpol) and save it as learner_KIND.npz")
 
 
-def _prepared(pieces, cutoff_hz: float, decimate: int):
+def prepared_pieces(pieces, cutoff_hz: float, decimate: int = 0):
+    """Clean pieces (:func:`segments`) filtered and differentiated into one ``(q, qd,
+    qdd, tau)`` (``decimate`` 0: to ~200 Hz); None when no piece is long enough."""
     from ..dynamics.identification import prepare
     out = []
     for t, q, qd, tau in pieces:
@@ -95,7 +97,7 @@ def split_prepared(t, q, qd, tau, train: float, cutoff_hz: float = 20.0, decimat
     parts, counts = {}, {}
     for name, sel in (("train", t < t_split), ("test", t >= t_split)):
         pieces, counts[name] = segments(t[sel], q[sel], qd[sel], tau[sel])
-        parts[name] = _prepared(pieces, cutoff_hz, decimate)
+        parts[name] = prepared_pieces(pieces, cutoff_hz, decimate)
         if parts[name] is None:
             raise ValueError(f"{where}: no usable {name} segment (counts {counts})")
     return parts["train"], parts["test"], counts

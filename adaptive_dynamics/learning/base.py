@@ -21,6 +21,10 @@ API (scikit-learn habits; every learner in :mod:`adaptive_dynamics.learning` fol
     that evaluates Y and its state derivatives; inputs must then be x = (q, qd, qdd).
     The transform is linear in ``delta_pi`` and composes exactly, so a caller may sum
     many small updates and apply them at once.
+``support(X)``
+    The learner's own measure, in [0, 1], of how well its data covers each query (N,
+    or N x output_dim): 1 where it has seen data like ``x``, falling continuously to
+    0 where its data does not reach (see "Falling back to the prior" below).
 ``hint(x)``
     The input the next prediction will be asked for (the reference ahead).  Learners
     that select training data around the query (PGPOL's k nearest database points)
@@ -33,8 +37,32 @@ API (scikit-learn habits; every learner in :mod:`adaptive_dynamics.learning` fol
     ``to_bytes()`` / ``Learner.from_bytes(data)``: the same ``.npz`` in memory (the
     model snapshots of the prediction / model-update split).
 
+Falling back to the prior: every learner predicts its *prior* where its data does not
+reach.  With s(x) in [0, 1] the learner's support of the query (:meth:`support`: the
+GP family's posterior variance relative to the prior's, the GMM's chi^2 level of the
+nearest component, the RBF network's activation-weighted data density) and m(x),
+v(x) its raw mean and variance, the prediction is
+
+    mean(x) = p + s(x) (m(x) - p)
+    var(x)  = s(x) min(v(x), v_p) + (1 - s(x)) v_p + s(x) (1 - s(x)) (m(x) - p)^2
+
+-- the moments of the mixture "the learner with probability s, the prior otherwise"
+(where 0 < s < 1; a learner never claims more uncertainty than the prior it falls back
+to): continuous in x (no switch that makes a feed-forward jump), and the variance grows
+where the mean is pulled back.  The prior is ``prior="zero"`` (a residual: zero, i.e. the
+parametric model alone; v_p the targets' second moment) or ``prior="mean"`` (a learner
+of the torque itself: the targets' running mean, v_p their variance), both from the
+targets learnt so far, or a constant vector c (``prior=[c_1, ..., c_n]``: the part of
+an identified model that the parametric model the residual is stacked on does not
+carry -- ``identify``'s torque offsets; v_p the targets' second moment about c).  ``raw=True`` (:meth:`set_prediction`, ``make_learner(...,
+raw=True)``) returns m, v unchanged (experiments that need the learner as it is); the
+support is computed and counted either way.  The consistency transform changes neither
+the inputs nor any learner's support, so it holds exactly for the learned part m.
+
 Counters: :attr:`n_updates` (accepted samples), :attr:`n_rejected`,
-:attr:`n_transforms`, and per learner its size (``n_components`` / ``n_basis``).
+:attr:`n_transforms`, :attr:`n_predictions` / :attr:`n_pulled_back` (queries whose
+support was below :data:`PULLED_BACK`: the prediction is mostly the prior), and per
+learner its size (``n_components`` / ``n_basis``).
 
 Concurrency: ``predict`` reads one immutable snapshot of the prediction arrays that
 the writers (``partial_fit``, ``apply_parameter_update``) replace by a single
@@ -56,9 +84,14 @@ import numpy as np
 
 from .files import atomic_write
 
-__all__ = ["Learner", "LEARNERS", "register", "make_learner", "load_learner", "split_state"]
+__all__ = ["Learner", "LEARNERS", "register", "make_learner", "load_learner", "split_state", "PRIORS",
+           "PULLED_BACK"]
 
 FORMAT_VERSION = 1
+#: what a learner falls back to where its data does not reach (see the module docstring)
+PRIORS = ("zero", "mean")
+#: a query whose support is below this is counted as pulled back (mostly the prior)
+PULLED_BACK = 0.5
 
 #: kind -> Learner subclass (filled by :func:`register`)
 LEARNERS: Dict[str, Type["Learner"]] = {}
@@ -70,13 +103,14 @@ def register(cls):
     return cls
 
 
-def make_learner(kind: str, **config) -> "Learner":
-    """Build a learner by name (``"gmm"`` or ``"rbfn"``) from keyword configuration."""
+def make_learner(kind: str, *, prior: str = "zero", raw: bool = False, **config) -> "Learner":
+    """Build a learner by name (:data:`LEARNERS`) from keyword configuration; ``prior`` and
+    ``raw`` set what it falls back to (:meth:`Learner.set_prediction`)."""
     try:
         cls = LEARNERS[kind]
     except KeyError:
         raise ValueError(f"unknown learner {kind!r}; available: {sorted(LEARNERS)}") from None
-    return cls(**config)
+    return cls(**config).set_prediction(prior=prior, raw=raw)
 
 
 def load_learner(path) -> "Learner":
@@ -152,7 +186,57 @@ class Learner:
         self.n_updates = 0
         self.n_rejected = 0
         self.n_transforms = 0
+        self.n_predictions = 0
+        self.n_pulled_back = 0
+        self.prior = "zero"
+        self.raw = False
+        # running statistics of the learnt targets: [count, mean..., M2...] (Welford)
+        self._ystats = np.zeros(1 + 2 * self.output_dim)
 
+    def set_prediction(self, *, prior: Optional[str] = None, raw: Optional[bool] = None) -> "Learner":
+        """What the prediction falls back to where the data does not reach: ``prior``
+        ``"zero"`` (a residual), ``"mean"`` (the targets' mean: a learner of the torque
+        itself) or ``output_dim`` constants (see the module docstring); ``raw=True`` turns the fall-back off (the learner's own mean and
+        variance everywhere).  Returns self."""
+        if prior is not None:
+            if isinstance(prior, str):
+                if prior not in PRIORS:
+                    raise ValueError(f"prior must be one of {PRIORS} or {self.output_dim} values, got {prior!r}")
+            else:
+                c = np.asarray(prior, dtype=float).reshape(-1)
+                if c.shape != (self.output_dim,) or not np.isfinite(c).all():
+                    raise ValueError(f"a constant prior needs {self.output_dim} finite values, got shape"
+                                     f" {np.shape(prior)}")
+                prior = c.copy()
+            self.prior = prior
+        if raw is not None:
+            self.raw = bool(raw)
+        return self
+
+    def prior_moments(self):
+        """The prior's mean and variance per output (variance inf before any target)."""
+        o = self.output_dim
+        st = self._ystats
+        cnt, mean, m2 = st[0], st[1:1 + o], st[1 + o:]
+        if cnt < 1:
+            return np.zeros(o), np.full(o, np.inf)
+        var = m2 / cnt
+        if isinstance(self.prior, str) and self.prior == "mean":
+            return mean.copy(), var
+        c = np.zeros(o) if isinstance(self.prior, str) else self.prior
+        return c.copy(), var + np.square(mean - c)
+
+    def _track_targets(self, y: np.ndarray) -> None:
+        o = self.output_dim
+        st = self._ystats
+        n_a, mean_a, m2_a = st[0], st[1:1 + o], st[1 + o:]
+        n_b = y.shape[0]
+        mean_b = y.mean(axis=0)
+        m2_b = np.square(y - mean_b).sum(axis=0)
+        n = n_a + n_b
+        delta = mean_b - mean_a
+        self._ystats = np.concatenate([[n], mean_a + delta * (n_b / n),
+                                       m2_a + m2_b + delta * delta * (n_a * n_b / n)])
     # ----------------------------------------------------------------- public API
     def partial_fit(self, X, y, *, regressors=None, model=None) -> "Learner":
         X2, _ = _as_2d(X, self.input_dim, "X")
@@ -173,6 +257,7 @@ class Learner:
         self.n_rejected += n_bad
         if X2.shape[0]:
             self._fit(X2, y2, R)
+            self._track_targets(y2)
             self.n_updates += X2.shape[0]
         return self
 
@@ -181,11 +266,51 @@ class Learner:
         if not np.isfinite(X2).all():
             bad = np.flatnonzero(~np.isfinite(X2).all(axis=1))
             raise ValueError(f"X contains NaN/inf (rows {bad[:10].tolist()})")
-        mean, var = self._predict(X2, return_var)
+        out = self._predict(X2, return_var)
+        mean, var = out[0], out[1]
+        s = out[2] if len(out) > 2 else None
+        if s is not None:
+            mean, var = self._fall_back(mean, var, s, return_var)
         if single:
             mean = mean[0]
             var = None if var is None else var[0]
         return (mean, var) if return_var else mean
+
+    def support(self, X) -> np.ndarray:
+        """The learner's support of each query in [0, 1] (N, or N x output_dim; see the
+        module docstring); 0 before it has learnt anything.  Counts nothing."""
+        X2, single = _as_2d(X, self.input_dim, "X")
+        if not np.isfinite(X2).all():
+            raise ValueError("X contains NaN/inf")
+        outside = getattr(self, "n_queries_outside", None)
+        out = self._predict(X2, False)
+        if outside is not None:          # an inspection, not a prediction: no counter moves
+            self.n_queries_outside = outside
+        s = out[2] if len(out) > 2 and out[2] is not None else np.ones(X2.shape[0])
+        s = np.clip(s, 0.0, 1.0)
+        return s[0] if single else s
+
+    def _fall_back(self, mean, var, s, return_var):
+        s = np.clip(s, 0.0, 1.0)
+        low = (s if s.ndim == 1 else s.min(axis=1)) < PULLED_BACK
+        self.n_predictions += int(s.shape[0])
+        self.n_pulled_back += int(np.count_nonzero(low))
+        if self.raw:
+            return mean, var
+        pm, pv = self.prior_moments()
+        w = s[:, None] if s.ndim == 1 else s
+        d = mean - pm
+        new = pm + w * d
+        if return_var and var is not None:
+            with np.errstate(invalid="ignore"):
+                v = w * np.minimum(var, pv) + (1.0 - w) * pv + w * (1.0 - w) * d * d
+            var = np.where(w >= 1.0, var, np.where(w <= 0.0, pv, v))
+        return new, var
+
+    @property
+    def pulled_back_fraction(self) -> float:
+        """Fraction of the predictions so far that were pulled back to the prior."""
+        return self.n_pulled_back / self.n_predictions if self.n_predictions else 0.0
 
     def apply_parameter_update(self, delta_pi, model) -> None:
         dpi = np.asarray(delta_pi, dtype=float).reshape(-1)
@@ -210,8 +335,9 @@ class Learner:
     def _write_npz(self, fh) -> None:
         arrays = {f"a_{k}": np.asarray(v) for k, v in self._get_arrays().items()}
         meta = {"kind": self.kind, "version": FORMAT_VERSION, "config": self.get_config(),
-                "counters": self._counters()}
-        np.savez(fh, __meta__=np.array(json.dumps(meta)), **arrays)
+                "counters": self._counters(), "prediction": {"prior": self.prior if isinstance(self.prior, str) else self.prior.tolist(),
+                               "raw": self.raw}}
+        np.savez(fh, __meta__=np.array(json.dumps(meta)), __ystats__=self._ystats, **arrays)
 
     def to_bytes(self) -> bytes:
         """The learner as the bytes of its ``.npz`` file (see :meth:`save`)."""
@@ -254,6 +380,7 @@ class Learner:
         with np.load(path if where == "<bytes>" else where, allow_pickle=False) as z:
             meta = json.loads(str(z["__meta__"]))
             arrays = {k[2:]: z[k] for k in z.files if k.startswith("a_")}
+            ystats = np.asarray(z["__ystats__"], dtype=float) if "__ystats__" in z.files else None
         kind = meta.get("kind")
         if meta.get("version") != FORMAT_VERSION:
             raise ValueError(f"{where}: unsupported learner file version {meta.get('version')!r}")
@@ -266,10 +393,17 @@ class Learner:
         obj._set_arrays(arrays)
         for k, v in meta.get("counters", {}).items():
             setattr(obj, k, int(v))
+        pred = meta.get("prediction", {})
+        obj.set_prediction(prior=pred.get("prior", "zero"), raw=pred.get("raw", False))
+        if ystats is not None:
+            if ystats.shape != obj._ystats.shape or not np.isfinite(ystats).all() or ystats[0] < 0:
+                raise ValueError(f"{where}: target statistics of shape {ystats.shape} (or bad values)")
+            obj._ystats = ystats
         return obj
 
     def _counters(self) -> Dict[str, int]:
-        return {"n_updates": self.n_updates, "n_rejected": self.n_rejected, "n_transforms": self.n_transforms}
+        return {"n_updates": self.n_updates, "n_rejected": self.n_rejected, "n_transforms": self.n_transforms,
+                "n_predictions": self.n_predictions, "n_pulled_back": self.n_pulled_back}
 
     def memory_bytes(self) -> int:
         """Bytes held by the model's numeric arrays (state + prediction caches)."""
@@ -283,6 +417,9 @@ class Learner:
         raise NotImplementedError
 
     def _predict(self, X: np.ndarray, return_var: bool):
+        """``(mean, var)`` or ``(mean, var, support)``: the raw prediction and, where the
+        learner has one, its support of each query (N or N x output_dim, in [0, 1]);
+        the base class applies the fall-back to the prior."""
         raise NotImplementedError
 
     def _transform(self, dpi: np.ndarray, model) -> None:

@@ -39,13 +39,21 @@ from scipy.optimize import minimize
 
 from .base import Learner, register, split_state
 from .consistency import ParameterChange
-from .gp_kernel import OUTSIDE_CORRELATION, se_kernel, se_kernel_grads
+from .gp_kernel import OUTSIDE_CORRELATION, se_kernel, se_kernel_grads, spread_support
 
-__all__ = ["ExactGP", "Standardiser", "nlml_exact", "minimise_nlml"]
+__all__ = ["ExactGP", "Standardiser", "nlml_exact", "minimise_nlml", "hyper_bounds"]
 
 LOG2PI = float(np.log(2.0 * np.pi))
 #: smallest standard deviation used to standardise a coordinate (relative to the largest)
 STD_FLOOR = 1e-6
+#: largest length scale the hyperparameter fits may reach, in standard deviations of the
+#: training inputs (see :func:`hyper_bounds`)
+LS_MAX = 10.0
+#: largest signal variance of the fits (standardised targets have variance 1)
+SF2_MAX = 4.0
+#: default length scale (standardised units, every input): one standard deviation of the
+#: training inputs -- chosen on held-out motions outside the training region (docs/learners.md)
+LENGTH_SCALE = 0.75
 
 
 class Standardiser:
@@ -104,6 +112,18 @@ def nlml_exact(Xs: np.ndarray, Ys: np.ndarray, ls: np.ndarray, sf2: np.ndarray, 
     return nl, (d_ls, d_sf2, d_sn2)
 
 
+def hyper_bounds(input_dim: int, n_ls: int, G: int) -> list:
+    """L-BFGS-B bounds of (log ls, log sf2, log sn2) in standardised units: length scales
+    in [e^-7, LS_MAX] (``input_dim`` is kept for the signature) -- maximum likelihood on a window of a smooth
+    trajectory prefers long length scales and large signal variances (an almost linear
+    model of the window, confident far beyond it: held-out motions 0.1-0.6 rad away got
+    corrections 2-9x worse than none) -- signal variance in [e^-9, SF2_MAX] (the targets
+    are standardised to variance 1: the prior's variance is at most the data's) and noise
+    variance in [1e-6, e^5]."""
+    ls_max = float(np.log(LS_MAX))
+    return ([(-7.0, ls_max)] * n_ls + [(-9.0, float(np.log(SF2_MAX)))] * G + [(float(np.log(1e-6)), 5.0)] * G)
+
+
 def minimise_nlml(objective, t0: np.ndarray, bounds, max_iter: int) -> np.ndarray:
     """L-BFGS-B on ``objective(t) -> (value, gradient)`` from ``t0`` for at most
     ``max_iter`` iterations; a failed factorisation counts as +inf.  Returns the result,
@@ -130,8 +150,8 @@ class ExactGP(Learner):
     length_scale, signal_var, noise_var:
         Initial (and, unless ``optimize``, fixed) hyperparameters in standardised units:
         length scale(s) (a scalar or ``input_dim`` values, per output if ``output_dim x
-        input_dim``; default sqrt(input_dim), the typical distance between two
-        standardised inputs), signal variance and noise variance (scalars or per output).
+        input_dim``; default :data:`LENGTH_SCALE`, one standard deviation of the training
+        inputs), signal variance and noise variance (scalars or per output).
     ard:
         One length scale per input (True) or one per output GP (False: PGPOL eq. 6).
     max_points:
@@ -152,8 +172,8 @@ class ExactGP(Learner):
         self.ard = bool(ard)
         d_ls = self.input_dim if self.ard else 1
         o = self.output_dim
-        if length_scale is None:  # standardised inputs: sqrt(d) keeps typical distances ~ 1 length scale
-            length_scale = float(np.sqrt(self.input_dim))
+        if length_scale is None:  # standardised inputs: one standard deviation of the training inputs
+            length_scale = LENGTH_SCALE
         self.ls = _as_hyper(length_scale, o, d_ls, "length_scale")
         self.sf2 = _as_hyper(signal_var, o, 1, "signal_var")[:, 0]
         self.sn2 = _as_hyper(noise_var, o, 1, "noise_var")[:, 0]
@@ -247,7 +267,8 @@ class ExactGP(Learner):
             return float(nl.sum()), np.concatenate([g_ls.ravel(), g_sf2, g_sn2])
 
         t0 = np.concatenate([np.log(self.ls).ravel(), np.log(self.sf2), np.log(self.sn2)])
-        bounds = [(-7.0, 7.0)] * (G * d_ls) + [(-9.0, 9.0)] * G + [(np.log(1e-6), 5.0)] * G
+        bounds = hyper_bounds(self.input_dim, G * d_ls, G)
+        t0 = np.clip(t0, [b[0] for b in bounds], [b[1] for b in bounds])
         self.ls, self.sf2, self.sn2 = unpack(minimise_nlml(f, t0, bounds, self.max_iter))
 
     # ---------------------------------------------------------------- prediction
@@ -255,9 +276,10 @@ class ExactGP(Learner):
         snap = self._snap
         N, o = X.shape[0], self.output_dim
         if snap is None:
-            return np.zeros((N, o)), (np.full((N, o), np.inf) if return_var else None)
+            return np.zeros((N, o)), (np.full((N, o), np.inf) if return_var else None), np.zeros(N)
         Xs, L, alpha, xs, ys, ls, sf2, _ = snap
-        Ks = se_kernel(xs(X), Xs, ls, sf2)                          # G x N x n (G = 1 or o)
+        Q = xs(X)
+        Ks = se_kernel(Q, Xs, ls, sf2)                              # G x N x n (G = 1 or o)
         near = (Ks.max(axis=2) >= OUTSIDE_CORRELATION * sf2[:, None]).any(axis=0)   # per query
         if not near.all():
             self.n_queries_outside += int(N - np.count_nonzero(near))
@@ -265,12 +287,14 @@ class ExactGP(Learner):
             mean = ys.mean + ys.std * (Ks[0] @ alpha.T)
         else:
             mean = ys.mean + ys.std * np.einsum("gqn,gn->qg", Ks, alpha)
-        var = None
-        if return_var:
-            v = solve_triangular(L, np.swapaxes(Ks, 1, 2), lower=True)  # G x n x N
-            var_s = np.maximum(sf2[:, None] - np.einsum("gnq,gnq->gq", v, v), 0.0)
-            var = (ys.std ** 2)[None, :] * np.broadcast_to(var_s.T, (N, o))
-        return mean, var
+        v = solve_triangular(L, np.swapaxes(Ks, 1, 2), lower=True)      # G x n x N
+        var_s = np.maximum(sf2[:, None] - np.einsum("gnq,gnq->gq", v, v), 0.0)
+        # support: the share of the prior variance explained, within the data's spread
+        support = (1.0 - var_s.T / sf2[None, :]) * spread_support(Q)[:, None]          # N x G
+        if support.shape[1] == 1:
+            support = support[:, 0]
+        var = (ys.std ** 2)[None, :] * np.broadcast_to(var_s.T, (N, o)) if return_var else None
+        return mean, var, support
 
     def mean_gradient(self, X) -> np.ndarray:
         """d mean / dx: ``output_dim x input_dim`` for one x, ``N x output_dim x

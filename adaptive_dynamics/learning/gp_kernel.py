@@ -12,14 +12,34 @@ one learner, or one group of joints with shared hyperparameters):
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import gammaincc
 
-__all__ = ["scaled", "sqdist", "se_kernel", "se_kernel_grads", "OUTSIDE_CORRELATION"]
+__all__ = ["scaled", "sqdist", "se_kernel", "se_kernel_grads", "OUTSIDE_CORRELATION", "SPREAD_LEVEL",
+           "spread_support"]
 
 #: a query whose kernel correlation k / sf2 with every training (or inducing) input of
 #: every GP is below this -- farther than 3 length scales from all of them -- is outside
 #: the region the model has data for: its prediction is the prior's (counted by the GP
 #: learners as ``n_queries_outside``)
 OUTSIDE_CORRELATION = float(np.exp(-4.5))
+
+
+#: chi^2 tail probability of a query's standardised distance to a GP's training inputs
+#: below which the query lies beyond their spread (see :func:`spread_support`)
+SPREAD_LEVEL = 1e-3
+
+
+def spread_support(U: np.ndarray) -> np.ndarray:
+    """The second factor of a GP's support (:mod:`.base`): for inputs ``U`` standardised by
+    the training set's per-coordinate mean and standard deviation (... x d), the chi^2
+    (d degrees of freedom) tail probability of ``|u|^2`` relative to :data:`SPREAD_LEVEL`,
+    capped at 1: 1 within the spread of the data, falling continuously to 0 beyond it.  A
+    fitted length scale can be long (a window of a smooth trajectory is fitted well by
+    an almost linear GP) and the kernel's explained variance then stays high far from
+    every sample; this factor keeps the support within the data's own spread."""
+    d = U.shape[-1]
+    r2 = np.einsum("...d,...d->...", U, U)
+    return np.minimum(1.0, gammaincc(0.5 * d, 0.5 * r2) / SPREAD_LEVEL)
 
 
 def _per_gp(X: np.ndarray, G: int) -> np.ndarray:

@@ -75,6 +75,7 @@ import warnings
 from typing import Any, Dict, Optional
 
 import numpy as np
+from scipy.special import gammaincc
 from scipy.stats import chi2
 
 from .base import Learner, register
@@ -82,6 +83,9 @@ from .consistency import ParameterChange, transform_gaussians
 
 __all__ = ["IncrementalGMM"]
 
+#: chi^2 tail probability (input marginal) beyond which a query is outside every component;
+#: the support falls from 1 there (see ``_predict``)
+OUTSIDE_LEVEL = 1e-3
 #: default regulariser as a fraction of delta (see the class docstring)
 REG_PER_DELTA = 0.6
 #: largest automatic delta
@@ -198,7 +202,7 @@ class IncrementalGMM(Learner):
         #: queries farther than the 99.9 % chi^2 quantile (input marginal) from every
         #: component: outside the region the mixture has data for
         self.n_queries_outside = 0
-        self._outside_d2 = float(chi2.ppf(0.999, self.input_dim))
+        self._outside_d2 = float(chi2.isf(OUTSIDE_LEVEL, self.input_dim))
         self._pred = None                     # immutable prediction snapshot (tuple)
 
     # ---------------------------------------------------------------- config
@@ -550,11 +554,12 @@ class IncrementalGMM(Learner):
         snap = self._pred
         if snap is None:
             mean = np.zeros((N, o))
-            return mean, (np.full((N, o), np.inf) if return_var else None)
+            return mean, (np.full((N, o), np.inf) if return_var else None), np.zeros(N)
         K, GT, off, logc, cond = snap[:5]
         i = self.input_dim
         mean = np.empty((N, o))
         var = np.empty((N, o)) if return_var else None
+        support = np.empty(N)
         chunk = max(1, 65536 // (K * (i + o)))
         for s0 in range(0, N, chunk):
             Xc = X[s0: s0 + chunk]
@@ -563,9 +568,13 @@ class IncrementalGMM(Learner):
             Rr -= off
             Zi = Rr[:, : K * i].reshape(n, K, i)
             d2 = np.einsum("nki,nki->nk", Zi, Zi)        # squared Mahalanobis distance to each component
-            outside = np.count_nonzero(d2.min(axis=1) > self._outside_d2)
+            d2min = d2.min(axis=1)
+            outside = np.count_nonzero(d2min > self._outside_d2)
             if outside:
                 self.n_queries_outside += int(outside)
+            # support: the chi^2 tail probability of the nearest component, relative to the
+            # outside level (1 inside it, falling continuously to 0 beyond)
+            support[s0: s0 + n] = np.minimum(1.0, gammaincc(0.5 * i, 0.5 * d2min) / OUTSIDE_LEVEL)
             m = logc - 0.5 * d2
             m -= m.max(axis=1, keepdims=True)
             h = np.exp(m)
@@ -577,7 +586,7 @@ class IncrementalGMM(Learner):
                 var[s0: s0 + n] = h @ cond + np.einsum("nk,nko->no", h, Yk * Yk) - yc * yc
         if return_var:
             np.maximum(var, 0.0, out=var)
-        return mean, var
+        return mean, var, support
 
     # ---------------------------------------------------------------- consistency
     def _transform(self, dpi: np.ndarray, model) -> None:

@@ -80,13 +80,18 @@ class OnlineResidual:
     queue_limit:
         Queued samples beyond this are dropped (counted in ``samples_dropped``): a
         learner slower than the stream loses samples, never memory or latency.
+    prior, raw:
+        What the learner falls back to where its data does not reach, and whether it
+        does (:meth:`Learner.set_prediction`): ``"zero"`` for a residual, ``"mean"`` for
+        a learner of the torque itself.  A loaded learner keeps its file's prior and
+        takes ``raw`` from here.
     """
 
     def __init__(self, model, kind: str = "gmm", config: Optional[Dict[str, Any]] = None, *,
                  learn_every: int = 10, block_size: int = 50, warmup: int = 200,
                  box: str = "data", box_margin: float = 0.2, acceleration_limit: float = 10.0,
                  queue_limit: int = 20000, learning: bool = True, transform: bool = True,
-                 threaded: bool = True):
+                 threaded: bool = True, prior="zero", raw: bool = False):
         if kind not in LEARNERS:
             raise ValueError(f"unknown learner {kind!r}; available: {sorted(LEARNERS)}")
         if box not in ("data", "limits"):
@@ -106,6 +111,8 @@ class OnlineResidual:
         self.queue_limit = int(queue_limit)
         self.learning = bool(learning)
         self.transform = bool(transform)
+        self.prior = prior
+        self.raw = bool(raw)
         self.learner: Optional[Learner] = None
         self._zeros = np.zeros(n)
         self._queue: collections.deque = collections.deque()
@@ -328,6 +335,8 @@ class OnlineResidual:
             # this stream's warm-up is the learner's: the network's target scaling, the
             # mixture's geometry come from the same samples, and it predicts from the first update
             cfg.setdefault("warmup", max(1, X.shape[0]))
+        cfg.setdefault("prior", self.prior)
+        cfg.setdefault("raw", self.raw)
         return make_learner(self.kind, input_dim=3 * n, output_dim=n, **cfg)
 
     # ---------------------------------------------------------------- control
@@ -383,6 +392,7 @@ class OnlineResidual:
         if L.kind == "rbfn" and getattr(L, "n_params", 0) not in (0, self.model.n_params):
             raise ValueError(f"{where}: the RBF network carries dW/dpi for {L.n_params} parameters, the model has"
                              f" {self.model.n_params} (friction columns on/off?)")
+        L.set_prediction(raw=self.raw)    # the prior is the file's (e.g. identify's torque offsets)
         with self._fit_lock:
             if self._hint is not None:
                 L.hint(self._hint)
@@ -411,6 +421,8 @@ class OnlineResidual:
         d.update(ready=self.ready, learner=self.kind, size=self.size(), queue=len(self._queue),
                  learning=self.learning, transform=self.transform,
                  warmup_buffered=sum(len(a) for a in self._warm_X))
+        d["raw_prediction"] = self.raw
         if self.learner is not None:
             d.update(self.learner._counters())   # n_updates, n_rejected, n_queries_outside, ...
+            d["pulled_back_fraction"] = round(self.learner.pulled_back_fraction, 4)
         return d

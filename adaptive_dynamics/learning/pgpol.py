@@ -64,13 +64,17 @@ import numpy as np
 
 from .base import Learner, register, split_state
 from .consistency import ParameterChange
-from .gp import Standardiser
-from .gp_kernel import OUTSIDE_CORRELATION
+from .gp import LENGTH_SCALE, Standardiser
+from .gp_kernel import OUTSIDE_CORRELATION, spread_support
 from .sparse_gp import SparseGP
 
 __all__ = ["PGPOL", "SGPOL"]
 
 
+#: the radius [standard deviations of a GP's training inputs] of the support around them:
+#: a query's support is exp(-d^2 / (2 r^2)), d its distance to the nearest training input in
+#: the GP's standardised inputs (times the spread factor, :func:`.gp_kernel.spread_support`)
+SUPPORT_RADIUS = 0.5
 #: the change test's defaults (samples at the learner's rate; see the module docstring)
 CHANGE_DEFAULTS: Dict[str, Any] = {"change_threshold": 0.1, "change_horizon": 300, "change_warmup": 1500,
                                    "change_lag": 50}
@@ -155,7 +159,7 @@ class PGPOL(Learner):
         20 and 10); ``max_iter = 0`` keeps Z and the hyperparameters fixed.
     length_scale, signal_var, noise_var, ard:
         Initial hyperparameters in standardised units (length scale default
-        sqrt(input_dim), the typical distance between two standardised inputs); one
+        :data:`~.gp.LENGTH_SCALE`, one standard deviation of the training inputs); one
         length scale per GP (``ard=False``, the paper's kernel) or per input.
     groups:
         ``"shared"``: one GP for all outputs with shared Z and hyperparameters (GPy's
@@ -194,7 +198,7 @@ class PGPOL(Learner):
         self.database_size = int(database_size)
         self.n_inducing, self.max_iter = int(n_inducing), int(max_iter)
         if length_scale is None:
-            length_scale = float(np.sqrt(self.input_dim))
+            length_scale = LENGTH_SCALE
         self.length_scale, self.signal_var, self.noise_var = length_scale, float(signal_var), float(noise_var)
         self.ard, self.groups, self.seed = bool(ard), groups, int(seed)
         self.change_threshold = None if change_threshold is None else float(change_threshold)
@@ -351,9 +355,32 @@ class PGPOL(Learner):
             c0=(np.log(sf2)[:, :, None] - 0.5 * np.einsum("kgmd,kgmd->kgm", Zs, Zs))[:, :, None, :],
             w=w, WR=np.concatenate([w, R], axis=3), c=w.shape[3], sf2=sf2,
             ym=np.stack([s[4].mean for s in snaps])[:, None, :], ysd=np.stack([s[4].std for s in snaps]),
-            sn2=np.stack([g.sn2 for g in fitted]), joint=self.groups == "joint")
+            sn2=np.stack([g.sn2 for g in fitted]), D=self._support_inputs(fitted), xsd=xsd,
+            joint=self.groups == "joint")
         snap["one"] = self._one_query_arrays(snap)
         self._snap = snap                                  # one atomic swap, complete
+
+    @staticmethod
+    def _support_inputs(fitted) -> np.ndarray:
+        """Every fitted GP's standardised training inputs divided by
+        :data:`SUPPORT_RADIUS`, padded to one length, with their squared norms in the last
+        column (K x n_max x (d + 1); padding rows are never the nearest)."""
+        D = [g.support_inputs() / SUPPORT_RADIUS for g in fitted]
+        n_max = max(d.shape[0] for d in D)
+        out = np.zeros((len(D), n_max, D[0].shape[1] + 1))
+        for k, d in enumerate(D):
+            out[k, :d.shape[0], :-1] = d
+            out[k, :d.shape[0], -1] = np.einsum("nd,nd->n", d, d)
+            out[k, d.shape[0]:, -1] = np.inf
+        return out
+
+    @staticmethod
+    def _data_support(U: np.ndarray, D: np.ndarray) -> np.ndarray:
+        """``exp(-min_n |u - u_n|^2 / 2)`` for queries ``U`` (K x N x d, standardised by each
+        GP's scaler and divided by :data:`SUPPORT_RADIUS`) and ``D`` from
+        :meth:`_support_inputs`: K x N."""
+        d2 = np.einsum("knd,knd->kn", U, U)[..., None] + D[:, None, :, -1] - 2.0 * (U @ np.swapaxes(D[..., :-1], 1, 2))
+        return np.exp(-0.5 * np.maximum(d2.min(axis=2), 0.0))
 
     @staticmethod
     def _one_query_arrays(s: dict) -> dict:
@@ -375,6 +402,7 @@ class PGPOL(Learner):
                     C=s["c0"][:, :, 0, :].reshape(K, 1, G * m).copy(), WR=s["WR"].reshape(K * G, m, -1),
                     sf2=s["sf2"].reshape(K * G), sf2_out=OUTSIDE_CORRELATION * s["sf2"].reshape(K * G),
                     ysd=ysd, ym=s["ym"][:, 0, :], ysd2=ysd2,
+                    D=s["D"], xsd=s["xsd"],
                     noise=(s["sn2"] if joint else s["sn2"][:, :1]) * ysd2, K=K, G=G, m=m)
 
     def _predict_one(self, snap: dict, x: np.ndarray, return_var: bool):
@@ -389,23 +417,24 @@ class PGPOL(Learner):
         P = kq @ s["WR"]                                                     # K G x 1 x (c + m)
         joint = snap["joint"]
         mean = (P[:, 0, 0].reshape(K, G) if joint else P[:, 0, :c]) * s["ysd"] + s["ym"]   # K x o
-        if K == 1 and not return_var:
-            return mean, None
-        v = s["sf2"] - (P[:, 0, c:] * kq[:, 0]).sum(1)
+        e = (P[:, 0, c:] * kq[:, 0]).sum(1)                                 # explained prior variance
+        us = u / s["xsd"]                                                     # K x d, standardised
+        sup = (self._data_support(us[:, None, :] / SUPPORT_RADIUS, s["D"])[:, 0] * spread_support(us))[:, None]
+        v = s["sf2"] - e
         np.maximum(v, 0.0, out=v)
         var = v.reshape(K, G if joint else 1) * s["ysd2"]                     # K x o, raw latent
         if K == 1:
-            return mean, var
+            return mean, var, sup[:, 0]
         w = 1.0 / np.sqrt(var + s["noise"])
         wsum = w.sum(axis=0)
         fused = (w * mean).sum(axis=0) / wsum
-        return fused[None], ((w * var).sum(axis=0) / wsum)[None] if return_var else None
+        return fused[None], ((w * var).sum(axis=0) / wsum)[None] if return_var else None, sup.max(axis=0)
 
     def _predict(self, X: np.ndarray, return_var: bool):
         s = self._snap
         N, o = X.shape[0], self.output_dim
         if s is None:
-            return np.zeros((N, o)), (np.full((N, o), np.inf) if return_var else None)
+            return np.zeros((N, o)), (np.full((N, o), np.inf) if return_var else None), np.zeros(N)
         if N == 1:
             return self._predict_one(s, X[0], return_var)
         Qs = (X - s["off"]) * s["scale"]                                     # K x G x N x d
@@ -417,14 +446,14 @@ class PGPOL(Learner):
         if not near.all():
             self.n_queries_outside += int(N - np.count_nonzero(near))
         K, joint, c = Kq.shape[0], s["joint"], s["c"]
-        need_var = return_var or K > 1
-        P = Kq @ (s["WR"] if need_var else s["w"])                          # K x G x N x (c [+ m])
+        P = Kq @ s["WR"]                                                     # K x G x N x (c + m)
         M = P[..., :c]
         ysd = s["ysd"][:, None, :]
         mean = (np.swapaxes(M[..., 0], 1, 2) if joint else M[:, 0]) * ysd + s["ym"]   # K x N x o
-        if not need_var:
-            return mean[0], None
-        v = s["sf2"][:, :, None] - np.einsum("kgnm,kgnm->kgn", P[..., c:], Kq)
+        e = np.einsum("kgnm,kgnm->kgn", P[..., c:], Kq)                     # explained prior variance
+        U = (X - s["off"][:, 0]) / s["xsd"][:, None, :]                      # K x N x d, standardised
+        sup = self._data_support(U / SUPPORT_RADIUS, s["D"]) * spread_support(U)   # K x N
+        v = s["sf2"][:, :, None] - e
         np.maximum(v, 0.0, out=v)
         noise = s["sn2"]                                                     # K x G
         if joint:
@@ -434,11 +463,11 @@ class PGPOL(Learner):
         ysd2 = ysd * ysd
         var = var_s * ysd2                                                   # K x N x o, raw latent
         if K == 1:
-            return mean[0], var[0]
+            return mean[0], var[0] if return_var else None, sup[0]
         w = 1.0 / np.sqrt(var + noise_s * ysd2)
         wsum = w.sum(axis=0)
         fused = (w * mean).sum(axis=0) / wsum
-        return fused, ((w * var).sum(axis=0) / wsum if return_var else None)
+        return fused, ((w * var).sum(axis=0) / wsum if return_var else None), sup.max(axis=0)
 
     # ------------------------------------------------------------ consistency
     def _transform(self, dpi: np.ndarray, model) -> None:

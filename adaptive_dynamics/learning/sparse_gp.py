@@ -30,7 +30,7 @@ from typing import Optional
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 
-from .gp import LOG2PI, Standardiser, minimise_nlml
+from .gp import LOG2PI, Standardiser, hyper_bounds, minimise_nlml
 from .gp_kernel import se_kernel, se_kernel_grads
 
 __all__ = ["dtc_nlml", "SparseGP", "JITTER"]
@@ -200,6 +200,12 @@ class SparseGP:
         self.ls, self.sf2, self.sn2 = hyper
         self.Z_raw, self.X, self.Y = Z_raw, X, Y
 
+    def support_inputs(self) -> np.ndarray:
+        """The training inputs standardised by the model's input scaler, ``xs(X)`` (n x
+        d): the support of a query is set by its distance to the nearest of them
+        (:mod:`.pgpol`)."""
+        return self.snap[3](self.X)
+
     def scalers(self) -> np.ndarray:
         """The input and output standardisers of the model in use: 2 x (d + o) (means,
         standard deviations); a consistency shift keeps them, so a saved model needs them."""
@@ -229,8 +235,10 @@ class SparseGP:
             return float(F.sum()), np.concatenate([gZ.ravel(), gl.ravel(), gs, gn])
 
         t0 = np.concatenate([Z.ravel(), np.log(self.ls).ravel(), np.log(self.sf2), np.log(self.sn2)])
-        bounds = ([(None, None)] * nz + [(-7.0, 7.0)] * nl + [(-9.0, 9.0)] * G
-                  + [(np.log(1e-6), 5.0)] * G)
+        bounds = [(None, None)] * nz + hyper_bounds(d, nl, G)
+        lo = np.array([-np.inf if b[0] is None else b[0] for b in bounds])
+        hi = np.array([np.inf if b[1] is None else b[1] for b in bounds])
+        t0 = np.clip(t0, lo, hi)
         return unpack(minimise_nlml(f, t0, bounds, self.max_iter))
 
     @staticmethod

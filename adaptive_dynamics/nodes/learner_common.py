@@ -88,6 +88,10 @@ def learner_specs() -> list[ParamSpec]:
                   min=0.1, read_only=True),
         ParamSpec("queue_limit", 20000, "queued samples beyond this are dropped (counted)", min=1,
                   read_only=True),
+        ParamSpec("raw_prediction", False, "predict the learner's raw mean everywhere; false (default): the"
+                  " prediction falls back continuously to the prior (zero residual, the mean torque for"
+                  " target torque) where the learner's data does not reach (pulled_back_fraction in"
+                  " /diagnostics)", read_only=True),
     ]
 
 
@@ -128,13 +132,15 @@ def learner_config(text: str) -> dict:
     return config
 
 
-def make_core(p, model, config: dict, *, transform: Optional[bool] = None) -> OnlineResidual:
-    """The :class:`OnlineResidual` the parameters in ``p`` (:func:`learner_specs`) describe."""
+def make_core(p, model, config: dict, *, transform: Optional[bool] = None, prior: str = "zero") -> OnlineResidual:
+    """The :class:`OnlineResidual` the parameters in ``p`` (:func:`learner_specs`) describe
+    (``prior``: ``"zero"`` for a residual, ``"mean"`` for a learner of the torque)."""
     return OnlineResidual(
         model, p["learner"], config, learn_every=p["learn_decimation"], block_size=p["block_size"],
         warmup=p["warmup"], box=p["rbfn_box"], box_margin=p["box_margin"],
         acceleration_limit=p["acceleration_limit"], queue_limit=p["queue_limit"],
-        learning=p["learning"], transform=p["transform"] if transform is None else transform)
+        learning=p["learning"], transform=p["transform"] if transform is None else transform,
+        prior=prior, raw=p["raw_prediction"])
 
 
 class SampleAssembler:

@@ -120,7 +120,8 @@ class ModelUpdateNode(Node):
         config = learner_config(p["learner_config"])
         if self.torque_target and p["learner"] == "rbfn":
             config.setdefault("n_params", 0)   # no parametric model to stay consistent with
-        self.core = make_core(p, self.model, config, transform=False if self.torque_target else None)
+        self.core = make_core(p, self.model, config, transform=False if self.torque_target else None,
+                              prior="mean" if self.torque_target else "zero")
         self.source = f"{socket.gethostname()}:{self.get_fully_qualified_name()}"
         self.version = 0
         self.epoch = secrets.token_hex(8)        # this run's id in every snapshot header

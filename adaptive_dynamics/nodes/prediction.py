@@ -51,6 +51,8 @@ and on ``~/save_model`` (std_srvs/Trigger; atomic write) and loaded at start wit
 same checks (a refused file is logged and left as it is until a valid model replaces
 it).  On shutdown the loader thread is stopped and joined (up to 2 s) before the final
 save.  ``/diagnostics``: ``model_version``, ``model_epoch``, ``model_kind``, ``model_source``,
+``pulled_back_fraction`` (of this node's predictions, those the model in use pulled back to
+its prior: outside its data), ``raw_prediction`` (the model_update node's setting),
 ``model_age_s`` (since the snapshot was made, by the wall clocks of both hosts),
 ``model_received_s_ago`` (since the model in use arrived: it grows while no newer
 snapshot gets through, e.g. while the link to ``model_update`` is down),
@@ -347,6 +349,8 @@ class PredictionNode(Node):
             c.set("model_version", m.version)
             c.set("model_epoch", m.epoch)
             c.set("model_kind", m.kind)
+            c.set("pulled_back_fraction", round(m.learner.pulled_back_fraction, 4))
+            c.set("raw_prediction", m.learner.raw)
             c.set("model_source", m.source)
             c.set("model_age_s", round(time.time() - m.created, 3))
             c.set("model_received_s_ago", round(time.monotonic() - m.received, 3))

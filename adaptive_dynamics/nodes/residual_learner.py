@@ -41,6 +41,11 @@ phases of the paper's online experiment are set through them.  Services
 start when it exists (kind and sizes checked), saved on shutdown and on
 ``~/save_model`` (atomic write), and every ``autosave_period`` s.
 
+Where the learner's data does not reach, its prediction falls back continuously to zero
+(the parametric model alone; :mod:`adaptive_dynamics.learning.base`): ``/diagnostics``
+``pulled_back_fraction`` is the share of predictions it pulled back, ``raw_prediction:
+true`` turns the fall-back off.
+
 Bad input (wrong joint names, NaN/inf, wrong parameter names) is rejected, counted in
 ``/diagnostics`` and logged (throttled); it never reaches the model.
 """
