@@ -419,7 +419,7 @@ def _absolute(topic: str, namespace: str) -> str:
 
 
 _OFFLINE_OPTIONS = ("out", "robot", "decimation", "acceleration", "target", "window", "block", "transform",
-                    "save_model", "learner_config")
+                    "save_model", "learner_config", "region_radius")
 _DDS_OPTIONS = {"fast": "--fast", "topics": "--topics", "no_clock": "--no-clock", "loop": "--loop",
                 "wait_for_subscribers": "--wait-for-subscribers", "remap": "--remap"}
 
@@ -454,7 +454,8 @@ def _cmd_replay_offline(args) -> int:
                            window_s=opt(args.window, "window_s"),
                            block=args.block if args.block is not None else (
                                DEFAULTS["update_block"] if args.learner in ("pgpol", "sgpol") else DEFAULTS["block"]),
-                           transform=args.transform, out_dir=args.out or "replay_eval", model_out=args.save_model)
+                           transform=args.transform, out_dir=args.out or "replay_eval", model_out=args.save_model,
+                           **({} if args.region_radius is None else {"region_radius": args.region_radius}))
     print(format_table(res))
     print(json.dumps(res))
     return 0
@@ -639,6 +640,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--transform", action="store_true",
                    help="apply adaptive/parameter_update (the consistency transform) in stamp order")
     g.add_argument("--save-model", default=None, metavar="PATH", help="save the trained learner (.npz)")
+    g.add_argument("--region-radius", type=float, default=None, metavar="RAD",
+                   help="a sample is inside the training region when a sample learnt before its block has"
+                   " joint positions within this distance [rad, Euclidean] (default 0.1); the nMSE is"
+                   " reported inside and outside it")
     g.add_argument("--learner-config", default=None, metavar="JSON",
                    help="learner constructor arguments, e.g. '{\"n_basis\": 1024}' or '{\"max_components\": 32}'")
     p.set_defaults(fn=_cmd_replay)

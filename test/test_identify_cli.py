@@ -123,6 +123,30 @@ def test_identify_a_damaged_bag_and_csv(recording, tmp_path):
     np.testing.assert_allclose(res_csv["results"]["ls"]["test_nmse"], r["ls"]["test_nmse"], rtol=1e-4, atol=1e-7)
 
 
+def test_identify_reports_inside_and_outside_the_training_region(recording, tmp_path):
+    """Trained on the first 30 % (under half the excitation's period), the held-out part
+    partly revisits its states and partly leaves them: every model's nMSE is reported in
+    both parts; the learner, whose prior is the identified offsets, is no worse than the
+    identification outside (where it falls back) and better inside."""
+    names, stamps, R = recording
+    res = ident_cli.run(_args(_csv(tmp_path / "rec.csv", names, stamps, R), tmp_path / "out", train=0.3,
+                              learner="gmm", **{"no-consistent": True}))
+    reg, r = res["region"], res["results"]
+    assert reg["radius_rad"] == 0.1 and 0.2 < reg["fraction_outside"] < 0.95, reg
+    for key in ("nominal", "ls", "ls+gmm"):
+        assert len(r[key]["test_nmse_inside"]) == len(r[key]["test_nmse_outside"]) == 7, key
+    ls_in, ls_out = np.array(r["ls"]["test_nmse_inside"]), np.array(r["ls"]["test_nmse_outside"])
+    gmm_in, gmm_out = np.array(r["ls+gmm"]["test_nmse_inside"]), np.array(r["ls+gmm"]["test_nmse_outside"])
+    assert np.all(gmm_out <= 1.05 * ls_out), (gmm_out, ls_out)
+    assert np.median(gmm_in / ls_in) < 1.0, (gmm_in, ls_in)
+    assert 0.0 < r["ls+gmm"]["pulled_back_fraction"] <= 1.0
+    from adaptive_dynamics.learning import load_learner
+    np.testing.assert_allclose(load_learner(res["files"]["learner_gmm"]).prior, r["ls"]["offset"], rtol=1e-12)
+    narrow = ident_cli.run(_args(_csv(tmp_path / "rec.csv", names, stamps, R), tmp_path / "out2", train=0.3,
+                                 **{"no-consistent": True, "region-radius": 0.01}))
+    assert narrow["region"]["fraction_outside"] > reg["fraction_outside"]
+
+
 def test_identify_a_cut_off_recording(recording, tmp_path):
     """The MCAP of a killed recorder (no summary, no metadata.yaml): identified from what
     it holds, the recovery reported."""

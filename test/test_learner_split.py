@@ -441,12 +441,12 @@ def test_restart_continues_versions_and_reloads_the_model(ros, model, tmp_path):
     # prediction restarts with its model (no model_update running yet)
     pred2 = ros.add(PredictionNode, robot=ROBOT, learner="gmm", model_file=str(pred_file))
     assert pred2.model is not None and pred2.model.version == v_pub
-    np.testing.assert_allclose(pred2.model.learner.predict(X), expected, rtol=1e-12)
+    np.testing.assert_allclose(pred2.model.learner.predict(X), expected, rtol=1e-9)
     # model_update restarts from its file: republishes v_pub, then numbers on from there
     n0 = len(probe.models)
     upd2 = ros.add(ModelUpdateNode, **kw)
     assert upd2.version == v_pub and upd2.core.ready
-    np.testing.assert_allclose(upd2.core.predict(X), expected, rtol=1e-12)
+    np.testing.assert_allclose(upd2.core.predict(X), expected, rtol=1e-9)
     assert ros.spin_until(lambda: probe.ptorque.get_subscription_count() > 0 and len(upd2.refs) == len(Q)
                           and probe.state.get_subscription_count() >= 2, timeout=10.0)
     assert ros.spin_until(lambda: pred2.counters["refused_version"] == 1, timeout=5.0)   # v_pub again: not newer
@@ -456,7 +456,7 @@ def test_restart_continues_versions_and_reloads_the_model(ros, model, tmp_path):
     after = probe.versions(n0)
     assert after[0] == v_pub and after == sorted(set(after)) and upd2.version > v_pub, after
     assert probe.models[-1].layout.dim[0].label == f"gmm v{upd2.version}"
-    np.testing.assert_allclose(pred2.model.learner.predict(X), upd2.core.predict(X), rtol=1e-12)
+    np.testing.assert_allclose(pred2.model.learner.predict(X), upd2.core.predict(X), rtol=1e-9, atol=1e-12)
     assert hashlib.sha256(pred2.model.data).digest() == hashlib.sha256(bytes(probe.models[-1].data)).digest()
 
 

@@ -140,12 +140,15 @@ def test_learner_learns_the_friction_residual(bag, kind, tmp_path):
 def test_replay_with_the_sliding_window_gp(bag, tmp_path):
     """``replay --learner gp``: the exact GP on a FIFO window of the stream (fixed
     hyperparameters, no database) learns the residual, less well than the GMM/RBFN that
-    keep every region they have seen."""
+    keep every region they have seen.  (Its default length scale, one standard deviation
+    of the window's inputs, is chosen on held-out motions outside the training region
+    -- docs/learners.md; sqrt(21) standard deviations did 3x better on this bag's smooth
+    residual and extrapolated the realistic proxy's up to 1.9x worse than none.)"""
     res = evaluate_learner(bag, "gp", out_dir=tmp_path, plot=False)
     assert res["learner"] == "gp" and res["samples"]["learned"] == 2000
     last = np.array([res["nmse_last_window"][j] for j in res["joints"]])
     zero = np.array([res["nmse_zero_predictor"][j] for j in res["joints"]])
-    assert np.isfinite(last).all() and last.mean() < 0.4 * zero.mean(), (last, zero)
+    assert np.isfinite(last).all() and last.mean() < 0.5 * zero.mean(), (last, zero)
 
 
 def test_replay_with_pgpol(bag, tmp_path):
@@ -294,7 +297,12 @@ def test_cli_replay_with_learner(bag, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["learner"] == "rbfn" and res["window_s"] == 2.0 and len(res["nmse_windows"]["t_s"]) == 3
-    assert "panda_joint7" in r.stdout and "nMSE last" in r.stdout
+    assert "panda_joint7" in r.stdout and "nMSE last" in r.stdout and "training region" in r.stdout
+    # prequential: a block is judged against what was learnt before it -- the run's first
+    # pass leaves the learnt region, its repetitions revisit it
+    reg = res["region"]
+    assert reg["radius_rad"] == 0.1 and 0.0 < reg["fraction_outside"] < 1.0, reg
+    assert set(res["nmse_inside"]) == set(res["nmse_outside"]) == set(res["joints"])
     assert (out / "replay_rbfn.png").stat().st_size > 10_000
     assert json.loads((out / "replay_rbfn.json").read_text())["samples"]["total"] == 6000
 

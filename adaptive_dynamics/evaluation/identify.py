@@ -13,7 +13,10 @@ from a recording, evaluated on held-out data (no ROS import).
    physically consistent variant (every link's pseudo-inertia positive semidefinite, a
    semidefinite program; ``--no-consistent`` skips it).
 4. Per-joint nMSE on the held-out part for the URDF's own model (no friction), the
-   least-squares and the consistent identification.
+   least-squares and the consistent identification (and the learner's, with
+   ``--learner``): overall, and inside and outside the training region
+   (:mod:`.regions`: a held-out sample is inside when a training sample's joint
+   positions lie within ``--region-radius``, 0.1 rad by default).
 
 Writes to ``--out``: ``estimate_ls.npz`` and ``estimate_consistent.npz`` (adaptive
 controller state files: ``adaptive_controller`` with ``friction: true``,
@@ -21,7 +24,8 @@ controller state files: ``adaptive_controller`` with ``friction: true``,
 x = (q, qd, qdd) and the torque the least-squares model leaves, y = tau - Y theta (the
 offset is not part of the controller's model, so it stays in y): the training data of a
 residual learner; with ``--learner KIND`` also that learner
-trained on it, ``learner_KIND.npz``, a ``residual_learner`` ``model_file``), plots of
+trained on it, ``learner_KIND.npz``, a ``residual_learner`` ``model_file``, whose prior is
+the identified offsets: where its data does not reach it predicts the identification), plots of
 measured vs predicted torque on the held-out part (``identify_torque.png``) and
 ``identify.json`` (printed last).
 """
@@ -35,13 +39,16 @@ import time
 
 import numpy as np
 
+from .regions import REGION_RADIUS, region_summary, split_nmse
+
 __all__ = ["add_arguments", "run", "main", "main_args", "split_prepared", "prepared_pieces", "DESCRIPTION"]
 
 DESCRIPTION = (
     "Identify the rigid-body model (base parameters + viscous/Coulomb friction + a torque offset per joint) from"
     " a recording by weighted least squares, and a physically consistent variant (every link's pseudo-inertia"
     " positive semidefinite, a semidefinite program), on the first --train part of the recorded time; report the"
-    " per-joint nMSE of the URDF's model and of both fits on the rest.  Left-out samples (missing joints, NaN,"
+    " per-joint nMSE of the URDF's model and of both fits on the rest, overall and inside / outside the training"
+    " region (held-out joint positions within / beyond --region-radius of every training sample).  Left-out samples (missing joints, NaN,"
     " out-of-order stamps, gaps) are counted by reason.  Writes to --out: estimate_ls.npz and"
     " estimate_consistent.npz (adaptive_controller estimates: friction true, initial_estimate file,"
     " initial_estimate_file PATH), warmstart.npz (inputs and the identified"
@@ -67,7 +74,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="adaptive law the estimate files are written for (default direct)")
     p.add_argument("--learner", default=None, metavar="KIND",
                    help="also train this residual learner on the identified model's residual (gmm | rbfn | gp"
-                   " | pgpol | sgpol) and save it as learner_KIND.npz")
+                   " | pgpol | sgpol) and save it as learner_KIND.npz; its prior is the identified offsets, so"
+                   " where its data does not reach it predicts the identification")
+    p.add_argument("--region-radius", type=float, default=REGION_RADIUS, metavar="RAD",
+                   help="held-out samples whose joint positions are farther than this from every training"
+                   f" sample [rad, Euclidean] are outside the training region (default {REGION_RADIUS}); the"
+                   " nMSE is reported inside and outside it")
 
 
 def prepared_pieces(pieces, cutoff_hz: float, decimate: int = 0):
@@ -120,6 +132,9 @@ def run(args) -> dict:
     (q, qd, qdd, tau), (qt, qdt, qddt, taut), counts = split_prepared(
         rec.t, rec.q, rec.qd, rec.tau, args.train, args.cutoff_hz, args.decimate, where=repr(args.source))
     counts = {"recording": rec.counts, **counts}
+    radius = getattr(args, "region_radius", REGION_RADIUS)
+    region = region_summary(q, qt, radius)
+    inside = region.pop("inside")
     offset = not args.no_offset
     results, files = {}, {}
     nominal = model.regressor_batch(qt, qdt, qddt) @ model.parameters
@@ -148,6 +163,7 @@ def run(args) -> dict:
     if args.learner:
         from ..learning import make_learner
         L = make_learner(args.learner, input_dim=3 * model.n, output_dim=model.n,
+                         prior=offsets if np.size(offsets) == model.n else "zero",
                          **_learner_defaults(args.learner, X))
         for i in range(0, len(X), 200):
             L.partial_fit(X[i:i + 200], resid[i:i + 200])
@@ -155,14 +171,20 @@ def run(args) -> dict:
         L.save(path)
         files[f"learner_{args.learner}"] = path
         base_t = pred["ls"] - offsets
-        results["ls+" + args.learner] = {"test_nmse": nmse(taut, base_t + L.predict(np.hstack([qt, qdt, qddt])))}
+        pred["ls+" + args.learner] = base_t + L.predict(np.hstack([qt, qdt, qddt]))
+        results["ls+" + args.learner] = {"test_nmse": nmse(taut, pred["ls+" + args.learner]),
+                                         "pulled_back_fraction": round(L.pulled_back_fraction, 4)}
+    for key, r in results.items():
+        parts = split_nmse(taut, pred[key], inside)
+        r["test_nmse_inside"], r["test_nmse_outside"] = parts["inside"], parts["outside"]
     files["plot"] = _plot(os.path.join(args.out, "identify_torque.png"), taut, pred, model.joint_names)
     for r in results.values():
-        r["test_nmse"] = [round(float(x), 5) for x in r["test_nmse"]]
-        if "train_nmse" in r:
-            r["train_nmse"] = [round(float(x), 5) for x in r["train_nmse"]]
+        for k in ("test_nmse", "train_nmse", "test_nmse_inside", "test_nmse_outside"):
+            if r.get(k) is not None:
+                r[k] = [round(float(x), 5) for x in r[k]]
     out = {"command": "identify", "source": str(args.source), "robot": str(args.robot), "joints": model.joint_names,
            "train_fraction": args.train, "samples": {"train": int(len(q)), "test": int(len(qt))},
+           "region": region,
            "counts": counts, "offset": offset, "results": results, "files": files,
            "runtime_s": round(time.perf_counter() - t0, 2)}
     with open(os.path.join(args.out, "identify.json"), "w") as fh:

@@ -65,7 +65,9 @@ normalisation looks ahead, never the targets) unless ``learner_config`` gives on
 Metrics (:mod:`.metrics`): ``running_nmse`` over consecutive windows of ``window_s``
 sim seconds of scored samples (each normalised by the variance of the whole scored
 target, so windows are comparable), the nMSE of the first and last window and of the
-whole bag per joint, and -- for scale -- the nMSE of always predicting 0.
+whole bag per joint, the nMSE inside and outside the training region (:mod:`.regions`:
+a sample is inside when a sample learnt before its block has joint positions within
+``region_radius``, 0.1 rad), and -- for scale -- the nMSE of always predicting 0.
 """
 from __future__ import annotations
 
@@ -83,6 +85,7 @@ import numpy as np
 from .. import wire  # numpy + struct only: no ROS import
 from .bags import TYPESTORE, open_bag, read_raw
 from .metrics import nmse, running_nmse
+from .regions import REGION_RADIUS, GrowingNearest, split_nmse
 
 __all__ = ["ReplayData", "load_samples", "evaluate_learner", "format_table", "ACCELERATIONS", "TARGETS",
            "DEFAULTS"]
@@ -536,7 +539,8 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
                      target: str = DEFAULTS["target"], window_s: float = DEFAULTS["window_s"],
                      block: int = DEFAULTS["block"], warmup: int = DEFAULTS["warmup"], transform: bool = False,
                      out_dir=None, model_out=None, plot: bool = True,
-                     reference_tolerance_s: float = DEFAULTS["reference_tolerance_s"]) -> dict:
+                     reference_tolerance_s: float = DEFAULTS["reference_tolerance_s"],
+                     region_radius: float = REGION_RADIUS) -> dict:
     """Prequential evaluation of residual learner ``learner`` on ``bag`` (module
     docstring).  Writes ``replay_<learner>.json`` and ``replay_<learner>.png`` to
     ``out_dir`` (when given) and the trained learner to ``model_out`` (``learner.save``).
@@ -576,6 +580,8 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
         learn = np.zeros(N, dtype=bool)
         learn[::decimation] = True
         pred = np.full((N, n), np.nan)
+        dist = np.full(N, np.inf)        # to the nearest joint position learnt before the sample's block
+        seen = GrowingNearest(n)
         first = min(N, max(1, warmup * decimation)) if warmup else min(N, block)
         bounds = list(range(first, N, block)) + [N]
         if transform:
@@ -593,6 +599,8 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
                 # the learner is consistent with pi_hat at t[a]; the block ends at pi_hat of
                 # the next block's first sample (of the last sample for the last block)
                 i0, i1 = ui[a], (ui[b] if b < N else ui[N - 1])
+            if rows.size and len(seen):
+                dist[rows] = seen.query(X[rows, :n])
             if rows.size and not L.n_updates:
                 pred[rows] = 0.0                 # nothing learnt yet
             elif rows.size:
@@ -608,6 +616,8 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
                 if b < N and np.isfinite(X[b]).all():
                     L.hint(X[b])                 # the next block's first query (PGPOL's kNN)
                 L.partial_fit(X[fit], yf, model=fit_model)
+                ok = np.isfinite(X[fit]).all(axis=1) & np.isfinite(yf).all(axis=1)
+                seen.add(X[fit[ok], :n])
             a = b
         t_done = time.perf_counter()
 
@@ -615,6 +625,8 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
     if scored.size == 0:
         raise ValueError(f"bag {str(bag)!r}: every sample has a NaN/inf in its input or target")
     P, T = pred[scored], Y[scored]
+    inside = dist[scored] <= region_radius
+    parts = split_nmse(T, P, inside)
     dt_s = float(np.median(np.diff(t))) * 1e-9 if N > 1 else 1e-3
     w = int(min(scored.size, max(1, round(window_s / dt_s))))
     R = running_nmse(P, T, w)
@@ -644,6 +656,11 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
         "nmse_last_window": _per_joint(R[-1], joints),
         "nmse_overall": _per_joint(nmse(P, T), joints),
         "nmse_zero_predictor": _per_joint(nmse(np.zeros_like(T), T), joints),
+        "nmse_inside": None if parts["inside"] is None else _per_joint(np.asarray(parts["inside"]), joints),
+        "nmse_outside": None if parts["outside"] is None else _per_joint(np.asarray(parts["outside"]), joints),
+        "region": {"radius_rad": region_radius, "distance": "nearest joint position learnt before the sample's"
+                   " block, Euclidean [rad]", "fraction_outside": _sig(1.0 - inside.mean()),
+                   "pulled_back_fraction": _sig(L.pulled_back_fraction)},
         "nmse_last_window_mean": _sig(R[-1].mean()),
         "nmse_windows": {"t_s": [_sig(x, 6) for x in tw], "nmse": [[_sig(v) for v in row] for row in R]},
         "learner_counters": {**{k: int(v) for k, v in L._counters().items()},
@@ -694,10 +711,12 @@ def _plot(path: str, tw, R, joints, res: dict) -> None:
 
 def format_table(res: dict) -> str:
     """The per-joint table the CLI prints."""
-    lines = [f"{'joint':18s} {'nMSE first':>11s} {'nMSE last':>11s} {'nMSE all':>11s} {'predict 0':>11s}"]
+    lines = [f"{'joint':18s} {'nMSE first':>11s} {'nMSE last':>11s} {'nMSE all':>11s} {'inside':>11s}"
+             f" {'outside':>11s} {'predict 0':>11s}"]
     for j in res["joints"]:
-        vals = [res[k][j] for k in ("nmse_first_window", "nmse_last_window", "nmse_overall", "nmse_zero_predictor")]
-        lines.append(f"{j:18s} " + " ".join(f"{v:11.4g}" if v is not None else f"{'nan':>11s}" for v in vals))
+        vals = [(res[k] or {}).get(j) for k in ("nmse_first_window", "nmse_last_window", "nmse_overall",
+                                               "nmse_inside", "nmse_outside", "nmse_zero_predictor")]
+        lines.append(f"{j:18s} " + " ".join(f"{v:11.4g}" if v is not None else f"{'-':>11s}" for v in vals))
     s, c = res["samples"], res["learner_counters"]
     lines.append("")
     lines.append(f"{res['learner']} on {res['robot']}, target {res['target']}: {s['total']} samples"
@@ -705,6 +724,10 @@ def format_table(res: dict) -> str:
                  f" {res['window_s']:g} s; learner size {c['size']}, {c['n_updates']} updates, {c['n_rejected']}"
                  f" rejected, {c['n_transforms']} transforms; {res['eval_s']:.2f} s"
                  f" ({res['samples_per_s']:.0f} samples/s), {res['wall_s']:.2f} s with loading")
+    r = res["region"]
+    lines.append(f"training region: joint positions within {r['radius_rad']:g} rad of a sample learnt before;"
+                 f" {100 * r['fraction_outside']:.1f} % of the scored samples outside it; predictions pulled back"
+                 f" to the prior: {100 * r['pulled_back_fraction']:.1f} %")
     if res.get("plot"):
         lines.append(f"plot: {res['plot']}   json: {res['json']}")
     if res.get("model"):

@@ -9,8 +9,10 @@ dependent dynamics (inertia, gravity, a payload's lever arm) that a learner of
 repeat across motions.  A learner that extrapolates shows it outside; one that has
 learnt only its trajectory's artefacts shows it inside but on another motion.
 
-:func:`nearest_distance` uses scipy's KD-tree; :func:`split_nmse` gives the per-joint
-nMSE of each part (``None`` for a part of fewer than :data:`MIN_SAMPLES` samples).
+:func:`nearest_distance` uses scipy's KD-tree; :class:`GrowingNearest` answers the same
+question for a training set that grows (a prequential replay: each block is judged
+against what was learnt before it); :func:`split_nmse` gives the per-joint nMSE of each
+part (``None`` for a part of fewer than :data:`MIN_SAMPLES` samples).
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from scipy.spatial import cKDTree
 
 from .metrics import nmse
 
-__all__ = ["REGION_RADIUS", "MIN_SAMPLES", "nearest_distance", "inside_region", "split_nmse", "region_summary"]
+__all__ = ["REGION_RADIUS", "MIN_SAMPLES", "nearest_distance", "inside_region", "split_nmse", "region_summary",
+           "GrowingNearest"]
 
 #: default radius of the training region [rad]
 REGION_RADIUS = 0.1
@@ -64,3 +67,37 @@ def region_summary(train_q, test_q, radius: float = REGION_RADIUS) -> dict:
             "fraction_beyond_0.5_rad": round(float((d > 0.5).mean()), 4) if d.size else None,
             "distance_quartiles_rad": [round(float(x), 4) for x in np.quantile(d, [0.25, 0.5, 0.75])] if d.size
             else None}
+
+
+class GrowingNearest:
+    """Nearest-distance queries against a set of points that grows: a KD-tree over a
+    prefix, rebuilt when the points added since exceed the prefix (amortised O(log N) per
+    point), and brute force over those recent points."""
+
+    def __init__(self, dim: int):
+        self.dim = int(dim)
+        self._tree = None
+        self._n_tree = 0
+        self._points = np.zeros((0, self.dim))
+
+    def __len__(self) -> int:
+        return self._points.shape[0]
+
+    def add(self, P) -> None:
+        P = np.atleast_2d(np.asarray(P, dtype=float))
+        if P.size:
+            self._points = np.vstack([self._points, P])
+        if len(self) - self._n_tree > max(256, self._n_tree):
+            self._tree, self._n_tree = cKDTree(self._points), len(self)
+
+    def query(self, Q) -> np.ndarray:
+        Q = np.atleast_2d(np.asarray(Q, dtype=float))
+        d = np.full(Q.shape[0], np.inf)
+        if self._tree is not None:
+            d = self._tree.query(Q)[0]
+        tail = self._points[self._n_tree:]
+        if tail.shape[0]:
+            d2 = (np.einsum("nd,nd->n", Q, Q)[:, None] + np.einsum("md,md->m", tail, tail)[None]
+                  - 2.0 * Q @ tail.T)
+            d = np.minimum(d, np.sqrt(np.maximum(d2.min(axis=1), 0.0)))
+        return d

@@ -53,7 +53,7 @@ LS_MAX = 10.0
 SF2_MAX = 4.0
 #: default length scale (standardised units, every input): one standard deviation of the
 #: training inputs -- chosen on held-out motions outside the training region (docs/learners.md)
-LENGTH_SCALE = 0.75
+LENGTH_SCALE = 1.0
 
 
 class Standardiser:
