@@ -59,7 +59,27 @@ from adaptive_dynamics.launcher import command_line
 HERE = Path(__file__).resolve().parent
 PEER = str(HERE / "split_hosts_peer.py")
 NAMES = "joint1,joint2"
-CONTROL_HZ = 1000.0
+#: Python speed [ns per loop iteration, best of three] above which this host cannot carry
+#: four 1 kHz processes on two cores (a fast host: 20-40 ns; a slow VM: 110 ns, where the
+#: prediction node kept 300 of 1000 residuals a second)
+SLOW_HOST_NS = 60.0
+
+
+def _control_hz() -> float:
+    """The robot peer's rate: 1 kHz, or 250 Hz on a host too slow for it -- the checks of
+    this test (no instant skipped, the link's outage and limits) hold at any rate; the
+    1 kHz budget itself is bench/loop.py's figure."""
+    import time as _time
+    best = float("inf")
+    for _ in range(3):
+        t0, acc = _time.perf_counter(), 0
+        for i in range(100_000):
+            acc += i
+        best = min(best, (_time.perf_counter() - t0) / 100_000 * 1e9)
+    return 1000.0 if best < SLOW_HOST_NS else 250.0
+
+
+CONTROL_HZ = _control_hz()
 LEARN_HZ = 200.0
 PUBLISH_PERIOD = 0.25          # s between snapshots at most
 OUTAGE = 3.0                   # s the link is down

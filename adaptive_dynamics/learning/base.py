@@ -192,6 +192,7 @@ class Learner:
         self.raw = False
         # running statistics of the learnt targets: [count, mean..., M2...] (Welford)
         self._ystats = np.zeros(1 + 2 * self.output_dim)
+        self._prior_cache = None     # (mean, variance) of the prior, rebuilt when stale
 
     def set_prediction(self, *, prior: Optional[str] = None, raw: Optional[bool] = None) -> "Learner":
         """What the prediction falls back to where the data does not reach: ``prior``
@@ -211,10 +212,17 @@ class Learner:
             self.prior = prior
         if raw is not None:
             self.raw = bool(raw)
+        self._prior_cache = None
         return self
 
     def prior_moments(self):
         """The prior's mean and variance per output (variance inf before any target)."""
+        pr = self._prior_cache
+        if pr is None:
+            self._prior_cache = pr = self._prior_moments()
+        return pr[0].copy(), pr[1].copy()
+
+    def _prior_moments(self):
         o = self.output_dim
         st = self._ystats
         cnt, mean, m2 = st[0], st[1:1 + o], st[1 + o:]
@@ -237,6 +245,7 @@ class Learner:
         delta = mean_b - mean_a
         self._ystats = np.concatenate([[n], mean_a + delta * (n_b / n),
                                        m2_a + m2_b + delta * delta * (n_a * n_b / n)])
+        self._prior_cache = None
     # ----------------------------------------------------------------- public API
     def partial_fit(self, X, y, *, regressors=None, model=None) -> "Learner":
         X2, _ = _as_2d(X, self.input_dim, "X")
@@ -291,13 +300,25 @@ class Learner:
         return s[0] if single else s
 
     def _fall_back(self, mean, var, s, return_var):
-        s = np.clip(s, 0.0, 1.0)
-        low = (s if s.ndim == 1 else s.min(axis=1)) < PULLED_BACK
-        self.n_predictions += int(s.shape[0])
-        self.n_pulled_back += int(np.count_nonzero(low))
-        if self.raw:
+        N = s.shape[0]
+        self.n_predictions += N
+        if s.size == 1:                              # the control-rate case: Python floats
+            lo = hi = float(s.reshape(-1)[0])
+            if lo < PULLED_BACK:
+                self.n_pulled_back += 1
+        else:
+            lo, hi = s.min(), s.max()
+            self.n_pulled_back += int(np.count_nonzero((s if s.ndim == 1 else s.min(axis=1)) < PULLED_BACK))
+        if self.raw or lo >= 1.0:                    # full support: the learner as it is
             return mean, var
-        pm, pv = self.prior_moments()
+        pr = self._prior_cache
+        if pr is None:
+            self._prior_cache = pr = self._prior_moments()
+        pm, pv = pr
+        if hi <= 0.0:                                # no support: the prior
+            return (np.broadcast_to(pm, mean.shape).copy(),
+                    np.broadcast_to(pv, mean.shape).copy() if return_var and var is not None else var)
+        s = np.clip(s, 0.0, 1.0)
         w = s[:, None] if s.ndim == 1 else s
         d = mean - pm
         new = pm + w * d
@@ -399,6 +420,7 @@ class Learner:
             if ystats.shape != obj._ystats.shape or not np.isfinite(ystats).all() or ystats[0] < 0:
                 raise ValueError(f"{where}: target statistics of shape {ystats.shape} (or bad values)")
             obj._ystats = ystats
+            obj._prior_cache = None
         return obj
 
     def _counters(self) -> Dict[str, int]:

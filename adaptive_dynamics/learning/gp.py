@@ -280,20 +280,24 @@ class ExactGP(Learner):
         Xs, L, alpha, xs, ys, ls, sf2, _ = snap
         Q = xs(X)
         Ks = se_kernel(Q, Xs, ls, sf2)                              # G x N x n (G = 1 or o)
-        near = (Ks.max(axis=2) >= OUTSIDE_CORRELATION * sf2[:, None]).any(axis=0)   # per query
+        near = (Ks.max(axis=2) >= OUTSIDE_CORRELATION * sf2[:, None]).any(axis=0)   # per query (a view)
         if not near.all():
             self.n_queries_outside += int(N - np.count_nonzero(near))
         if Ks.shape[0] == 1 and o > 1:
             mean = ys.mean + ys.std * (Ks[0] @ alpha.T)
         else:
             mean = ys.mean + ys.std * np.einsum("gqn,gn->qg", Ks, alpha)
-        v = solve_triangular(L, np.swapaxes(Ks, 1, 2), lower=True)      # G x n x N
-        var_s = np.maximum(sf2[:, None] - np.einsum("gnq,gnq->gq", v, v), 0.0)
-        # support: the share of the prior variance explained, within the data's spread
-        support = (1.0 - var_s.T / sf2[None, :]) * spread_support(Q)[:, None]          # N x G
+        # support: the prior variance the nearest training input alone would explain (its
+        # squared kernel correlation), within the data's spread
+        c = Ks.max(axis=2) / sf2[:, None]                             # G x N
+        support = (c * c).T * spread_support(Q)[:, None]              # N x G
         if support.shape[1] == 1:
             support = support[:, 0]
-        var = (ys.std ** 2)[None, :] * np.broadcast_to(var_s.T, (N, o)) if return_var else None
+        var = None
+        if return_var:
+            v = solve_triangular(L, np.swapaxes(Ks, 1, 2), lower=True)  # G x n x N
+            var_s = np.maximum(sf2[:, None] - np.einsum("gnq,gnq->gq", v, v), 0.0)
+            var = (ys.std ** 2)[None, :] * np.broadcast_to(var_s.T, (N, o))
         return mean, var, support
 
     def mean_gradient(self, X) -> np.ndarray:

@@ -502,8 +502,13 @@ class RBFNetwork(Learner):
             m = mean[s0: s0 + E.shape[0]]
             np.matmul(E, Wg, out=m)
             m += const
-            Th = np.concatenate([E, np.ones((E.shape[0], 1))], axis=1) if self.bias else E
-            q = np.einsum("nk,nk->n", Th @ P, Th)        # posterior variance of f(x) / noise variance
+            if self.bias:
+                Th = np.empty((E.shape[0], E.shape[1] + 1))
+                Th[:, :-1] = E
+                Th[:, -1] = 1.0
+            else:
+                Th = E
+            q = ((Th @ P) * Th).sum(axis=1)             # posterior variance of f(x) / noise variance
             if return_var:
                 var[s0: s0 + E.shape[0]] = np.outer(1.0 + q, nv)
             support[s0: s0 + E.shape[0]] = np.exp(-0.5 * q * q)
