@@ -259,7 +259,7 @@ def _plot(res: dict, joints: list, out_dir: str, files: list, name: str) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     learners = list(res["semiparam_region_nmse"])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     prefix = os.path.commonprefix(list(joints)) if len(joints) > 1 else ""
     x = np.arange(len(joints))
     for ax, part in zip(axes, ("inside", "outside")):
@@ -278,10 +278,11 @@ def _plot(res: dict, joints: list, out_dir: str, files: list, name: str) -> None
         reg = res["regions"]
         ax.set_title(f"{part} the training region ({reg['same']['radius_rad']} rad)", fontsize=9)
     axes[0].set_ylabel("held-out nMSE")
-    axes[1].legend(fontsize=6, ncol=2)
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=7, frameon=False)
     fig.suptitle(f"{name}: identification alone vs + residual learners (defaults; raw = without the fall-back)",
                  fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     save_plot(fig, out_dir, f"realdata_regions_{name}.png", files)
 
 
