@@ -106,6 +106,11 @@ def test_learns_by_stamp_and_name_publishes_ahead_and_switches(ros, model):
     ref_core.process()
     c = node.core.diagnostics()
     assert c["samples_learned"] == N // 2 and c["transforms_applied"] == 1 and c["samples_rejected"] == 0
+    # the fall-back to the parametric model is on by default and reported
+    L = node.core.learner
+    assert c["raw_prediction"] is False and not L.raw and 0 < c["n_predictions"] <= L.n_predictions
+    assert c["pulled_back_fraction"] == pytest.approx(c["n_pulled_back"] / c["n_predictions"], abs=0.01)
+    assert ros.spin_until(lambda: "pulled_back_fraction" in node.counters.as_dict(), timeout=5.0)
     X = np.hstack([Q, QD, QDD])
     np.testing.assert_allclose(node.core.predict(X), ref_core.predict(X), rtol=1e-7, atol=1e-9)
 
