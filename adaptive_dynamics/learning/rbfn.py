@@ -494,6 +494,7 @@ class RBFNetwork(Learner):
         mean = np.empty((N, self.output_dim))
         var = np.empty((N, self.output_dim)) if return_var else None
         support = np.empty(N)
+        K = self.n_basis
         chunk = max(1, 262144 // self.n_basis)
         for s0 in range(0, N, chunk):
             E, Xs = self._gaussians(X[s0: s0 + chunk], geo)
@@ -502,13 +503,11 @@ class RBFNetwork(Learner):
             m = mean[s0: s0 + E.shape[0]]
             np.matmul(E, Wg, out=m)
             m += const
+            Th = np.empty((E.shape[0], P.shape[0]))
+            Th[:, :K] = E
             if self.bias:
-                Th = np.empty((E.shape[0], E.shape[1] + 1))
-                Th[:, :-1] = E
-                Th[:, -1] = 1.0
-            else:
-                Th = E
-            q = ((Th @ P) * Th).sum(axis=1)             # posterior variance of f(x) / noise variance
+                Th[:, K] = 1.0
+            q = ((Th @ P) * Th).sum(axis=1)             # posterior variance of f(x) / noise variance (K^2)
             if return_var:
                 var[s0: s0 + E.shape[0]] = np.outer(1.0 + q, nv)
             support[s0: s0 + E.shape[0]] = np.exp(-0.5 * q * q)
