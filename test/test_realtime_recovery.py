@@ -66,6 +66,13 @@ def test_the_loop_recovers_from_stalls_and_reports_them(ros, tmp_path):
     # of its start; the host may add short episodes of its own (a vCPU taken away)
     eps = st["overload"]
     assert st["overload_episodes"] == len(eps) >= len(STALLS), eps
+    # a host that overloads the loop by itself, away from every stall, is no place for a
+    # recovery drill (a slow VM: its episodes fell inside the stalls' windows too) -- said, not passed
+    windows = [(1000 * at, 1000 * at + 1000) for at, _, _ in STALLS]
+    host = [e for e in eps if e["end_tick"] >= 500      # the start-up is before the baseline window
+            and not any(e["start_tick"] <= b and e["end_tick"] >= a for a, b in windows)]
+    if host:
+        pytest.skip(f"the host overloaded the 1 kHz loop by itself, away from the stalls: {host}")
     stall_eps = []
     for at, node, ms in STALLS:   # the drill is set once the probe sees /clock (20 Hz) pass `at`
         match = [e for e in eps if e["start_tick"] <= 1000 * at + 400 and e["end_tick"] >= 1000 * at]
@@ -73,11 +80,7 @@ def test_the_loop_recovers_from_stalls_and_reports_them(ros, tmp_path):
         e = match[0]
         assert ms - 5 <= e["duration_ms"] <= 1000.0, (node, ms, e)
         stall_eps.append(e)
-    # an episode of the host's own (matched to no stall) over 1 s: the VM took the CPUs away
-    # for longer than the drill's window -- it measures nothing then (said, not passed)
-    host_long = [e for e in eps if e not in stall_eps and e["duration_ms"] > 1000.0]
-    if host_long:
-        pytest.skip(f"the host stalled the loop for over 1 s by itself: {host_long}")
+    assert all(e["duration_ms"] <= 1000.0 for e in eps), eps
     # the miss rate: before the first stall (baseline) and from 1 s after each stall's start
     # to the next stall, at most the baseline + 1 %; the periods of the host's own episodes
     # (each reported, each over within 1 s: asserted above) and its shorter bursts (a window
