@@ -40,5 +40,8 @@ def test_inside_outside_and_the_parts_nmse():
     few = np.zeros(len(y), dtype=bool)
     few[:MIN_SAMPLES - 1] = True
     assert split_nmse(y, p, few)["inside"] is None
-    with pytest.raises(ValueError, match="radius"):
-        inside_region(q, test, 0.0)
+    for bad in (0.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="radius"):
+            inside_region(q, test, bad)
+        with pytest.raises(ValueError, match="radius"):
+            region_summary(q, test, bad)

@@ -85,7 +85,7 @@ import numpy as np
 from .. import wire  # numpy + struct only: no ROS import
 from .bags import TYPESTORE, open_bag, read_raw
 from .metrics import nmse, running_nmse
-from .regions import REGION_RADIUS, GrowingNearest, split_nmse
+from .regions import REGION_RADIUS, GrowingNearest, check_radius, split_nmse
 
 __all__ = ["ReplayData", "load_samples", "evaluate_learner", "format_table", "ACCELERATIONS", "TARGETS",
            "DEFAULTS"]
@@ -556,6 +556,7 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
         raise ValueError(f"block must be >= 1 and warmup >= 0 (integers), got {block}, {warmup}")
     if not (window_s > 0 and math.isfinite(window_s)):
         raise ValueError(f"window must be > 0 s, got {window_s}")
+    region_radius = check_radius(region_radius)
     if learner_config is not None and not isinstance(learner_config, dict):
         raise ValueError(f"learner config must be a dict of constructor arguments, got {type(learner_config).__name__}")
     decimation, block, warmup = int(decimation), int(block), int(warmup)

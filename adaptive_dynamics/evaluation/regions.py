@@ -23,8 +23,8 @@ from scipy.spatial import cKDTree
 
 from .metrics import nmse
 
-__all__ = ["REGION_RADIUS", "MIN_SAMPLES", "nearest_distance", "inside_region", "split_nmse", "region_summary",
-           "GrowingNearest"]
+__all__ = ["REGION_RADIUS", "MIN_SAMPLES", "check_radius", "nearest_distance", "inside_region", "split_nmse",
+           "region_summary", "GrowingNearest"]
 
 #: default radius of the training region [rad]
 REGION_RADIUS = 0.1
@@ -41,11 +41,17 @@ def nearest_distance(train_q: np.ndarray, test_q: np.ndarray) -> np.ndarray:
     return cKDTree(train_q).query(test_q)[0]
 
 
-def inside_region(train_q, test_q, radius: float = REGION_RADIUS) -> np.ndarray:
-    """Boolean mask of the test states inside the training region."""
+def check_radius(radius: float) -> float:
+    """``radius`` as a float; ValueError unless finite and > 0."""
+    radius = float(radius)
     if not (np.isfinite(radius) and radius > 0):
         raise ValueError(f"the region radius must be > 0, got {radius}")
-    return nearest_distance(train_q, test_q) <= radius
+    return radius
+
+
+def inside_region(train_q, test_q, radius: float = REGION_RADIUS) -> np.ndarray:
+    """Boolean mask of the test states inside the training region."""
+    return nearest_distance(train_q, test_q) <= check_radius(radius)
 
 
 def split_nmse(y: np.ndarray, pred: np.ndarray, inside: np.ndarray) -> Dict[str, Optional[list]]:
@@ -60,9 +66,10 @@ def split_nmse(y: np.ndarray, pred: np.ndarray, inside: np.ndarray) -> Dict[str,
 def region_summary(train_q, test_q, radius: float = REGION_RADIUS) -> dict:
     """``inside`` mask and the figures that describe the split: the radius, the fraction
     of held-out samples outside, and the quartiles of the nearest distance."""
+    radius = check_radius(radius)
     d = nearest_distance(train_q, test_q)
     inside = d <= radius
-    return {"inside": inside, "radius_rad": float(radius), "distance": "nearest training joint position,"
+    return {"inside": inside, "radius_rad": radius, "distance": "nearest training joint position,"
             " Euclidean [rad]", "fraction_outside": round(float(1.0 - inside.mean()), 4) if d.size else None,
             "fraction_beyond_0.5_rad": round(float((d > 0.5).mean()), 4) if d.size else None,
             "distance_quartiles_rad": [round(float(x), 4) for x in np.quantile(d, [0.25, 0.5, 0.75])] if d.size

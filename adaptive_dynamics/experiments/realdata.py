@@ -170,6 +170,7 @@ def evaluate(recs: dict, learners, seed: int = 0, robot: str = "panda") -> dict:
     from ..evaluation.identify import prepared_pieces, split_prepared
     from ..evaluation.regions import region_summary, split_nmse
     from ..learning import make_learner
+    from ..learning.base import PULLED_BACK
 
     model = RobotModel(robot, friction=True)
     rec = recs["train"]
@@ -217,12 +218,15 @@ def evaluate(recs: dict, learners, seed: int = 0, robot: str = "panda") -> dict:
         _stream(L, X, Y, step, 50)                       # in time order, as a node learns
         P = L.predict(pooled["X"])
         res["learner_seconds"][kind] = round(time.perf_counter() - t0, 2)
-        res["pulled_back_fraction"][kind] = {
-            n: round(float(np.mean(_min_support(L, parts[n][0]) < 0.5)), 4) for n in tests}
+        s = L.support(pooled["X"])
+        low = (s if s.ndim == 1 else s.min(axis=1)) < PULLED_BACK
+        n_same = len(parts["same"][0])
+        res["pulled_back_fraction"][kind] = {"same": round(float(np.mean(low[:n_same])), 4),
+                                             "other": round(float(np.mean(low[n_same:])), 4)}
+        res["semiparam_nmse"][kind] = nmse(taut, parts["same"][2] + P[:n_same])
         L.set_prediction(raw=True)
         P_raw = L.predict(pooled["X"])
         res["learner_counters"][kind] = {k: int(v) for k, v in L._counters().items()}
-        res["semiparam_nmse"][kind] = nmse(taut, parts["same"][2] + L.predict(parts["same"][0]))
         for key, PP in (("semiparam_region_nmse", P), ("semiparam_region_nmse_raw", P_raw)):
             res[key][kind] = split_nmse(pooled["y"], pooled["base"] + PP, pooled["inside"])
         r, rr = res["semiparam_region_nmse"][kind], res["semiparam_region_nmse_raw"][kind]
@@ -247,11 +251,6 @@ def evaluate(recs: dict, learners, seed: int = 0, robot: str = "panda") -> dict:
     res["best_learner"] = best
     res["semiparam_vs_id_max"] = None if best is None else round(ratios[best], 4)
     return res
-
-
-def _min_support(L, X) -> np.ndarray:
-    s = L.support(X)
-    return s if s.ndim == 1 else s.min(axis=1)
 
 
 def _plot(res: dict, joints: list, out_dir: str, files: list, name: str) -> None:

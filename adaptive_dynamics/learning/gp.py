@@ -280,7 +280,8 @@ class ExactGP(Learner):
         Xs, L, alpha, xs, ys, ls, sf2, _ = snap
         Q = xs(X)
         Ks = se_kernel(Q, Xs, ls, sf2)                              # G x N x n (G = 1 or o)
-        near = (Ks.max(axis=2) >= OUTSIDE_CORRELATION * sf2[:, None]).any(axis=0)   # per query (a view)
+        c = Ks.max(axis=2) / sf2[:, None]                             # G x N: nearest training input
+        near = (c >= OUTSIDE_CORRELATION).any(axis=0)                 # per query
         if not near.all():
             self.n_queries_outside += int(N - np.count_nonzero(near))
         if Ks.shape[0] == 1 and o > 1:
@@ -289,7 +290,6 @@ class ExactGP(Learner):
             mean = ys.mean + ys.std * np.einsum("gqn,gn->qg", Ks, alpha)
         # support: the prior variance the nearest training input alone would explain (its
         # squared kernel correlation), within the data's spread
-        c = Ks.max(axis=2) / sf2[:, None]                             # G x N
         support = (c * c).T * spread_support(Q)[:, None]              # N x G
         if support.shape[1] == 1:
             support = support[:, 0]

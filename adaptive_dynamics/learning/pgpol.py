@@ -414,12 +414,14 @@ class PGPOL(Learner):
         kq = np.exp(E, out=E).reshape(K * G, 1, m)
         if (kq[:, 0].max(axis=1) < s["sf2_out"]).all():
             self.n_queries_outside += 1
+        us = u / s["xsd"]                                                     # K x d, standardised
+        sup = (self._data_support(us[:, None, :] / SUPPORT_RADIUS, s["D"])[:, 0] * spread_support(us))[:, None]
         P = kq @ s["WR"]                                                     # K G x 1 x (c + m)
         joint = snap["joint"]
         mean = (P[:, 0, 0].reshape(K, G) if joint else P[:, 0, :c]) * s["ysd"] + s["ym"]   # K x o
+        if K == 1 and not return_var:
+            return mean, None, sup[:, 0]
         e = (P[:, 0, c:] * kq[:, 0]).sum(1)                                 # explained prior variance
-        us = u / s["xsd"]                                                     # K x d, standardised
-        sup = (self._data_support(us[:, None, :] / SUPPORT_RADIUS, s["D"])[:, 0] * spread_support(us))[:, None]
         v = s["sf2"] - e
         np.maximum(v, 0.0, out=v)
         var = v.reshape(K, G if joint else 1) * s["ysd2"]                     # K x o, raw latent
@@ -446,13 +448,16 @@ class PGPOL(Learner):
         if not near.all():
             self.n_queries_outside += int(N - np.count_nonzero(near))
         K, joint, c = Kq.shape[0], s["joint"], s["c"]
-        P = Kq @ s["WR"]                                                     # K x G x N x (c + m)
+        U = (X - s["off"][:, 0]) / s["xsd"][:, None, :]                      # K x N x d, standardised
+        sup = self._data_support(U / SUPPORT_RADIUS, s["D"]) * spread_support(U)   # K x N
+        need_var = return_var or K > 1
+        P = Kq @ (s["WR"] if need_var else s["w"])                          # K x G x N x (c [+ m])
         M = P[..., :c]
         ysd = s["ysd"][:, None, :]
         mean = (np.swapaxes(M[..., 0], 1, 2) if joint else M[:, 0]) * ysd + s["ym"]   # K x N x o
+        if not need_var:
+            return mean[0], None, sup[0]
         e = np.einsum("kgnm,kgnm->kgn", P[..., c:], Kq)                     # explained prior variance
-        U = (X - s["off"][:, 0]) / s["xsd"][:, None, :]                      # K x N x d, standardised
-        sup = self._data_support(U / SUPPORT_RADIUS, s["D"]) * spread_support(U)   # K x N
         v = s["sf2"][:, :, None] - e
         np.maximum(v, 0.0, out=v)
         noise = s["sn2"]                                                     # K x G
