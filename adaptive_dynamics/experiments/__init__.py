@@ -19,8 +19,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "pgpol": ("adaptive_dynamics.experiments.pgpol",
               "Habich et al. 2019: PGPOL/SGPOL feed-forward over DDS, Tables I-II, Fig. 5, payload change detection"),
     "realdata": ("adaptive_dynamics.experiments.realdata",
-                 "a realistic Panda recording: identification (LS, consistent) and ID + residual learners with"
-                 " their defaults, held out"),
+                 "realistic Panda / iiwa recordings: identification and ID + residual learners with their"
+                 " defaults, inside and outside the training region; the same in closed loop"),
     "scqp": ("adaptive_dynamics.experiments.scqp",
              "Khadivar et al.: SCQP vs GP + PID vs MRAC alone over episodes, unmodelled mass/friction/noise (Fig. 2-5)"),
     "thunder": ("adaptive_dynamics.experiments.thunder",

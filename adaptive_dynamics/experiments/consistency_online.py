@@ -61,24 +61,33 @@ RECORDED = ["joint_states", "reference", "adaptive/parametric_torque", "residual
 
 
 class PhaseDirector(ClockFollower):
-    """Switch the phases at sim-time boundaries through SetParameters (own rclpy context)."""
+    """Switch the phases at sim-time boundaries through SetParameters (own rclpy context).
 
-    def __init__(self, boundaries: list[float], namespace: str = ""):
+    ``settings``: phase (1, 2, ...) -> node name -> parameter values set at the phase's
+    start (default: this experiment's :data:`PHASE_SETTINGS`); ``boundaries``: the start
+    of phases 2, 3, ... [sim s]."""
+
+    def __init__(self, boundaries: list[float], namespace: str = "",
+                 settings: dict[int, dict[str, dict[str, Any]]] | None = None):
         from rcl_interfaces.srv import SetParameters
 
         from ..ros.params import to_parameters
 
         super().__init__("phase_director", namespace)
         self._to_parameters = to_parameters
-        self.boundaries = list(boundaries)   # start of phases 2, 3, 4
-        self.clients = {name: self.node.create_client(SetParameters, f"{name}/set_parameters")
-                        for name in ("adaptive_controller", "residual_learner")}
+        self.settings = PHASE_SETTINGS if settings is None else settings
+        self.boundaries = list(boundaries)   # start of phases 2, 3, ...
+        if len(self.boundaries) != len(self.settings) - 1:
+            raise ValueError(f"{len(self.settings)} phases need {len(self.settings) - 1} boundaries,"
+                             f" got {self.boundaries}")
+        names = sorted({name for values in self.settings.values() for name in values})
+        self.clients = {name: self.node.create_client(SetParameters, f"{name}/set_parameters") for name in names}
         self.phase = 1
         self.switches: list[dict[str, Any]] = []
         self.start()
 
     def on_clock(self, t: float) -> None:
-        while self.phase < 4 and t >= self.boundaries[self.phase - 1]:
+        while self.phase < len(self.settings) and t >= self.boundaries[self.phase - 1]:
             self.phase += 1
             self._switch(self.phase, t)
 
@@ -86,7 +95,7 @@ class PhaseDirector(ClockFollower):
         from rcl_interfaces.srv import SetParameters
         entry = {"phase": phase, "clock_s": round(t, 4), "acknowledged_s": {}}
         self.switches.append(entry)
-        for name, values in PHASE_SETTINGS[phase].items():
+        for name, values in self.settings[phase].items():
             req = SetParameters.Request()
             req.parameters = [p.to_parameter_msg() for p in self._to_parameters(values)]
             fut = self.clients[name].call_async(req)

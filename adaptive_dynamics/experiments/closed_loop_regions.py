@@ -1,0 +1,251 @@
+"""Residual learning in closed loop, judged where it learned and where it never was.
+
+The graph is the one ``adaptive-dynamics launch sim controller:=composite learner:=gmm``
+starts (MuJoCo bridge in lockstep with the robot's joint friction and payload,
+``config/<robot>.yaml``; Modified Fourier reference; composite ``adaptive_controller``
+with its defaults, started from the URDF's model (:data:`CONTROLLER`);
+``residual_learner`` with its defaults; recorder), as separate processes over DDS.  Per robot, four runs:
+
+==================  ===============  ====================================================
+run                 trajectory       what happens
+==================  ===============  ====================================================
+learn, residual     A                controller adapts and the learner learns for
+                                     ``learn_s``; then both freeze (``learning: false``
+                                     through ``SetParameters``, what rqt does) and A is
+                                     followed ``eval_s`` more: the *learned region*
+learn, none         A                the same without the residual learner
+new, residual       B                from the saved estimate and learner
+                                     (``estimate_file``, ``model_file``), learning off,
+                                     ``eval_s``: the *new region*
+new, none           B                from the saved estimate, no learner
+==================  ===============  ====================================================
+
+B has other Fourier coefficients (seed + :data:`OTHER_SEED`) and its centre moved by
+:data:`CENTRE_SHIFT` of each joint's half range, alternately up and down: another part
+of the workspace (the JSON gives the fraction of B's states farther than the region
+radius from every state of A's learning segment).
+
+Figures (per joint: position RMSE with the residual / without):
+``learned_region_vs_no_residual_max`` (target <= 0.5: learning pays where it learned)
+and ``new_region_vs_no_residual_max`` (target <= 1.05: it never makes things worse
+elsewhere -- the learner falls back to the parametric model, ``docs/learners.md``), max
+over joints and robots.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from . import save_plot
+from .consistency_online import PhaseDirector, _references, _stamped
+
+#: sim s of learning on trajectory A, then of evaluation on A and on B
+LEARN_S, EVAL_S = 30.0, 10.0
+#: trajectory B: the centre moved by this fraction of each joint's half range (+, -, +, ...)
+CENTRE_SHIFT = 0.3
+#: trajectory B's seed = trajectory A's + this
+OTHER_SEED = 1000
+#: the controller starts from the URDF's model (what a user with a URDF does; ARDL's zero start is
+#: ``experiment ardl``'s question): the payload and the friction are what is left to learn
+CONTROLLER = {"initial_estimate": "nominal"}
+TARGETS = {"learned_region_vs_no_residual_max": 0.5, "new_region_vs_no_residual_max": 1.05}
+RECORDED = ["joint_states", "reference", "residual_learner/prediction"]
+
+
+def trajectory_b(robot: str, seed: int) -> dict:
+    """Trajectory-node parameters of B (seed and centre) for ``robot``."""
+    from ..dynamics import RobotModel
+    m = RobotModel(robot)
+    half = 0.5 * (m.upper - m.lower)
+    signs = np.where(np.arange(m.n) % 2 == 0, 1.0, -1.0)
+    centre = 0.5 * (m.lower + m.upper) + CENTRE_SHIFT * signs * half
+    return {"seed": int(seed) + OTHER_SEED, "q_center": [float(x) for x in centre]}
+
+
+def _run(robot: str, learner: str, bag: str, duration: float, overrides: dict, freeze_at: float | None,
+         echo: bool, timeout: float) -> dict:
+    from ..launch_graph import build_graph
+    from ..launcher import GraphProcess
+
+    nodes = build_graph("sim", robot=robot, controller="composite", learner=learner, duration=duration,
+                        record=True, bag=bag, overrides=overrides)
+    director = None
+    if freeze_at is not None:
+        frozen = {"adaptive_controller": {"learning": False}}
+        if learner != "none":
+            frozen["residual_learner"] = {"learning": False}
+        director = PhaseDirector([freeze_at], settings={1: {}, 2: frozen})
+    t0 = time.monotonic()
+    try:
+        g = GraphProcess(nodes, echo=echo)
+        rc, why = g.wait(timeout=timeout)
+    finally:
+        if director is not None:
+            director.close()
+    wall = time.monotonic() - t0
+    if rc != 0:
+        tail = {k: v[-12:] for k, v in g.logs.items()}
+        raise RuntimeError(f"the closed loop failed ({why}); last log lines: {tail}")
+    if director is not None:
+        if director.errors:
+            raise RuntimeError(f"freezing the learning was refused: {director.errors}")
+        if not director.switches:
+            raise RuntimeError(f"learning was never frozen (clock reached {director.last_clock:.2f} s)")
+    return {"wall_s": round(wall, 1), "sim_s": duration,
+            **({"frozen_at_s": director.switches[0]["clock_s"]} if director is not None else {})}
+
+
+def tracking(bag: str, names: list[str], t_from: float = 0.0) -> dict:
+    """Position errors ``q_d - q`` of a recorded run from sim time ``t_from`` on, the
+    positions, and the learner's published prediction (if recorded)."""
+    from ..evaluation.bags import resolve_bag
+    path = resolve_bag(bag)
+    ts, q = _stamped(path, "/joint_states", names, "position")
+    refs = _references(path, names)
+    keep = np.array([t in refs for t in ts])
+    ts, q = ts[keep], q[keep]
+    qd = np.array([refs[t][0] for t in ts])
+    out = {"t": ts * 1e-9, "q": q, "e": qd - q}
+    try:
+        tf, fhat = _stamped(path, "/residual_learner/prediction", names, "effort")
+        out["t_f"], out["f"] = tf * 1e-9, fhat
+    except ValueError:   # no learner in this run
+        pass
+    window = out["t"] >= t_from
+    out["window"] = window
+    out["rmse"] = np.sqrt(np.mean(out["e"][window] ** 2, axis=0))
+    return out
+
+
+def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s: float = EVAL_S,
+              seed: int = 0, out_dir: str = ".", trajectory: dict | None = None, keep_bags: bool = False,
+              echo: bool = False, timeout: float = 3600.0) -> dict:
+    """The four runs of one robot; per-joint RMSE, ratios, region figures and traces."""
+    from ..evaluation.regions import REGION_RADIUS, nearest_distance
+    from ..robots import robot_config, robot_label
+
+    names = robot_config(robot)["joint_names"]
+    name = robot_label(robot)
+    work = tempfile.mkdtemp(prefix=f"closed_loop_{name}_")
+    traj_a = {"seed": int(seed), **(trajectory or {})}
+    traj_b = {**traj_a, **trajectory_b(robot, seed)}
+    runs, data = {}, {}
+    try:
+        for res in ("residual", "none"):
+            lrn = learner if res == "residual" else "none"
+            est = os.path.join(work, f"estimate_{res}.npz")
+            files = {"adaptive_controller": {**CONTROLLER, "estimate_file": est, "autosave_period": 0.0}}
+            if lrn != "none":
+                files["residual_learner"] = {"model_file": os.path.join(work, "learner.npz")}
+            rec = {"recorder": {"topics": RECORDED if lrn != "none" else RECORDED[:2],
+                                "wait_for_publishers": ["reference"]}}
+            # A: learn, freeze, evaluate
+            bag = os.path.join(work, f"bag_learn_{res}")
+            runs[f"learn_{res}"] = _run(robot, lrn, bag, learn_s + eval_s,
+                                        {**files, **rec, "trajectory": dict(traj_a)}, learn_s, echo, timeout)
+            for path in [est] + ([files["residual_learner"]["model_file"]] if lrn != "none" else []):
+                if not os.path.exists(path):
+                    raise RuntimeError(f"the learning run did not save {path}")
+            data[f"learned_{res}"] = tracking(bag, names, runs[f"learn_{res}"]["frozen_at_s"])
+            data[f"learning_{res}"] = tracking(bag, names)
+            # B: from what A left, nothing learned
+            frozen = {"adaptive_controller": {**files["adaptive_controller"], "learning": False}}
+            if lrn != "none":
+                frozen["residual_learner"] = {**files["residual_learner"], "learning": False}
+            bag = os.path.join(work, f"bag_new_{res}")
+            runs[f"new_{res}"] = _run(robot, lrn, bag, eval_s,
+                                      {**frozen, **rec, "trajectory": dict(traj_b),
+                                       "mujoco_bridge": {"q0": traj_b["q_center"]}}, None, echo, timeout)
+            data[f"new_{res}"] = tracking(bag, names)
+    finally:
+        if keep_bags:
+            shutil.copytree(work, os.path.join(out_dir, f"closed_loop_{name}"), dirs_exist_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+    learned = data["learned_residual"]["rmse"] / data["learned_none"]["rmse"]
+    new = data["new_residual"]["rmse"] / data["new_none"]["rmse"]
+    a = data["learning_residual"]
+    train_q = a["q"][a["t"] < learn_s]
+    dist = nearest_distance(train_q, data["new_residual"]["q"])
+    f_mean = {k: float(np.mean(np.abs(data[k]["f"][data[k]["t_f"] >= (learn_s if k == "learned_residual" else 0)])))
+              for k in ("learned_residual", "new_residual") if "f" in data[k]}
+    return {
+        "robot": name, "learner": learner, "trajectory_a": traj_a, "trajectory_b": traj_b,
+        "learned_rmse": {"residual": data["learned_residual"]["rmse"].tolist(),
+                         "none": data["learned_none"]["rmse"].tolist()},
+        "new_rmse": {"residual": data["new_residual"]["rmse"].tolist(), "none": data["new_none"]["rmse"].tolist()},
+        "learned_vs_no_residual": learned.tolist(), "new_vs_no_residual": new.tolist(),
+        "learned_vs_no_residual_max": float(learned.max()), "new_vs_no_residual_max": float(new.max()),
+        "new_region_outside_fraction": float(np.mean(dist > REGION_RADIUS)),
+        "new_region_distance_median_rad": float(np.median(dist)),
+        "residual_mean_abs_nm": f_mean, "runs": runs, "traces": data,
+    }
+
+
+def plot(res: dict, out_dir: str, files: list, learn_s: float) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    d = res["traces"]
+    n = len(res["learned_vs_no_residual"])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    ax = axes[0]
+    def trace(ax, key, label, c):   # from 0.1 s: the start (zero error) would set the log axis
+        m = d[key]["t"] >= 0.1
+        ax.plot(d[key]["t"][m], np.linalg.norm(d[key]["e"][m], axis=1), lw=0.6, color=c, label=label)
+
+    for key, label, c in (("learning_none", "no residual", "C0"), ("learning_residual", "+ residual", "C1")):
+        trace(ax, key, label, c)
+    ax.axvline(learn_s, color="k", lw=0.8, ls="--")
+    ax.text(learn_s, 0.98, " learning frozen", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
+    ax.set_title(f"{res['robot']}: trajectory A (learned region)", fontsize=9)
+    ax.set_xlabel("sim time [s]")
+    ax.set_ylabel("|q_d - q| [rad]")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    for key, label, c in (("new_none", "no residual", "C0"), ("new_residual", "+ residual (falls back)", "C1")):
+        trace(ax, key, label, c)
+    ax.set_title(f"trajectory B (new region, {100 * res['new_region_outside_fraction']:.0f} % of it outside A's)",
+                 fontsize=9)
+    ax.set_xlabel("sim time [s]")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    x = np.arange(1, n + 1)
+    ax.bar(x - 0.18, res["learned_vs_no_residual"], width=0.36, label="learned region (A)")
+    ax.bar(x + 0.18, res["new_vs_no_residual"], width=0.36, label="new region (B)")
+    ax.axhline(TARGETS["learned_region_vs_no_residual_max"], color="C0", ls=":", lw=1)
+    ax.axhline(TARGETS["new_region_vs_no_residual_max"], color="C1", ls=":", lw=1)
+    ax.set_xticks(x)
+    ax.set_xlabel("joint")
+    ax.set_ylabel("RMSE with residual / without")
+    ax.set_title(f"{res['learner'].upper()} residual: per-joint ratio (dotted: targets)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_plot(fig, out_dir, f"closed_loop_regions_{res['robot']}.png", files)
+
+
+def run(robots=("panda", "iiwa14"), learner: str = "gmm", learn_s: float = LEARN_S, eval_s: float = EVAL_S,
+        seed: int = 0, out_dir: str = ".", trajectory: dict | None = None, keep_bags: bool = False,
+        echo: bool = False) -> dict:
+    """Every robot's four runs; the JSON-able summary (traces dropped) and the plots."""
+    files: list = []
+    per_robot: dict[str, Any] = {}
+    for robot in robots:
+        res = run_robot(robot, learner, learn_s, eval_s, seed, out_dir, trajectory, keep_bags, echo)
+        plot(res, out_dir, files, learn_s)
+        res.pop("traces")
+        per_robot[res["robot"]] = res
+    summary = {
+        "learner": learner, "learn_s": learn_s, "eval_s": eval_s, "centre_shift": CENTRE_SHIFT,
+        "learned_region_vs_no_residual_max": max(r["learned_vs_no_residual_max"] for r in per_robot.values()),
+        "new_region_vs_no_residual_max": max(r["new_vs_no_residual_max"] for r in per_robot.values()),
+        "robots": per_robot, "plots": [os.path.basename(f) for f in files],
+    }
+    summary["targets_met"] = {k: bool(summary[k] <= v) for k, v in TARGETS.items()}
+    return summary
