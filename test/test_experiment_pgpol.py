@@ -49,7 +49,8 @@ def test_nmse_curves_and_recovery_time():
 
 def test_detect_changes_is_pgpols_own_test():
     """The replica used for the change-detection study fires exactly where the learner
-    clears its database, fed the learner's prequential predictions."""
+    clears its database, fed the learner's prequential predictions (raw: the learner's
+    own test runs on its GPs' mean, not on the fall-back to the prior)."""
     from adaptive_dynamics.learning import make_learner
 
     rng = np.random.default_rng(3)
@@ -58,7 +59,7 @@ def test_detect_changes_is_pgpols_own_test():
     Y[600:] += 2.0                                     # a change of the dynamics
     settings = {"change_threshold": 0.05, "change_horizon": 100, "change_warmup": 60, "change_lag": 20}
     L = make_learner("pgpol", input_dim=3, output_dim=2, windows=[30, 120], knn=10, n_inducing=8, max_iter=2,
-                     **settings)
+                     raw=True, **settings)
     Pq = np.zeros_like(Y)
     for i in range(0, 900, 3):
         Pq[i:i + 3] = L.predict(X[i:i + 3])

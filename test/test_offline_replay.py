@@ -141,14 +141,17 @@ def test_replay_with_the_sliding_window_gp(bag, tmp_path):
     """``replay --learner gp``: the exact GP on a FIFO window of the stream (fixed
     hyperparameters, no database) learns the residual, less well than the GMM/RBFN that
     keep every region they have seen.  (Its default length scale, one standard deviation
-    of the window's inputs, is chosen on held-out motions outside the training region
-    -- docs/learners.md; sqrt(21) standard deviations did 3x better on this bag's smooth
-    residual and extrapolated the realistic proxy's up to 1.9x worse than none.)"""
+    of the window's inputs, and its support -- the squared correlation with the nearest
+    window input at half that length scale -- are chosen on held-out motions outside the
+    training region, docs/learners.md: each block ahead of a window of the recent past
+    is partly pulled back to zero here, where sqrt(21) standard deviations and no
+    fall-back did 4x better on this bag's smooth residual and extrapolated the realistic
+    proxy's up to 1.9x worse than none.)"""
     res = evaluate_learner(bag, "gp", out_dir=tmp_path, plot=False)
     assert res["learner"] == "gp" and res["samples"]["learned"] == 2000
     last = np.array([res["nmse_last_window"][j] for j in res["joints"]])
     zero = np.array([res["nmse_zero_predictor"][j] for j in res["joints"]])
-    assert np.isfinite(last).all() and last.mean() < 0.5 * zero.mean(), (last, zero)
+    assert np.isfinite(last).all() and last.mean() < 0.75 * zero.mean() and last.min() < 0.25, (last, zero)
 
 
 def test_replay_with_pgpol(bag, tmp_path):
