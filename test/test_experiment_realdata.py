@@ -70,3 +70,35 @@ def test_realdata_closed_loop_quick(tmp_path, capsys):
     assert res["new_region_vs_no_residual_max"] <= res["targets"]["new_region_vs_no_residual_max"], p
     assert res["targets_met"]["new_region_vs_no_residual_max"]
     assert (tmp_path / "closed_loop_regions_panda.png").stat().st_size > 10_000
+
+
+def test_closed_loop_proxy_reality_is_the_offline_proxy():
+    """``--closed-loop-reality proxy`` gives the bridge the realities the offline part
+    records with, through parameters the bridge declares; B's centre lies inside the
+    trajectory node's limits, on the other side of the middle joint by joint."""
+    from adaptive_dynamics.dynamics import RobotModel
+    from adaptive_dynamics.experiments.closed_loop_regions import CENTRE_SHIFT, bridge_reality, run_robot, trajectory_b
+    from adaptive_dynamics.experiments.realdata import REALITY, SECOND_PROXY
+    from adaptive_dynamics.nodes.mujoco_bridge import specs
+    from adaptive_dynamics.robots import friction
+
+    declared = {p.name for p in specs()}
+    for robot in ("panda", "iiwa14"):
+        b = bridge_reality(robot)
+        assert set(b) <= declared, set(b) - declared
+        fv, fc = friction(robot)
+        assert b["payload_enabled"] and b["noise_std_tau"] == [REALITY["noise_std_tau"]]
+        if robot == "panda":
+            np.testing.assert_allclose(b["friction_stribeck"], REALITY["stribeck_ratio"] * REALITY["coulomb_scale"] * fc)
+            assert b["tau_bias"] == REALITY["tau_bias"] and b["payload_mass"] == REALITY["ee_extra_mass"]
+        else:
+            np.testing.assert_allclose(b["friction_viscous"], SECOND_PROXY["viscous_scale"] * fv)
+            assert b["ripple_amplitude"] == [SECOND_PROXY["ripple_amplitude"]]
+            assert b["payload_mass"] == SECOND_PROXY["ee_extra_mass"]
+        m = RobotModel(robot)
+        mid, half = 0.5 * (m.lower + m.upper), 0.5 * (m.upper - m.lower)
+        c = np.array(trajectory_b(robot, 0)["q_center"])
+        np.testing.assert_allclose(np.abs(c - mid), CENTRE_SHIFT * half)
+        assert np.all(np.diff(np.sign(c - mid)) != 0) and np.all((c > m.lower) & (c < m.upper))
+    with pytest.raises(ValueError, match="reality"):
+        run_robot("panda", reality="mars")

@@ -20,6 +20,11 @@ new, residual       B                from the saved estimate and learner
 new, none           B                from the saved estimate, no learner
 ==================  ===============  ====================================================
 
+``reality`` "config" (default) is the simulator ``launch sim`` starts; "proxy" gives the
+bridge ``experiment realdata``'s proxy of the robot (Stribeck friction or a position
+ripple, sensor bias and noise, a payload; :func:`bridge_reality`) and the controller
+friction columns (:data:`PROXY_CONTROLLER`).
+
 B has other Fourier coefficients (seed + :data:`OTHER_SEED`) and its centre moved by
 :data:`CENTRE_SHIFT` of each joint's half range, alternately up and down: another part
 of the workspace (the JSON gives the fraction of B's states farther than the region
@@ -51,8 +56,12 @@ CENTRE_SHIFT = 0.3
 #: trajectory B's seed = trajectory A's + this
 OTHER_SEED = 1000
 #: the controller starts from the URDF's model (what a user with a URDF does; ARDL's zero start is
-#: ``experiment ardl``'s question): the payload and the friction are what is left to learn
+#: ``experiment ardl``'s question)
 CONTROLLER = {"initial_estimate": "nominal"}
+#: reality "proxy": the controller also estimates viscous + Coulomb friction (the proxy's
+#: Stribeck term, ripple and sensor bias are what it cannot express)
+PROXY_CONTROLLER = {"friction": True}
+REALITIES = ("config", "proxy")
 TARGETS = {"learned_region_vs_no_residual_max": 0.5, "new_region_vs_no_residual_max": 1.05}
 RECORDED = ["joint_states", "reference", "residual_learner/prediction"]
 
@@ -65,6 +74,27 @@ def trajectory_b(robot: str, seed: int) -> dict:
     signs = np.where(np.arange(m.n) % 2 == 0, 1.0, -1.0)
     centre = 0.5 * (m.lower + m.upper) + CENTRE_SHIFT * signs * half
     return {"seed": int(seed) + OTHER_SEED, "q_center": [float(x) for x in centre]}
+
+
+def bridge_reality(robot: str) -> dict:
+    """``mujoco_bridge`` parameters of the robot's realistic proxy (``experiment realdata``'s
+    training reality: friction beyond viscous + Coulomb, sensor bias and noise, a payload)."""
+    from ..dynamics import RobotModel
+    from ..robots import friction
+    from .realdata import proxy_reality
+    r, _ = proxy_reality(robot, RobotModel(robot).effort_limit)
+    fv, fc = friction(robot)
+    coulomb = r["coulomb_scale"] * fc
+    return {"friction_viscous": [float(x) for x in r.get("viscous_scale", 1.0) * fv],
+            "friction_coulomb": [float(x) for x in coulomb], "coulomb_smoothing": float(r["coulomb_smoothing"]),
+            "friction_stribeck": [float(x) for x in r["stribeck_ratio"] * coulomb] or [0.0],
+            "stribeck_velocity": float(r["stribeck_velocity"]),
+            "ripple_amplitude": [float(r.get("ripple_amplitude", 0.0))],
+            "ripple_periods": float(r.get("ripple_periods", 10.0)),
+            "tau_bias": [float(x) for x in r["tau_bias"]], "noise_std_tau": [float(r["noise_std_tau"])],
+            "noise_std_v": [float(r["noise_std_v"])], "noise_std_q": [float(r["noise_std_q"])],
+            "payload_mass": float(r["ee_extra_mass"]), "payload_com": [float(x) for x in r["ee_extra_com"]],
+            "payload_enabled": r["ee_extra_mass"] > 0}
 
 
 def _run(robot: str, learner: str, bag: str, duration: float, overrides: dict, freeze_at: float | None,
@@ -124,8 +154,12 @@ def tracking(bag: str, names: list[str], t_from: float = 0.0) -> dict:
 
 def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s: float = EVAL_S,
               seed: int = 0, out_dir: str = ".", trajectory: dict | None = None, keep_bags: bool = False,
-              echo: bool = False, timeout: float = 3600.0) -> dict:
-    """The four runs of one robot; per-joint RMSE, ratios, region figures and traces."""
+              echo: bool = False, timeout: float = 3600.0, reality: str = "config") -> dict:
+    """The four runs of one robot; per-joint RMSE, ratios, region figures and traces.
+    ``reality``: "config" (the simulator of ``launch sim``: ``config/<robot>.yaml``'s
+    joint friction) or "proxy" (:func:`bridge_reality`, and :data:`PROXY_CONTROLLER`)."""
+    if reality not in REALITIES:
+        raise ValueError(f"reality must be one of {REALITIES}, got {reality!r}")
     from ..evaluation.regions import REGION_RADIUS, nearest_distance
     from ..robots import robot_config, robot_label
 
@@ -134,12 +168,14 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
     work = tempfile.mkdtemp(prefix=f"closed_loop_{name}_")
     traj_a = {"seed": int(seed), **(trajectory or {})}
     traj_b = {**traj_a, **trajectory_b(robot, seed)}
+    bridge = bridge_reality(robot) if reality == "proxy" else {}
+    controller = {**CONTROLLER, **(PROXY_CONTROLLER if reality == "proxy" else {})}
     runs, data = {}, {}
     try:
         for res in ("residual", "none"):
             lrn = learner if res == "residual" else "none"
             est = os.path.join(work, f"estimate_{res}.npz")
-            files = {"adaptive_controller": {**CONTROLLER, "estimate_file": est, "autosave_period": 0.0}}
+            files = {"adaptive_controller": {**controller, "estimate_file": est, "autosave_period": 0.0}}
             if lrn != "none":
                 files["residual_learner"] = {"model_file": os.path.join(work, "learner.npz")}
             rec = {"recorder": {"topics": RECORDED if lrn != "none" else RECORDED[:2],
@@ -147,7 +183,8 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
             # A: learn, freeze, evaluate
             bag = os.path.join(work, f"bag_learn_{res}")
             runs[f"learn_{res}"] = _run(robot, lrn, bag, learn_s + eval_s,
-                                        {**files, **rec, "trajectory": dict(traj_a)}, learn_s, echo, timeout)
+                                        {**files, **rec, "trajectory": dict(traj_a), "mujoco_bridge": bridge},
+                                        learn_s, echo, timeout)
             for path in [est] + ([files["residual_learner"]["model_file"]] if lrn != "none" else []):
                 if not os.path.exists(path):
                     raise RuntimeError(f"the learning run did not save {path}")
@@ -160,7 +197,7 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
             bag = os.path.join(work, f"bag_new_{res}")
             runs[f"new_{res}"] = _run(robot, lrn, bag, eval_s,
                                       {**frozen, **rec, "trajectory": dict(traj_b),
-                                       "mujoco_bridge": {"q0": traj_b["q_center"]}}, None, echo, timeout)
+                                       "mujoco_bridge": {**bridge, "q0": traj_b["q_center"]}}, None, echo, timeout)
             data[f"new_{res}"] = tracking(bag, names)
     finally:
         if keep_bags:
@@ -174,7 +211,8 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
     f_mean = {k: float(np.mean(np.abs(data[k]["f"][data[k]["t_f"] >= (learn_s if k == "learned_residual" else 0)])))
               for k in ("learned_residual", "new_residual") if "f" in data[k]}
     return {
-        "robot": name, "learner": learner, "trajectory_a": traj_a, "trajectory_b": traj_b,
+        "robot": name, "learner": learner, "reality": reality, **({"bridge": bridge} if bridge else {}),
+        "controller": controller, "trajectory_a": traj_a, "trajectory_b": traj_b,
         "learned_rmse": {"residual": data["learned_residual"]["rmse"].tolist(),
                          "none": data["learned_none"]["rmse"].tolist()},
         "new_rmse": {"residual": data["new_residual"]["rmse"].tolist(), "none": data["new_none"]["rmse"].tolist()},
@@ -202,7 +240,7 @@ def plot(res: dict, out_dir: str, files: list, learn_s: float) -> None:
         trace(ax, key, label, c)
     ax.axvline(learn_s, color="k", lw=0.8, ls="--")
     ax.text(learn_s, 0.98, " learning frozen", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
-    ax.set_title(f"{res['robot']}: trajectory A (learned region)", fontsize=9)
+    ax.set_title(f"{res['robot']} ({res['reality']}): trajectory A (learned region)", fontsize=9)
     ax.set_xlabel("sim time [s]")
     ax.set_ylabel("|q_d - q| [rad]")
     ax.set_yscale("log")
@@ -227,22 +265,24 @@ def plot(res: dict, out_dir: str, files: list, learn_s: float) -> None:
     ax.set_title(f"{res['learner'].upper()} residual: per-joint ratio (dotted: targets)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save_plot(fig, out_dir, f"closed_loop_regions_{res['robot']}.png", files)
+    suffix = "" if res["reality"] == "config" else f"_{res['reality']}"
+    save_plot(fig, out_dir, f"closed_loop_regions_{res['robot']}{suffix}.png", files)
 
 
 def run(robots=("panda", "iiwa14"), learner: str = "gmm", learn_s: float = LEARN_S, eval_s: float = EVAL_S,
         seed: int = 0, out_dir: str = ".", trajectory: dict | None = None, keep_bags: bool = False,
-        echo: bool = False) -> dict:
+        echo: bool = False, reality: str = "config") -> dict:
     """Every robot's four runs; the JSON-able summary (traces dropped) and the plots."""
     files: list = []
     per_robot: dict[str, Any] = {}
     for robot in robots:
-        res = run_robot(robot, learner, learn_s, eval_s, seed, out_dir, trajectory, keep_bags, echo)
+        res = run_robot(robot, learner, learn_s, eval_s, seed, out_dir, trajectory, keep_bags, echo,
+                        reality=reality)
         plot(res, out_dir, files, learn_s)
         res.pop("traces")
         per_robot[res["robot"]] = res
     summary = {
-        "learner": learner, "learn_s": learn_s, "eval_s": eval_s, "centre_shift": CENTRE_SHIFT,
+        "learner": learner, "reality": reality, "learn_s": learn_s, "eval_s": eval_s, "centre_shift": CENTRE_SHIFT,
         "learned_region_vs_no_residual_max": max(r["learned_vs_no_residual_max"] for r in per_robot.values()),
         "new_region_vs_no_residual_max": max(r["new_vs_no_residual_max"] for r in per_robot.values()),
         "robots": per_robot, "plots": [os.path.basename(f) for f in files],

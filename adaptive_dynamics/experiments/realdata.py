@@ -382,7 +382,7 @@ def closed_loop(args, robots) -> tuple:
         (args.learn_seconds, args.eval_seconds)
     traj = {"base_frequency": CLOSED_LOOP_QUICK["base_frequency"]} if args.quick else None
     res = cl.run(robots, args.closed_loop_learner, learn_s, eval_s, args.seed, args.out, traj,
-                 keep_bags=args.keep_bags)
+                 keep_bags=args.keep_bags, reality=args.closed_loop_reality)
     files = [os.path.join(args.out, f) for f in res["plots"]]
     return res, files
 
@@ -405,6 +405,10 @@ def main(argv=None) -> int:
                     f" (default {','.join(LEARNERS)})")
     ap.add_argument("--closed-loop-learner", default="gmm", help="closed loop: the residual learner (default"
                     " gmm, the launch graph's)")
+    ap.add_argument("--closed-loop-reality", choices=list(cl.REALITIES), default="config",
+                    help="closed loop: config (default: the simulator of `launch sim`, the robot's joint friction)"
+                         " or proxy (this experiment's proxy of the robot in the bridge -- Stribeck friction or"
+                         " ripple, sensor bias and noise, a payload -- and friction columns in the controller)")
     ap.add_argument("--learn-seconds", type=float, default=cl.LEARN_S, help="closed loop: sim s of learning on"
                     f" trajectory A (default {cl.LEARN_S:g})")
     ap.add_argument("--eval-seconds", type=float, default=cl.EVAL_S, help="closed loop: sim s of each"
