@@ -41,13 +41,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from typing import Any
 
 import numpy as np
 
 from . import save_plot
-from .consistency_online import PhaseDirector, _references, _stamped
+from .consistency_online import PhaseDirector, _stamped, referenced_states, run_directed
 
 #: sim s of learning on trajectory A, then of evaluation on A and on B
 LEARN_S, EVAL_S = 30.0, 10.0
@@ -87,7 +86,7 @@ def bridge_reality(robot: str) -> dict:
     coulomb = r["coulomb_scale"] * fc
     return {"friction_viscous": [float(x) for x in r.get("viscous_scale", 1.0) * fv],
             "friction_coulomb": [float(x) for x in coulomb], "coulomb_smoothing": float(r["coulomb_smoothing"]),
-            "friction_stribeck": [float(x) for x in r["stribeck_ratio"] * coulomb] or [0.0],
+            "friction_stribeck": [float(x) for x in r["stribeck_ratio"] * coulomb],
             "stribeck_velocity": float(r["stribeck_velocity"]),
             "ripple_amplitude": [float(r.get("ripple_amplitude", 0.0))],
             "ripple_periods": float(r.get("ripple_periods", 10.0)),
@@ -100,7 +99,6 @@ def bridge_reality(robot: str) -> dict:
 def _run(robot: str, learner: str, bag: str, duration: float, overrides: dict, freeze_at: float | None,
          echo: bool, timeout: float) -> dict:
     from ..launch_graph import build_graph
-    from ..launcher import GraphProcess
 
     nodes = build_graph("sim", robot=robot, controller="composite", learner=learner, duration=duration,
                         record=True, bag=bag, overrides=overrides)
@@ -110,22 +108,7 @@ def _run(robot: str, learner: str, bag: str, duration: float, overrides: dict, f
         if learner != "none":
             frozen["residual_learner"] = {"learning": False}
         director = PhaseDirector([freeze_at], settings={1: {}, 2: frozen})
-    t0 = time.monotonic()
-    try:
-        g = GraphProcess(nodes, echo=echo)
-        rc, why = g.wait(timeout=timeout)
-    finally:
-        if director is not None:
-            director.close()
-    wall = time.monotonic() - t0
-    if rc != 0:
-        tail = {k: v[-12:] for k, v in g.logs.items()}
-        raise RuntimeError(f"the closed loop failed ({why}); last log lines: {tail}")
-    if director is not None:
-        if director.errors:
-            raise RuntimeError(f"freezing the learning was refused: {director.errors}")
-        if not director.switches:
-            raise RuntimeError(f"learning was never frozen (clock reached {director.last_clock:.2f} s)")
+    wall = run_directed(nodes, director, duration, echo=echo, timeout=timeout)
     return {"wall_s": round(wall, 1), "sim_s": duration,
             **({"frozen_at_s": director.switches[0]["clock_s"]} if director is not None else {})}
 
@@ -135,20 +118,14 @@ def tracking(bag: str, names: list[str], t_from: float = 0.0) -> dict:
     positions, and the learner's published prediction (if recorded)."""
     from ..evaluation.bags import resolve_bag
     path = resolve_bag(bag)
-    ts, q = _stamped(path, "/joint_states", names, "position")
-    refs = _references(path, names)
-    keep = np.array([t in refs for t in ts])
-    ts, q = ts[keep], q[keep]
-    qd = np.array([refs[t][0] for t in ts])
-    out = {"t": ts * 1e-9, "q": q, "e": qd - q}
+    ts, q, q_ref, _ = referenced_states(path, names, "position")
+    out = {"t": ts * 1e-9, "q": q, "e": q_ref - q}
     try:
         tf, fhat = _stamped(path, "/residual_learner/prediction", names, "effort")
         out["t_f"], out["f"] = tf * 1e-9, fhat
     except ValueError:   # no learner in this run
         pass
-    window = out["t"] >= t_from
-    out["window"] = window
-    out["rmse"] = np.sqrt(np.mean(out["e"][window] ** 2, axis=0))
+    out["rmse"] = np.sqrt(np.mean(out["e"][out["t"] >= t_from] ** 2, axis=0))
     return out
 
 
@@ -208,8 +185,9 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
     a = data["learning_residual"]
     train_q = a["q"][a["t"] < learn_s]
     dist = nearest_distance(train_q, data["new_residual"]["q"])
-    f_mean = {k: float(np.mean(np.abs(data[k]["f"][data[k]["t_f"] >= (learn_s if k == "learned_residual" else 0)])))
-              for k in ("learned_residual", "new_residual") if "f" in data[k]}
+    # the learner's mean output where it is judged: A after the freeze, all of B
+    f_mean = {k: float(np.mean(np.abs(data[k]["f"][data[k]["t_f"] >= t_from])))
+              for k, t_from in (("learned_residual", learn_s), ("new_residual", 0.0)) if "f" in data[k]}
     return {
         "robot": name, "learner": learner, "reality": reality, **({"bridge": bridge} if bridge else {}),
         "controller": controller, "trajectory_a": traj_a, "trajectory_b": traj_b,
