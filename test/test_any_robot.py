@@ -109,7 +109,8 @@ def test_urdfs_that_cannot_be_controlled_are_clear_errors(tmp_path):
 
 @pytest.mark.parametrize("urdf", [UR5, XARM7], ids=["ur5", "xarm7"])
 def test_composite_control_with_default_gains_converges_with_a_2kg_payload(urdf):
-    from adaptive_dynamics.sim.plant import MujocoPlant
+    from adaptive_dynamics.robots import armature
+    from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
     from adaptive_dynamics.trajectories import ModifiedFourier
 
     spec = resolve_robot(urdf)
@@ -121,7 +122,8 @@ def test_composite_control_with_default_gains_converges_with_a_2kg_payload(urdf)
                                   margin=0.1)
     t = np.arange(0.0, 40.0, 1e-3)
     Q, V, A = traj.sample_many(t)
-    plant = MujocoPlant(spec.urdf, q0=Q[0])
+    # the drive inertia the generated file states (and its gains assume), as demo's simulator applies it
+    plant = MujocoPlant(spec.urdf, reality=RealityConfig(armature=armature(spec.urdf)), q0=Q[0])
     plant.set_payload(2.0, [0.0, 0.0, 0.05])
     ctl = AdaptiveController(m, "composite", pi0=np.zeros(m.n_params), p0=1.0, r=10.0, filter_lambda=20.0,
                              lambda0=0.5, k0=200.0, k1=100.0, **gains)

@@ -14,6 +14,9 @@ import importlib
 EXPERIMENTS: dict[str, tuple[str, str]] = {
     "ardl": ("adaptive_dynamics.experiments.ardl",
              "ARDL §4.1: PD / computed torque / direct / composite adaptive control (Panda, KUKA)"),
+    "arms": ("adaptive_dynamics.experiments.arms",
+             "any arm with no tuning: composite adaptive control + friction on example-robot-data's arms with a"
+             " payload sized to each (RMSE, saturation, watchdog trips)"),
     "consistency": ("adaptive_dynamics.experiments.consistency",
                     "Smith & Mistry 2020: consistency transform, virtual-model table and 4-phase online run"),
     "pgpol": ("adaptive_dynamics.experiments.pgpol",

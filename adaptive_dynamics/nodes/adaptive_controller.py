@@ -94,7 +94,7 @@ from ..ros.params import ParamSpec
 from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stream_qos
 from ..ros.stamped import MATRIX_STAMP_OFFSET, matrix_from_msg, vector_from_msg
 from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
-from .common import shutdown_save, trigger_save
+from .common import armature_of, shutdown_save, trigger_save
 from .controller import JointControllerShell, shell_specs
 
 LAWS = ("pd", "computed_torque", "direct", "composite", "backstepping")
@@ -366,7 +366,9 @@ class AdaptiveControllerNode(JointControllerShell):
             if getattr(self, "_kd_model", None) is None:
                 from ..control.gains import default_gains
                 try:
-                    self._kd_model = np.asarray(default_gains(self.model)["kd"], dtype=float)
+                    self._kd_model = np.asarray(default_gains(
+                        self.model, dt=1.0 / self.p["rate_hz"], armature=armature_of(self.p, self.model.n))["kd"],
+                        dtype=float)
                 except ValueError as exc:
                     raise ValueError(f"kd [0] derives K_D from the model, which cannot here ({exc}): set kd"
                                      " explicitly") from None

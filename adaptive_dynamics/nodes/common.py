@@ -26,7 +26,22 @@ def robot_specs() -> list[ParamSpec]:
         ParamSpec("end_effector", "hand", "hand: the bodies the URDF fixes after the last joint (the Panda's"
                   " Franka Hand) are part of the model, as their own parameters | none: the arm without them",
                   choices=["hand", "none"], read_only=True),
+        ParamSpec("armature", [0.0], "drive (rotor) inertia reflected to each joint [kg m^2], 1 or n values:"
+                  " the simulator's MuJoCo dof_armature, the model-derived gains' and the controllers' gain"
+                  " check; URDFs carry none -- generated parameter files state an assumed"
+                  " control.gains.default_armature, a real arm states its drives'", min=0.0, type="float[]",
+                  read_only=True),
     ]
+
+
+def armature_of(store, n: int):
+    """The ``armature`` parameter as ``n`` values (1 value = every joint); ``ValueError``
+    for another count."""
+    import numpy as np
+    arr = np.asarray(store["armature"], dtype=float).ravel()
+    if arr.size not in (1, n):
+        raise ValueError(f"armature: {arr.size} values for {n} joints (give 1 or {n})")
+    return np.broadcast_to(arr, (n,)).copy()
 
 
 def realtime_spec() -> ParamSpec:

@@ -19,19 +19,22 @@ Parameters (live-tunable unless read-only): see ``specs()`` below or
 """
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
 
 import numpy as np
 import rclpy
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from ..control.baseline import LAWS, make_controller, saturate
+from ..control.watchdog import LoopWatchdog, default_error_bound
 from ..ros.commands import encode_stamped_command
 from ..ros.joint_states import JointStateMapper, joint_state_msg, state_stamp
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
@@ -66,6 +69,17 @@ def shell_specs() -> list[ParamSpec]:
         ParamSpec("hot_path_thread", True, "take joint_states and references on a lean companion node"
                   " (<name>_io) with its own executor thread (lower latency; see HotPath)", read_only=True),
         realtime_spec(),
+        ParamSpec("watchdog", True, "loop watchdog (control.watchdog): |q_d - q| above watchdog_error or the"
+                  " command saturated on a joint for watchdog_window -> safe command, learning frozen (the"
+                  " estimate kept), ERROR in /diagnostics, until ~/reset_watchdog"),
+        ParamSpec("watchdog_error", [0.0], "watchdog position-error bound [rad], 1 or n values; [0.0] = 20 %"
+                  " of each joint's range within [0.2, 1.0] rad", min=0.0, max=100.0, type="float[]",
+                  read_only=True),
+        ParamSpec("watchdog_window", 0.05, "how long [s of state stamps] an error or a saturation must last"
+                  " to trip the watchdog", min=0.002, max=10.0, read_only=True),
+        ParamSpec("wait_warn_after", 3.0, "no joint_states this long [s, wall] after start -> a WARN naming"
+                  " the topic, the joints and ROS_DOMAIN_ID, repeated with doubling intervals", min=0.1,
+                  max=3600.0, read_only=True),
     ]
 
 
@@ -119,6 +133,16 @@ class JointControllerShell(Node):
         self._zeros = np.zeros(n)
         self.log_throttle = Throttle(1.0)
         self.stall = StallInjector(self)
+        werr = np.asarray(self.p["watchdog_error"], dtype=float)
+        if werr.size not in (1, n):
+            raise ValueError(f"watchdog_error: {werr.size} values for {n} joints (give 1 or {n})")
+        self.loop_watch = LoopWatchdog(self.model.joint_names,
+                                       default_error_bound(self.model.lower, self.model.upper)
+                                       if werr.size == 1 and werr[0] == 0.0 else werr,
+                                       window=self.p["watchdog_window"])
+        self.counters.update({"watchdog_trips": 0, "watchdog": "armed" if self.p["watchdog"] else "off"})
+        self._started_wall = time.monotonic()
+        self._wait_warn_next = float(self.p["wait_warn_after"])
         self._setup_law()
         self.p.on_change("reference_staleness",
                          lambda _n, v: setattr(self.refs, "max_staleness_ns", int(v * 1e9)))
@@ -135,6 +159,7 @@ class JointControllerShell(Node):
                                          REFERENCE_QOS, raw=True)  # batch -> arrays: ReferenceBuffer.add_serialized
         self.io.node.create_subscription(JointState, "joint_states", self._on_state,
                                          stream_qos(self.p["reliable_streams"]), raw=True)  # wire.py
+        self.create_service(Trigger, "~/reset_watchdog", self._srv_reset_watchdog)
         steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
         # the 10 ms watchdog runs on the hot thread (it shares the pending state; no main
         # executor wake-up at 100 Hz); diagnostics and slow work on the main executor
@@ -247,6 +272,10 @@ class JointControllerShell(Node):
             qd = self._zeros
         if qdd is None:
             qdd = self._zeros
+        if self.loop_watch.tripped:   # stays in the safe command, nothing adapted, until ~/reset_watchdog
+            self.counters.inc("watchdog_cycles")
+            self._publish(saturate(self._safe_command(), self.limit, self.sat), stamp)
+            return True
         tau = self._control(stamp, q, v, effort, ref, qd, qdd)
         if tau is None:
             tau = self._safe_command()
@@ -255,10 +284,39 @@ class JointControllerShell(Node):
             if self.log_throttle("nan"):
                 self.get_logger().error("control law produced a non-finite torque; sending the safe command")
             tau = self._safe_command()
+        if self.p["watchdog"]:
+            q_ref = getattr(ref, "q", None)    # (a task-space reference has none: saturation only)
+            if self.loop_watch.update(stamp * 1e-9, None if q_ref is None else q_ref - q,
+                                      np.abs(tau) > self.limit):
+                self._trip()
+                tau = self._safe_command()
         saturate(tau, self.limit, self.sat)
         self._publish(tau, stamp)
         self._after_command(stamp, q, v, ref, qd, tau)
         return True
+
+    def _trip(self) -> None:
+        """The watchdog tripped: one ERROR line, the counters; :meth:`_on_trip` for the law."""
+        w = self.loop_watch
+        self.counters.inc("watchdog_trips")
+        self.counters.set("watchdog", f"TRIPPED at t={w.tripped_at:.3f} s: {w.reason}")
+        self.get_logger().error(f"watchdog: {w.reason} -> safe command ({self.p['safe_mode']}), learning frozen"
+                                f" with the estimate kept; call {self.get_fully_qualified_name()}/reset_watchdog"
+                                " to resume")
+        self._on_trip()
+
+    def _on_trip(self) -> None:
+        """Subclass hook: the watchdog tripped (freeze and keep what was learned)."""
+
+    def _srv_reset_watchdog(self, req, res):
+        with self._cb_lock:
+            was = self.loop_watch.tripped
+            self.loop_watch.reset()
+            self.counters.set("watchdog", "armed")
+        res.success = True
+        res.message = "watchdog released: the law is back in command" if was else "watchdog was not tripped"
+        self.get_logger().info(res.message)
+        return res
 
     def _answer_refused(self, stamp: int) -> bool:
         """When the reference for ``stamp`` was refused (a buffer that remembers refused
@@ -312,6 +370,14 @@ class JointControllerShell(Node):
     def _watchdog(self) -> None:
         with self._cb_lock:
             now = time.monotonic()
+            if self._last_state_wall is None and now - self._started_wall >= self._wait_warn_next:
+                self._wait_warn_next *= 2.0
+                self.get_logger().warning(
+                    f"no joint_states for {now - self._started_wall:.0f} s: waiting on"
+                    f" {self.io.node.resolve_topic_name('joint_states')} for joints {self.model.joint_names}"
+                    f" (ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0 (unset)')},"
+                    f" ROS_AUTOMATIC_DISCOVERY_RANGE={os.environ.get('ROS_AUTOMATIC_DISCOVERY_RANGE', 'unset')});"
+                    " is the robot's driver or the simulator running on this domain?")
             if self._pending is not None and now - self._pending_since > self.p["reference_wait"] \
                     and self._reference_missing(self._pending[0]):   # other inputs: the subclass's wait
                 self._stop_waiting()
@@ -345,8 +411,10 @@ class JointControllerShell(Node):
                     self.counters.set(f"ref_{k}", val)
                 self._diagnostics()
                 self.io.report(self.counters)
-                self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(),
-                                                       [self.counters.status()]))
+                w = self.loop_watch
+                status = self.counters.status(level=DiagnosticStatus.ERROR, message=f"watchdog: {w.reason}") \
+                    if w.tripped else self.counters.status()
+                self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [status]))
         self._periodic()
 
     def _periodic(self) -> None:

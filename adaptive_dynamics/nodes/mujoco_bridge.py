@@ -167,7 +167,7 @@ def reality_from_store(p) -> RealityConfig:
         "link_scale": scales if len(scales) > 1 else scales["*"],
         "noise_std_q": _one_or_n(p["noise_std_q"]), "noise_std_v": _one_or_n(p["noise_std_v"]),
         "noise_std_tau": _one_or_n(p["noise_std_tau"]), "tau_bias": _one_or_n(p["tau_bias"]),
-        "seed": int(p["seed"]),
+        "seed": int(p["seed"]), "armature": _one_or_n(p["armature"]),
     })
 
 

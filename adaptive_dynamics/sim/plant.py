@@ -125,9 +125,11 @@ PARAMETER_DESCRIPTIONS: Dict[str, str] = {
     "noise_std_tau": "Std dev of Gaussian noise on the measured joint torque [N m] (scalar or per joint).",
     "tau_bias": "Constant torque-sensor bias [N m] added to the measured torque (scalar or per joint).",
     "seed": "Seed of the sensor-noise generator (same seed + same commands = identical run); < 0 = random.",
+    "armature": "Drive (rotor) inertia reflected to the joint [kg m^2], one per joint (or a scalar): MuJoCo's"
+                " dof_armature, added to M_jj; on the motor side, like the friction.",
 }
 _REALITY_PREFIXES = ("friction_", "coulomb_", "stribeck_", "ripple_", "payload_", "noise_", "link_scale",
-                     "tau_bias")
+                     "tau_bias", "armature")
 
 
 @dataclass
@@ -175,6 +177,12 @@ class RealityConfig:
         q [rad], q_dot [rad/s] and measured torque [N m] (a fresh sample each step).
     tau_bias:
         Constant bias [N m] added to the measured torque.
+    armature:
+        Drive inertia reflected to each joint [kg m^2] (>= 0; rotor inertia times the
+        gear ratio squared), MuJoCo's ``dof_armature``: the plant's joint-space inertia is
+        ``M(q) + diag(armature)``.  URDFs carry none; :func:`adaptive_dynamics.control.gains
+        .default_armature` is the rule the generated parameter files state.  It acts on the
+        motor side of the torque measurement, like the friction.
     seed:
         Seed of the noise generator (``numpy.random.default_rng``); ``None`` or a
         negative value = fresh OS entropy (not reproducible).
@@ -198,6 +206,7 @@ class RealityConfig:
     noise_std_tau: ArrayLike = 0.0
     tau_bias: ArrayLike = 0.0
     seed: Optional[int] = 0
+    armature: ArrayLike = 0.0
 
     PARAMETERS = PARAMETER_DESCRIPTIONS  # class attribute (not a dataclass field: no annotation)
 
@@ -533,6 +542,8 @@ class MujocoPlant:
         # no noise at all: the measurements are the state (no draws: the stream only feeds noise)
         self._noisy = bool(np.any(self.noise_std_q) or np.any(self.noise_std_v) or np.any(self.noise_std_tau))
         self.model.dof_damping[self._di] = self.friction_viscous
+        self.armature = _per_joint(r.armature, n, "armature")
+        self.model.dof_armature[self._di] = self.armature
 
         # ---- reality: link scaling (static), then the payload (switchable)
         self._apply_link_scale(r.link_scale)

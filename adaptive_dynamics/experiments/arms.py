@@ -1,0 +1,230 @@
+"""Any arm, with no tuning: composite adaptive control on the arms of example-robot-data.
+
+Every arm chain of the ``example-robot-data`` package (:data:`ARMS`: each robot whose URDF
+has a serial chain of five or more actuated joints; grippers, heads, torsos and wheels
+locked; a dual-arm robot by one arm) goes through the path a user takes -- ``demo --robot
+<URDF> --controller composite`` -- as processes over DDS:
+
+* the robot resolved from its URDF (:func:`~adaptive_dynamics.robots.resolve_robot`): the
+  generated parameter file's model-derived gains (1 kHz, the assumed drive armature),
+  friction columns, the simulator's joint friction (the URDF's ``<dynamics>``, else the
+  default fraction of the effort limits);
+* a payload on the end effector sized to the arm (:func:`payload_for`: :data:`PAYLOAD_SHARE`
+  of what its weakest joint holds on top of the arm's own weight, worst case over the
+  trajectory's region), unknown to the controller;
+* the trajectory node's default Fourier trajectory (mid-range centre, 0.4 rad);
+* composite adaptive control started from the URDF's model (``initial_estimate: nominal``).
+
+Per arm and joint: position RMSE over the last :data:`TAIL_S` s, the time the command
+spent saturated (the bridge's count, 1 ms steps) and the controller's watchdog trips
+(``/diagnostics``).  An arm the suite cannot load is *refused* (the reason in the table).
+Targets (JSON ``targets_met``): :data:`TARGETS`.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from . import save_plot, write_result
+
+#: (label, URDF path under example-robot-data's robots/, joints to keep or None = all moving joints,
+#:  end-effector frame or None = the URDF's last frame)
+ARMS: list[tuple[str, str, Any, Any]] = [
+    ("so100", "so_arm_description/urdf/so100.urdf", None, None),
+    ("so101", "so_arm_description/urdf/so101.urdf", None, None),
+    ("z1", "z1_description/urdf/z1.urdf", [f"joint{i}" for i in range(1, 7)], None),
+    ("xarm7", "xarm_description/urdf/xarm7.urdf", None, None),
+    ("panda", "panda_description/urdf/panda.urdf", [f"panda_joint{i}" for i in range(1, 8)], "panda_hand"),
+    ("ur3", "ur_description/urdf/ur3_robot.urdf", None, None),
+    ("ur5", "ur_description/urdf/ur5_robot.urdf", None, None),
+    ("ur10", "ur_description/urdf/ur10_robot.urdf", None, None),
+    ("kinova", "kinova_description/robots/kinova.urdf", [f"j2s6s200_joint_{i}" for i in range(1, 7)], None),
+    ("baxter_left", "baxter_description/urdf/baxter.urdf",
+     ["left_s0", "left_s1", "left_e0", "left_e1", "left_w0", "left_w1", "left_w2"], None),
+    ("tiago_arm", "tiago_description/robots/tiago_no_hand.urdf", [f"arm_{i}_joint" for i in range(1, 8)], None),
+]
+#: the quick version: one light, one medium, one heavy arm
+QUICK_ARMS = ("so101", "xarm7", "ur10")
+#: payload = this share of what the weakest joint holds beyond the arm's own gravity
+PAYLOAD_SHARE = 0.25
+#: sim s per arm, the tail [s] the RMSE is taken over
+DURATION_S, TAIL_S = 30.0, 10.0
+QUICK_DURATION_S, QUICK_TAIL_S = 10.0, 4.0
+#: the controller starts from the URDF's model
+CONTROLLER = {"initial_estimate": "nominal"}
+TARGETS = {"rmse_max_rad": 0.05, "saturated_ms_max": 100.0, "watchdog_trips": 0, "arms_refused": 0}
+
+
+def robots_dir() -> str:
+    """example-robot-data's ``robots/`` directory (installed with the ``example-robot-data``
+    wheel under ``cmeel.prefix``)."""
+    for base in sys.path + [sys.prefix]:
+        for cand in (os.path.join(base, "cmeel.prefix", "share", "example-robot-data", "robots"),
+                     os.path.join(base, "lib", "python3.11", "site-packages", "cmeel.prefix", "share",
+                                  "example-robot-data", "robots")):
+            if os.path.isdir(cand):
+                return cand
+    found = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "cmeel.prefix", "share",
+                                   "example-robot-data", "robots"))
+    if found:
+        return found[0]
+    raise FileNotFoundError("example-robot-data not found (pip install example-robot-data)")
+
+
+def payload_for(model, centre, amplitude: float, samples: int = 256, seed: int = 0) -> dict:
+    """The payload [kg] at the end-effector frame: :data:`PAYLOAD_SHARE` of the smallest
+    ``(tau_max,j - |g_j(q)|) / |J_v,j(q)^T g|`` over the joints and ``samples``
+    configurations within ``amplitude`` of ``centre`` (inside the limits): the mass the
+    weakest joint could still hold at the worst pose of the trajectory's region."""
+    rng = np.random.default_rng(seed)
+    lo = np.maximum(model.lower, centre - amplitude)
+    hi = np.minimum(model.upper, centre + amplitude)
+    worst, where = np.inf, None
+    gvec = np.array([0.0, 0.0, 9.81])
+    for k in range(samples):
+        q = centre if k == 0 else rng.uniform(lo, hi)
+        per_kg = np.abs(model.jacobian(q)[:3].T @ gvec)
+        spare = model.effort_limit - np.abs(model.gravity(q))
+        ok = per_kg > 1e-6
+        cap = np.min(spare[ok] / per_kg[ok]) if np.any(ok) else np.inf
+        if cap < worst:
+            j = int(np.flatnonzero(ok)[np.argmin(spare[ok] / per_kg[ok])])
+            worst, where = cap, (model.joint_names[j], q)
+    mass = max(0.0, PAYLOAD_SHARE * float(worst))
+    return {"mass_kg": round(mass, 3), "capacity_kg": round(float(worst), 3), "weakest_joint": where[0]}
+
+
+def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: float, work: str,
+            echo: bool = False) -> dict:
+    """One arm through ``demo``'s graph; its row of the table (or ``refused`` with why)."""
+    from ..dynamics import RobotModel
+    from ..launch_graph import build_graph
+    from ..robots import armature, controller_gains, resolve_robot
+    from .closed_loop_regions import tracking
+    from .consistency_online import run_directed
+
+    try:
+        spec = resolve_robot(urdf, joints=joints, ee_frame=ee_frame)
+        model = RobotModel(spec.urdf, ee_frame=spec.ee_frame)
+    except (ValueError, FileNotFoundError) as exc:
+        return {"arm": label, "refused": str(exc)}
+    centre = 0.5 * (model.lower + model.upper)
+    payload = payload_for(model, centre, 0.4)
+    bag = os.path.join(work, f"bag_{label}")
+    stats = os.path.join(work, f"bridge_{label}.json")
+    overrides = {"mujoco_bridge": {"payload_mass": payload["mass_kg"], "payload_enabled": payload["mass_kg"] > 0,
+                                   "stats_file": stats},
+                 "adaptive_controller": dict(CONTROLLER)}
+    nodes = build_graph("sim", robot=spec.urdf, controller="composite", duration=duration, record=True, bag=bag,
+                        overrides=overrides)
+    t0 = time.monotonic()
+    try:
+        run_directed(nodes, None, duration, echo=echo, timeout=max(300.0, 20 * duration))
+    except RuntimeError as exc:
+        return {"arm": label, "failed": str(exc)[:2000], "wall_s": round(time.monotonic() - t0, 1)}
+    tr = tracking(bag, spec.joint_names, t_from=duration - tail)
+    with open(stats, encoding="utf-8") as fh:
+        st = json.load(fh)
+    sat_ms = np.asarray(st.get("saturation_count", [0] * model.n), dtype=float) * 1.0   # 1 ms steps
+    trips = watchdog_trips(bag)
+    return {"arm": label, "joints": spec.joint_names, "dof": model.n, "effort_limit": model.effort_limit.tolist(), "armature": armature(spec.urdf).tolist(),
+            "kd": controller_gains(spec.urdf).get("kd"), "payload": payload,
+            "rmse_rad": [round(float(x), 5) for x in tr["rmse"]], "rmse_max_rad": round(float(tr["rmse"].max()), 5),
+            "saturated_ms": sat_ms.tolist(), "saturated_ms_max": float(sat_ms.max()), "watchdog_trips": trips,
+            "wall_s": round(time.monotonic() - t0, 1), "_trace": (tr["t"], tr["e"])}
+
+
+def watchdog_trips(bag: str) -> int:
+    """Watchdog trips the controller reported (``/diagnostics`` key ``watchdog_trips``, its
+    last value); 0 when the bag has none."""
+    from ..evaluation.bags import read_messages, resolve_bag
+    last = 0
+    try:
+        for _, _, m in read_messages(resolve_bag(bag), ["/diagnostics"]):
+            for status in m.status:
+                for kv in status.values:
+                    if kv.key == "watchdog_trips":
+                        last = max(last, int(float(kv.value)))
+    except (KeyError, ValueError):
+        return 0
+    return last
+
+
+def plot(row: dict, out_dir: str, files: list) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    t, e = row["_trace"]
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    ax.plot(t, e, lw=0.7)
+    ax.set_xlabel("sim time [s]")
+    ax.set_ylabel("q_d - q [rad]")
+    ax.legend(row["joints"], fontsize=6, ncol=4, loc="upper right")
+    ax.set_title(f"{row['arm']}: composite + friction from the URDF model, payload {row['payload']['mass_kg']} kg;"
+                 f" RMSE (tail) max {row['rmse_max_rad']:.4f} rad", fontsize=9)
+    fig.tight_layout()
+    save_plot(fig, out_dir, f"arm_{row['arm']}.png", files)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="adaptive-dynamics experiment arms", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output directory (created)")
+    ap.add_argument("--quick", action="store_true", help=f"arms {', '.join(QUICK_ARMS)}, {QUICK_DURATION_S:g} s each"
+                    f" (RMSE over the last {QUICK_TAIL_S:g} s)")
+    ap.add_argument("--arms", default=None, metavar="A,B,...", help="these arms of the list only: "
+                    + ", ".join(a[0] for a in ARMS))
+    ap.add_argument("--duration", type=float, default=None, help=f"sim s per arm (default {DURATION_S:g})")
+    ap.add_argument("--keep-bags", action="store_true", help="keep the bags in --out")
+    ap.add_argument("-v", "--verbose", action="store_true", help="echo the nodes' output")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    names = [a[0] for a in ARMS]
+    chosen = args.arms.split(",") if args.arms else (list(QUICK_ARMS) if args.quick else names)
+    unknown = [a for a in chosen if a not in names]
+    if unknown:
+        ap.error(f"unknown arms {unknown}; choose from {names}")
+    duration = args.duration or (QUICK_DURATION_S if args.quick else DURATION_S)
+    tail = min(QUICK_TAIL_S if args.quick else TAIL_S, duration / 2)
+    base = robots_dir()
+    work = args.out if args.keep_bags else tempfile.mkdtemp(prefix="ad_arms_")
+    rows, files = [], []
+    t0 = time.monotonic()
+    try:
+        for label, rel, joints, ee in ARMS:
+            if label not in chosen:
+                continue
+            row = run_arm(label, os.path.join(base, rel), joints, ee, duration, tail, work, echo=args.verbose)
+            if "_trace" in row:
+                plot(row, args.out, files)
+                row.pop("_trace")
+            rows.append(row)
+            print(f"{label:12s} " + (f"refused: {row['refused']}" if "refused" in row else
+                                     f"failed: {row['failed'][:200]}" if "failed" in row else
+                                     f"RMSE max {row['rmse_max_rad']:.4f} rad, saturated {row['saturated_ms_max']:.0f}"
+                                     f" ms, watchdog {row['watchdog_trips']}, payload {row['payload']['mass_kg']} kg,"
+                                     f" {row['wall_s']:.0f} s wall"), flush=True)
+    finally:
+        if not args.keep_bags:
+            shutil.rmtree(work, ignore_errors=True)
+    ran = [r for r in rows if "rmse_max_rad" in r]
+    summary = {
+        "arms": rows, "duration_s": duration, "tail_s": tail, "payload_share": PAYLOAD_SHARE,
+        "rmse_max_rad": max((r["rmse_max_rad"] for r in ran), default=None),
+        "saturated_ms_max": max((r["saturated_ms_max"] for r in ran), default=None),
+        "watchdog_trips": sum(r["watchdog_trips"] for r in ran),
+        "arms_refused": sum(1 for r in rows if "refused" in r),
+        "arms_failed": sum(1 for r in rows if "failed" in r),
+        "targets": TARGETS, "plots": files, "wall_s": round(time.monotonic() - t0, 1),
+    }
+    summary["targets_met"] = bool(ran) and summary["arms_failed"] == 0 and all(
+        summary[k] is not None and summary[k] <= v for k, v in TARGETS.items())
+    return write_result(args.out, "arms", summary)

@@ -1,0 +1,155 @@
+"""Any arm, safely: model-derived gains that respect the control period and the drives'
+inertia (checked on MuJoCo plants of light and heavy arms of example-robot-data, not on a
+formula), the simulator's armature equal to what the gains assume, and the loop
+watchdog that trips on a gain set the plant cannot take -- within 100 ms, no NaN torque,
+the estimate kept."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+from adaptive_dynamics.control import AdaptiveController
+from adaptive_dynamics.control.gains import (ARMATURE_PER_EFFORT, DT_MARGIN, default_armature, default_gains,
+                                             gain_margins)
+from adaptive_dynamics.control.watchdog import LoopWatchdog, default_error_bound
+from adaptive_dynamics.dynamics import RobotModel
+from adaptive_dynamics.experiments.arms import ARMS, payload_for, robots_dir
+from adaptive_dynamics.robots import armature, resolve_robot
+from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
+
+try:
+    ERD = robots_dir()
+except FileNotFoundError:
+    ERD = None
+pytestmark = pytest.mark.skipif(ERD is None, reason="example-robot-data not installed")
+DT = 1e-3
+
+
+def _arm(label):
+    _, rel, joints, ee = next(a for a in ARMS if a[0] == label)
+    return resolve_robot(os.path.join(ERD, rel), joints=joints, ee_frame=ee)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def _regulate(spec, kd, lam, T=1.0, ia=None, offset=0.05):
+    """PD + the model's gravity (K_D (e_dot + Lambda e) + g) from an offset start on the
+    MuJoCo plant with ``ia`` armature and no friction; the errors over time."""
+    model = RobotModel(spec.urdf, ee_frame=spec.ee_frame)
+    q_d = 0.5 * (model.lower + model.upper)
+    reality = RealityConfig(armature=armature(spec.urdf) if ia is None else ia)
+    plant = MujocoPlant(spec.urdf, reality=reality, timestep=DT, q0=q_d + offset)
+    kd = np.asarray(kd, float)
+    E = []
+    for _ in range(int(T / DT)):
+        _, q, v, _ = plant.state()
+        tau = kd * ((0 - v) + lam * (q_d - q)) + model.gravity(q)
+        assert np.all(np.isfinite(tau))
+        plant.step(tau)
+        E.append(q_d - q)
+    return np.array(E)
+
+
+def test_generated_file_states_the_armature_the_simulator_applies_and_the_gains_assume():
+    spec = _arm("so101")
+    doc = yaml.safe_load(open(spec.config))
+    shared = doc["/**"]["ros__parameters"]
+    model = RobotModel(spec.urdf)
+    assert shared["armature"] == default_armature(model.effort_limit)
+    np.testing.assert_allclose(shared["armature"], ARMATURE_PER_EFFORT * model.effort_limit)
+    assert shared["friction"] is True
+    assert doc["/**/adaptive_controller"]["ros__parameters"]["kd"] == default_gains(model, armature=shared["armature"])["kd"]
+    plant = MujocoPlant(spec.urdf, reality=RealityConfig.from_params({"armature": shared["armature"]}))
+    # the plant's joint-space inertia is the URDF's plus the armature (pinocchio as the reference)
+    q = plant.q0
+    np.testing.assert_allclose(plant.mass_matrix(q), model.mass_matrix(q) + np.diag(shared["armature"]), atol=1e-9)
+    assert np.all(gain_margins(model, doc["/**/adaptive_controller"]["ros__parameters"]["kd"], DT,
+                               shared["armature"]) <= DT_MARGIN + 1e-9)
+
+
+@pytest.mark.parametrize("label", ["so101", "ur10"])
+def test_default_gains_regulate_light_and_heavy_arms_on_the_plant(label):
+    """The SO-101 (10 N m, wrist inertia 1e-5 kg m^2) and the UR10 (330 N m): the default
+    gains settle an offset of 0.05 rad on every joint on the plant with the stated
+    armature; on the SO-101 the rule the gains replace (K_D >= 1 % of the effort limit,
+    no drive inertia) does not."""
+    spec = _arm(label)
+    g = yaml.safe_load(open(spec.config))["/**/adaptive_controller"]["ros__parameters"]
+    E = _regulate(spec, g["kd"], g["lam"][0])
+    assert np.abs(E[-100:]).max() < 0.01, np.abs(E[-100:]).max(axis=0)
+    assert np.abs(E).max() < 0.1
+    if label == "so101":
+        model = RobotModel(spec.urdf)
+        old = np.clip(4 * 10 * np.diag(model.mass_matrix(0.5 * (model.lower + model.upper))),
+                      0.01 * model.effort_limit, 0.2 * model.effort_limit)
+        assert gain_margins(model, old, DT).max() > 2.0            # K_D dt / M_jj beyond the explicit bound
+        bad = _regulate(spec, old, 10.0, T=0.3, ia=0.0)
+        assert not np.abs(bad[-50:]).max() < 0.05                   # it does not settle
+
+
+def test_watchdog_core_trips_after_its_window_and_stays_until_reset():
+    w = LoopWatchdog(["a", "b"], [0.1, 0.1], window=0.05)
+    for k in range(200):                       # a transient shorter than the window: no trip
+        assert not w.update(k * DT, [0.2 if k < 40 else 0.0, 0.0], [False, False])
+    t0 = 0.2
+    tripped = [w.update(t0 + k * DT, [0.0, 0.0], [False, True]) for k in range(60)]
+    assert tripped.index(True) == 50 and w.tripped and w.joint == "b" and "saturated" in w.reason
+    assert not w.update(1.0, [0.0, 0.0], [False, False]) and w.tripped      # latched
+    w.reset()
+    assert not w.tripped and w.trips == 1
+    assert not any(w.update(2.0 + k * DT, [np.nan, 0.0], None) for k in range(50))
+    assert w.update(2.05, [np.nan, 0.0], None) and w.joint == "a"            # NaN counts as an error
+    np.testing.assert_allclose(default_error_bound([-3, -0.5, 0], [3, 0.5, np.inf]), [1.0, 0.2, 1.0])
+
+
+def test_watchdog_trips_an_unstable_gain_set_within_100ms_and_keeps_the_estimate():
+    """K_D 100x the default on the SO-101 plant (K_D dt / m ~ 4: the sampled damper
+    multiplies a velocity error by ~-3 per step): the composite
+    controller's command bangs between the limits; the watchdog trips within 100 ms of
+    sim time, every command is finite, and the estimate at the trip is what the
+    controller holds afterwards (nothing adapts in the safe command)."""
+    spec = _arm("so101")
+    model = RobotModel(spec.urdf, friction=True)
+    g = yaml.safe_load(open(spec.config))["/**/adaptive_controller"]["ros__parameters"]
+    kd = 100.0 * np.asarray(g["kd"])
+    assert gain_margins(model, kd, DT, armature(spec.urdf)).min() > 3.0
+    ctl = AdaptiveController(model, "composite", lam=10.0, kd=kd, pi0=model.parameters, p0=1.0, lambda0=0.0)
+    plant = MujocoPlant(spec.urdf, reality=RealityConfig(armature=armature(spec.urdf)), timestep=DT)
+    w = LoopWatchdog(model.joint_names, default_error_bound(model.lower, model.upper), window=0.05)
+    q_d = plant.q0 + 0.02
+    pi_trip = None
+    for k in range(300):
+        _, q, v, tau_m = plant.state()
+        if w.tripped:
+            tau = -5.0 * v                      # the shell's safe command (damping)
+        else:
+            tau = ctl.compute(q, v, q_d, np.zeros(model.n), np.zeros(model.n), tau_m, learn=True)
+            assert np.all(np.isfinite(tau))
+            if w.update(k * DT, q_d - q, np.abs(tau) > model.effort_limit):
+                pi_trip = ctl.pi.copy()
+        plant.step(np.clip(tau, -model.effort_limit, model.effort_limit))
+    assert w.tripped and w.tripped_at <= 0.1, (w.tripped_at, w.reason)
+    np.testing.assert_array_equal(ctl.pi, pi_trip)
+    assert np.all(np.isfinite(plant.state()[1]))
+
+
+def test_payload_is_a_share_of_what_the_weakest_joint_holds():
+    spec = _arm("ur10")
+    model = RobotModel(spec.urdf, ee_frame=spec.ee_frame)
+    centre = 0.5 * (model.lower + model.upper)
+    p = payload_for(model, centre, 0.4)
+    assert p["mass_kg"] == pytest.approx(0.25 * p["capacity_kg"], abs=1e-3)
+    # at the capacity the weakest joint's gravity torque reaches its limit somewhere in the region
+    m_cap = p["capacity_kg"]
+    plant = MujocoPlant(spec.urdf, reality=RealityConfig(payload_mass=m_cap, payload_enabled=True))
+    rng = np.random.default_rng(0)
+    worst = max(np.max(np.abs(plant.gravity_torque(centre if k == 0 else rng.uniform(
+        np.maximum(model.lower, centre - 0.4), np.minimum(model.upper, centre + 0.4)))) / model.effort_limit)
+        for k in range(256))
+    assert worst == pytest.approx(1.0, rel=0.02)
