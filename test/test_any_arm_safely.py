@@ -94,15 +94,20 @@ def test_default_gains_regulate_light_and_heavy_arms_on_the_plant(label):
 
 
 def test_watchdog_core_trips_after_its_window_and_stays_until_reset():
-    w = LoopWatchdog(["a", "b"], [0.1, 0.1], window=0.05)
+    w = LoopWatchdog(["a", "b"], [0.1, 0.1], window=0.05, saturation_window=0.5)
     for k in range(200):                       # a transient shorter than the window: no trip
-        assert not w.update(k * DT, [0.2 if k < 40 else 0.0, 0.0], [False, False])
-    t0 = 0.2
-    tripped = [w.update(t0 + k * DT, [0.0, 0.0], [False, True]) for k in range(60)]
-    assert tripped.index(True) == 50 and w.tripped and w.joint == "b" and "saturated" in w.reason
-    assert not w.update(1.0, [0.0, 0.0], [False, False]) and w.tripped      # latched
+        assert not w.update(k * DT, [0.2 if k < 40 else 0.0, 0.0], [0, 0])
+    # saturated at one limit: trips after the saturation window (a start-up transient does not)
+    tripped = [w.update(0.2 + k * DT, [0.0, 0.0], [0, 1]) for k in range(600)]
+    assert tripped.index(True) == 500 and w.joint == "b" and "saturated" in w.reason
     w.reset()
-    assert not w.tripped and w.trips == 1
+    # chattering between the limits (+, +, -, -, ...): trips after the (short) window
+    tripped = [w.update(1.0 + k * DT, [0.0, 0.0], [(-1) ** (k // 2), 0]) for k in range(60)]
+    # chatter from the first hit of the second limit (k = 2), tripped a window later
+    assert tripped.index(True) == 52 and w.tripped and w.joint == "a" and "chattering" in w.reason
+    assert not w.update(1.5, [0.0, 0.0], [0, 0]) and w.tripped      # latched
+    w.reset()
+    assert not w.tripped and w.trips == 2
     assert not any(w.update(2.0 + k * DT, [np.nan, 0.0], None) for k in range(50))
     assert w.update(2.05, [np.nan, 0.0], None) and w.joint == "a"            # NaN counts as an error
     np.testing.assert_allclose(default_error_bound([-3, -0.5, 0], [3, 0.5, np.inf]), [1.0, 0.2, 1.0])
@@ -131,10 +136,10 @@ def test_watchdog_trips_an_unstable_gain_set_within_100ms_and_keeps_the_estimate
         else:
             tau = ctl.compute(q, v, q_d, np.zeros(model.n), np.zeros(model.n), tau_m, learn=True)
             assert np.all(np.isfinite(tau))
-            if w.update(k * DT, q_d - q, np.abs(tau) > model.effort_limit):
+            if w.update(k * DT, q_d - q, np.sign(tau) * (np.abs(tau) > model.effort_limit)):
                 pi_trip = ctl.pi.copy()
         plant.step(np.clip(tau, -model.effort_limit, model.effort_limit))
-    assert w.tripped and w.tripped_at <= 0.1, (w.tripped_at, w.reason)
+    assert w.tripped and w.tripped_at <= 0.1 and "chattering" in w.reason, (w.tripped_at, w.reason)
     np.testing.assert_array_equal(ctl.pi, pi_trip)
     assert np.all(np.isfinite(plant.state()[1]))
 

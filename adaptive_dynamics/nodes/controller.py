@@ -70,13 +70,17 @@ def shell_specs() -> list[ParamSpec]:
                   " (<name>_io) with its own executor thread (lower latency; see HotPath)", read_only=True),
         realtime_spec(),
         ParamSpec("watchdog", True, "loop watchdog (control.watchdog): |q_d - q| above watchdog_error or the"
-                  " command saturated on a joint for watchdog_window -> safe command, learning frozen (the"
+                  " command chattering between its limits for watchdog_window, or saturated at one limit for"
+                  " watchdog_saturation_window -> safe command, learning frozen (the"
                   " estimate kept), ERROR in /diagnostics, until ~/reset_watchdog"),
         ParamSpec("watchdog_error", [0.0], "watchdog position-error bound [rad], 1 or n values; [0.0] = 20 %"
                   " of each joint's range within [0.2, 1.0] rad", min=0.0, max=100.0, type="float[]",
                   read_only=True),
-        ParamSpec("watchdog_window", 0.05, "how long [s of state stamps] an error or a saturation must last"
-                  " to trip the watchdog", min=0.002, max=10.0, read_only=True),
+        ParamSpec("watchdog_window", 0.05, "how long [s of state stamps] a position error or a command"
+                  " chattering between its limits must last to trip the watchdog", min=0.002, max=10.0,
+                  read_only=True),
+        ParamSpec("watchdog_saturation_window", 0.5, "how long [s of state stamps] a command saturated at one"
+                  " limit must last to trip the watchdog", min=0.002, max=60.0, read_only=True),
         ParamSpec("wait_warn_after", 3.0, "no joint_states this long [s, wall] after start -> a WARN naming"
                   " the topic, the joints and ROS_DOMAIN_ID, repeated with doubling intervals", min=0.1,
                   max=3600.0, read_only=True),
@@ -139,7 +143,8 @@ class JointControllerShell(Node):
         self.loop_watch = LoopWatchdog(self.model.joint_names,
                                        default_error_bound(self.model.lower, self.model.upper)
                                        if werr.size == 1 and werr[0] == 0.0 else werr,
-                                       window=self.p["watchdog_window"])
+                                       window=self.p["watchdog_window"],
+                                       saturation_window=self.p["watchdog_saturation_window"])
         self.counters.update({"watchdog_trips": 0, "watchdog": "armed" if self.p["watchdog"] else "off"})
         self._started_wall = time.monotonic()
         self._wait_warn_next = float(self.p["wait_warn_after"])
@@ -287,7 +292,7 @@ class JointControllerShell(Node):
         if self.p["watchdog"]:
             q_ref = getattr(ref, "q", None)    # (a task-space reference has none: saturation only)
             if self.loop_watch.update(stamp * 1e-9, None if q_ref is None else q_ref - q,
-                                      np.abs(tau) > self.limit):
+                                      np.sign(tau) * (np.abs(tau) > self.limit)):
                 self._trip()
                 tau = self._safe_command()
         saturate(tau, self.limit, self.sat)
