@@ -26,16 +26,30 @@ import time
 
 
 def _cmd_info(args) -> int:
+    import numpy as np
+
     from .dynamics import RobotModel
 
     spec = _robot_spec(args)
     rm = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=args.friction)
     print(f"robot {spec.label}: {rm.n} joints, {rm.n_params} parameters, end effector {rm.ee_frame!r}"
           + (f" (end-effector bodies {rm.end_effector_links})" if rm.end_effector_links else ""))
+    from .control.gains import gain_margins
+    from .robots import armature, controller_gains
+    ia = armature(spec.label if spec.shipped else spec.urdf)
+    kd = controller_gains(spec.label if spec.shipped else spec.urdf).get("kd")
     print(f"URDF: {rm.urdf_path}\nparameter file: {spec.config}")
+    print("armature: the drive inertia the parameter file states (simulator and gains; URDFs carry none)"
+          + ("" if np.any(ia) else ": none stated"))
+    margin = gain_margins(rm, kd, 1e-3, ia) if kd and len(kd) in (1, rm.n) else None
     for j, name in enumerate(rm.joint_names):
-        print(f"  {name:16s} link {rm.link_names[j]:16s} q in [{rm.lower[j]:+.3f}, {rm.upper[j]:+.3f}] rad,"
-              f" |v| <= {rm.velocity_limit[j]:.3f} rad/s, |tau| <= {rm.effort_limit[j]:.1f} Nm")
+        pos = "continuous (one angle, no position limit)" if rm.continuous[j] else \
+            f"q in [{rm.lower[j]:+.3f}, {rm.upper[j]:+.3f}] rad"
+        print(f"  {name:16s} link {rm.link_names[j]:16s} {pos},"
+              f" |v| <= {rm.velocity_limit[j]:.3f} rad/s, |tau| <= {rm.effort_limit[j]:.1f} Nm,"
+              f" armature {ia[j]:.4g} kg m^2" + ("" if margin is None else
+                                                 f", K_D {np.broadcast_to(kd, (rm.n,))[j]:.4g} (K_D dt/m {margin[j]:.3f}"
+                                                 " at 1 kHz)"))
     base = rm.base_parameters()
     print(f"base parameters: {base.n_base}")
     if args.verbose:
@@ -49,7 +63,7 @@ def _cmd_demo(args) -> int:
     DDS for a fixed sim time; then a per-joint tracking table and plots from the bag."""
     import numpy as np
 
-    from .evaluation.bags import read_messages
+    from .evaluation.bags import diagnostic_value, read_messages, watchdog_trips
     from .launch_graph import build_graph
     from .launcher import GraphProcess
 
@@ -97,6 +111,11 @@ def _cmd_demo(args) -> int:
     tsec = ts * 1e-9
     with open(stats_file) as fh:
         stats = json.load(fh)
+    trips = watchdog_trips(bag)
+    if trips:
+        why = [v for v in diagnostic_value(bag, "watchdog") if v.startswith("TRIPPED")]
+        print(f"demo: the controller's watchdog tripped {trips}x ({why[-1] if why else 'see its log'}); the rest of"
+              " the run is its safe command", file=sys.stderr)
     print(f"\n{'joint':16s} {'RMSE [rad]':>11s} {'max |e| [rad]':>14s} {'RMS tau [Nm]':>13s}")
     for j, nm in enumerate(names):
         print(f"{nm:16s} {rmse[j]:11.5f} {emax[j]:14.5f} {np.sqrt(np.mean(TAU[:, j] ** 2)):13.3f}")
@@ -128,7 +147,8 @@ def _cmd_demo(args) -> int:
     summary = {"robot": args.robot, "controller": args.controller, "sim_time_s": float(tsec[-1] + 1e-3),
                "wall_time_s": round(wall, 2), "steps": int(stats.get("plant_steps", 0)),
                "sim_per_wall": round(stats.get("sim_per_wall", 0.0), 3),
-               "lockstep_timeouts": int(stats.get("lockstep_timeouts", 0)),
+               "lockstep_timeouts": int(stats.get("lockstep_timeouts", 0)), "watchdog_trips": trips,
+               "saturated_ms": [int(x) for x in stats.get("saturation_count", [])],
                "rmse_rad": dict(zip(names, np.round(rmse, 6).tolist())),
                "max_error_rad": dict(zip(names, np.round(emax, 6).tolist())),
                "bag": bag, "plots": [p1, p2]}

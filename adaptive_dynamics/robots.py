@@ -404,15 +404,16 @@ def resolve_robot(robot: str, joints=None, ee_frame: str | None = None) -> Robot
     if set(keep) != set(movable):
         text = lock_joints(text, keep)
     import pinocchio as pin
+
+    from .dynamics.continuous import unbind_continuous
     try:
-        pm = pin.buildModelFromXML(text)
+        pm = pin.buildModelFromXML(unbind_continuous(text)[0])   # continuous joints: one angle each
     except Exception as exc:  # noqa: BLE001
         raise ValueError(f"{path}: pinocchio cannot load it ({exc})") from None
     names = [pm.names[j] for j in range(1, pm.njoints)]
     for j in range(1, pm.njoints):
-        if pm.joints[j].nq != 1:
-            raise ValueError(f"{path}: joint {pm.names[j]!r} is not a 1-DoF revolute/prismatic joint (a 'continuous'"
-                             " joint needs limits as 'revolute'; pass --joints to lock it)")
+        if pm.joints[j].nq != 1:   # pragma: no cover - moving joints are revolute/continuous/prismatic
+            raise ValueError(f"{path}: joint {pm.names[j]!r} is not a 1-DoF joint; pass --joints to lock it")
         if not pm.inertias[j].mass > 0:
             link = next((f.name for f in pm.frames if f.parentJoint == j and f.type == pin.FrameType.BODY),
                         names[j - 1])

@@ -32,6 +32,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..dynamics.continuous import working_range
+
 __all__ = ["default_gains", "default_armature", "gain_margins", "LAMBDA", "KD_EFFORT_MAX", "DT_MARGIN",
            "ARMATURE_PER_EFFORT", "GAINS_VERSION"]
 
@@ -52,8 +54,10 @@ DEFAULT_DT = 1e-3
 
 
 def working_configuration(model) -> np.ndarray:
-    """The middle of the joint limits (the trajectory node's default centre)."""
-    return 0.5 * (np.asarray(model.lower, float) + np.asarray(model.upper, float))
+    """The middle of the joint limits (the trajectory node's default centre; 0 for a
+    continuous joint)."""
+    lo, hi = working_range(model.lower, model.upper)
+    return 0.5 * (lo + hi)
 
 
 def default_armature(effort_limit) -> list:
@@ -75,9 +79,7 @@ def _check_effort(model) -> np.ndarray:
 def smallest_inertia(model, samples: int = 64, seed: int = 0) -> np.ndarray:
     """``min_q M_jj(q)`` per joint over the working configuration and ``samples`` random
     configurations inside the joint limits (a continuous joint: one turn)."""
-    lo, hi = np.asarray(model.lower, float), np.asarray(model.upper, float)
-    lo = np.where(np.isfinite(lo), lo, -np.pi)
-    hi = np.where(np.isfinite(hi), hi, np.pi)
+    lo, hi = working_range(model.lower, model.upper)
     rng = np.random.default_rng(seed)
     out = np.diag(model.mass_matrix(working_configuration(model))).copy()
     for _ in range(samples):

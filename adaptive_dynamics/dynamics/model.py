@@ -40,6 +40,7 @@ from .inertial import (
     pseudo_inertias,
     transform_matrix,
 )
+from .continuous import is_continuous, unbind_continuous
 from .validation import as_vector, valid_vectors
 
 _REFERENCE_FRAMES = {
@@ -333,8 +334,7 @@ class RobotModel:
             if model.joints[j].nq != 1 or model.joints[j].nv != 1:
                 raise ValueError(
                     f"joint {model.names[j]!r} has nq={model.joints[j].nq}, nv={model.joints[j].nv}:"
-                    " only 1-DoF revolute/prismatic joints are supported (a 'continuous' URDF joint"
-                    " should be declared 'revolute' with limits)")
+                    " only 1-DoF revolute/prismatic/continuous joints are supported")
         model.gravity.linear = np.asarray(gravity, dtype=float).reshape(3)
         self.model = model
         self.data = model.createData()
@@ -343,6 +343,8 @@ class RobotModel:
         self.link_names = [self._child_link(j) for j in range(1, model.njoints)]
         self.lower = np.array(model.lowerPositionLimit, dtype=float)
         self.upper = np.array(model.upperPositionLimit, dtype=float)
+        #: the URDF's continuous joints (revolute without position limits: one angle each)
+        self.continuous = is_continuous(self.lower, self.upper)
         self.velocity_limit = np.array(model.velocityLimit, dtype=float)
         self.effort_limit = np.array(model.effortLimit, dtype=float)
         self.friction = bool(friction)
@@ -496,7 +498,7 @@ class RobotModel:
         links = end_effector_links(text, self.model)
         if not links:
             return
-        bare = pin.buildModelFromXML(strip_inertials(text, links))
+        bare = pin.buildModelFromXML(unbind_continuous(strip_inertials(text, links))[0])
         if bare.njoints != self.model.njoints:  # pragma: no cover - the same kinematic tree
             raise RuntimeError("the URDF without its end-effector inertials has another joint structure")
         pi_bare = np.concatenate([bare.inertias[j].toDynamicParameters() for j in range(1, bare.njoints)])
@@ -999,15 +1001,18 @@ def _gravity_dq(model, data, q) -> np.ndarray:
 
 
 def _load_pinocchio_model(urdf):
-    """Return (path or None, pinocchio.Model) from a path, XML string or robot name."""
+    """Return (path or None, pinocchio.Model) from a path, XML string or robot name; a
+    continuous joint becomes a revolute one of the same angle (:mod:`.continuous`)."""
     if isinstance(urdf, (str, os.PathLike)):
         s = os.fspath(urdf)
         if s.lstrip().startswith("<"):
-            return None, pin.buildModelFromXML(s)
+            return None, pin.buildModelFromXML(unbind_continuous(s)[0])
         if not os.path.exists(s):
             from ..robots import urdf_path  # robot name
             s = urdf_path(s)
-        return s, pin.buildModelFromUrdf(s)
+        with open(s, encoding="utf-8") as fh:
+            text, names = unbind_continuous(fh.read())
+        return s, (pin.buildModelFromXML(text) if names else pin.buildModelFromUrdf(s))
     raise ValueError(f"urdf must be a path, a URDF string or a robot name, got {type(urdf).__name__}")
 
 

@@ -253,3 +253,25 @@ def joint_states_arrays(path, topic: str = "/joint_states", names=None):
     if order is None:
         raise ValueError(f"no {topic} messages in {path}")
     return np.array(ts), np.array(q), np.array(v), np.array(e), names
+
+
+def diagnostic_value(path, key: str, node: str | None = None) -> list:
+    """The values of ``key`` in a recording's ``/diagnostics`` (of the status named ``node``,
+    or of every status), in order; ``[]`` when the bag has none."""
+    out = []
+    try:
+        for _, _, m in read_messages(resolve_bag(path), ["/diagnostics"]):
+            for status in m.status:
+                if node is not None and status.name != node:
+                    continue
+                out.extend(kv.value for kv in status.values if kv.key == key)
+    except KeyError:   # no /diagnostics in the bag
+        return []
+    return out
+
+
+def watchdog_trips(path) -> int:
+    """How often the controllers' loop watchdog tripped in a recording (the largest
+    ``watchdog_trips`` its ``/diagnostics`` reported; 0 when none)."""
+    vals = [int(float(v)) for v in diagnostic_value(path, "watchdog_trips")]
+    return max(vals, default=0)

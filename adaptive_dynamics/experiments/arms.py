@@ -107,6 +107,7 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
             echo: bool = False) -> dict:
     """One arm through ``demo``'s graph; its row of the table (or ``refused`` with why)."""
     from ..dynamics import RobotModel
+    from ..evaluation.bags import watchdog_trips
     from ..launch_graph import build_graph
     from ..robots import armature, controller_gains, resolve_robot
     from .closed_loop_regions import tracking
@@ -141,22 +142,6 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
             "rmse_rad": [round(float(x), 5) for x in tr["rmse"]], "rmse_max_rad": round(float(tr["rmse"].max()), 5),
             "saturated_ms": sat_ms.tolist(), "saturated_ms_max": float(sat_ms.max()), "watchdog_trips": trips,
             "wall_s": round(time.monotonic() - t0, 1), "_trace": (tr["t"], tr["e"])}
-
-
-def watchdog_trips(bag: str) -> int:
-    """Watchdog trips the controller reported (``/diagnostics`` key ``watchdog_trips``, its
-    last value); 0 when the bag has none."""
-    from ..evaluation.bags import read_messages, resolve_bag
-    last = 0
-    try:
-        for _, _, m in read_messages(resolve_bag(bag), ["/diagnostics"]):
-            for status in m.status:
-                for kv in status.values:
-                    if kv.key == "watchdog_trips":
-                        last = max(last, int(float(kv.value)))
-    except (KeyError, ValueError):
-        return 0
-    return last
 
 
 def plot(row: dict, out_dir: str, files: list) -> None:

@@ -35,6 +35,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from ..control.baseline import LAWS, make_controller, saturate
 from ..control.watchdog import LoopWatchdog, default_error_bound
+from ..dynamics.continuous import wrap_angle
 from ..ros.commands import encode_stamped_command
 from ..ros.joint_states import JointStateMapper, joint_state_msg, state_stamp
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
@@ -145,6 +146,7 @@ class JointControllerShell(Node):
                                        if werr.size == 1 and werr[0] == 0.0 else werr,
                                        window=self.p["watchdog_window"],
                                        saturation_window=self.p["watchdog_saturation_window"])
+        self._continuous = self.model.continuous if self.model.continuous.any() else None
         self.counters.update({"watchdog_trips": 0, "watchdog": "armed" if self.p["watchdog"] else "off"})
         self._started_wall = time.monotonic()
         self._wait_warn_next = float(self.p["wait_warn_after"])
@@ -281,6 +283,11 @@ class JointControllerShell(Node):
             self.counters.inc("watchdog_cycles")
             self._publish(saturate(self._safe_command(), self.limit, self.sat), stamp)
             return True
+        q_ref = getattr(ref, "q", None)    # (a task-space reference has none)
+        if self._continuous is not None and q_ref is not None:   # the shortest way round
+            q = q.copy()
+            c = self._continuous
+            q[c] = q_ref[c] - wrap_angle(q_ref[c] - q[c])
         tau = self._control(stamp, q, v, effort, ref, qd, qdd)
         if tau is None:
             tau = self._safe_command()
@@ -289,8 +296,7 @@ class JointControllerShell(Node):
             if self.log_throttle("nan"):
                 self.get_logger().error("control law produced a non-finite torque; sending the safe command")
             tau = self._safe_command()
-        if self.p["watchdog"]:
-            q_ref = getattr(ref, "q", None)    # (a task-space reference has none: saturation only)
+        if self.p["watchdog"]:   # (task space: saturation only)
             if self.loop_watch.update(stamp * 1e-9, None if q_ref is None else q_ref - q,
                                       np.sign(tau) * (np.abs(tau) > self.limit)):
                 self._trip()

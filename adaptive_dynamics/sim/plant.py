@@ -462,7 +462,9 @@ class MujocoPlant:
         robot_s = os.fspath(robot)
         self.urdf = urdf_path(robot_s)
         ee_default = default_ee_frame(robot_s)
-        pm = pin.buildModelFromUrdf(self.urdf)
+        from adaptive_dynamics.dynamics.continuous import unbind_continuous
+        with open(self.urdf, encoding="utf-8") as fh:
+            pm = pin.buildModelFromXML(unbind_continuous(fh.read())[0])   # a continuous joint: one angle
         if ee_default is None:
             ee_default = pm.frames[pm.nframes - 1].name
         self.ee_frame: str = ee_default
