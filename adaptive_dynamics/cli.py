@@ -252,7 +252,8 @@ def _add_graph_args(p, *, sim_default=True) -> None:
     p.add_argument("--learner-split", action="store_true", help="run the learner as model_update + prediction"
                    " (the PGPOL prediction / model-update split) instead of residual_learner")
     p.add_argument("--mode", default="lockstep", choices=MODES, help="sim: lockstep (deterministic) or realtime")
-    p.add_argument("--duration", type=float, default=0.0, help="sim: stop after this many sim seconds (0 = run)")
+    p.add_argument("--duration", type=float, default=0.0, help="sim: stop after this many sim seconds; real: after"
+                   " this many wall seconds, whether or not a robot answers (0 = run until Ctrl-C)")
     p.add_argument("--record", action="store_true", help="also record an MCAP bag (see --bag)")
     p.add_argument("--bag", default=None, help="bag directory (must not exist)")
     p.add_argument("--namespace", default="", help="namespace of every node and topic")
@@ -290,6 +291,8 @@ def _cmd_launch(args) -> int:
     from .launcher import run_graph
     nodes = _graph_from_args(args, args.scenario)
     print("[launch] " + ", ".join(f"{s.name} ({s.executable})" for s in nodes), flush=True)
+    if args.scenario == "real" and args.duration > 0:   # wall seconds: a robot that never answers cannot hold it
+        return run_graph(nodes, timeout=args.duration, timeout_ok=True)
     return run_graph(nodes)
 
 

@@ -263,9 +263,11 @@ class GraphProcess:
             self._close()
 
 
-def run_graph(nodes: list[NodeSpec], *, timeout: float | None = None) -> int:
+def run_graph(nodes: list[NodeSpec], *, timeout: float | None = None, timeout_ok: bool = False) -> int:
     """Foreground launcher for the CLI: forwards logs, handles Ctrl-C/SIGTERM (installed
-    before the nodes start, so a signal during start-up also stops them in order)."""
+    before the nodes start, so a signal during start-up also stops them in order).
+    ``timeout`` [s, wall] stops the graph in order; ``timeout_ok``: that is the planned end
+    (exit code 0, ``launch real --duration``), else code 124."""
     stopping = {"sig": None}
 
     def on_signal(signum, _frame):
@@ -278,6 +280,8 @@ def run_graph(nodes: list[NodeSpec], *, timeout: float | None = None) -> int:
         try:
             graph = GraphProcess(nodes)
             rc, why = graph.wait(timeout)
+            if timeout_ok and rc == 124:
+                rc, why = 0, f"--duration: {timeout:g} s of wall time elapsed"
         except KeyboardInterrupt:
             if graph is not None:
                 graph.stop()  # a signal between start-up and wait(); otherwise already stopped

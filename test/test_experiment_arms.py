@@ -56,3 +56,22 @@ def test_demo_with_unstable_gains_trips_the_watchdog(tmp_path, env):
     text = r.stdout + r.stderr
     assert "watchdog: joint" in text and "chattering" in text and "reset_watchdog" in text
     assert "[adaptive_controller]" in text
+
+
+def test_launch_real_without_a_robot_says_what_it_waits_for_and_ends_at_duration(env):
+    """`launch real` with nobody on the domain: the controller (and the trajectory node
+    starting from the current state) WARN naming the topic, the joints and ROS_DOMAIN_ID,
+    and --duration bounds the wall time: a clean stop, exit 0."""
+    import time
+    t0 = time.monotonic()
+    r = subprocess.run([EXE, "launch", "real", "--robot", "panda", "--preset", "franka", "--duration", "9"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    wall = time.monotonic() - t0
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text[-3000:]
+    assert wall < 40, wall
+    assert "--duration: 9 s of wall time elapsed" in text
+    warns = [ln for ln in text.splitlines() if "no joint_states for" in ln]
+    assert any("[controller]" in ln or "controller" in ln for ln in warns), text[-3000:]
+    assert all("ROS_DOMAIN_ID=" in ln and "panda_joint1" in ln for ln in warns), warns
+    assert any("/joint_states" in ln for ln in warns)

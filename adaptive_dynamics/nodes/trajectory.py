@@ -21,9 +21,12 @@ Core: :mod:`adaptive_dynamics.trajectories`.
 from __future__ import annotations
 
 import math
+import os
 import threading
+import time
 
 import numpy as np
+import rclpy
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
@@ -201,6 +204,9 @@ class TrajectoryNode(Node):
         if p["start_from_current"]:
             self._mapper = JointStateMapper(self.names)
             self._js_sub = self.create_subscription(JointState, "joint_states", self._on_first_state, STREAM_QOS)
+            self._wait_started, self._wait_next = time.monotonic(), 3.0
+            self._wait_timer = self.create_timer(
+                0.5, self._warn_waiting, clock=rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME))
         else:
             qc = np.asarray(p["q_center"], dtype=float)
             self._setup(qc if qc.size == self.model.n else 0.5 * (self.model.lower + self.model.upper))
@@ -232,6 +238,19 @@ class TrajectoryNode(Node):
         self.get_logger().info(f"{self.p['type']} trajectory in {where}, start {t0:.3f} s, speed"
                                f" {self.p['speed']}, limits checked")
         self._extend(int(t0 * 1e9))
+
+    def _warn_waiting(self) -> None:
+        """start_from_current: WARN while no joint_states came (3 s, then doubling intervals)."""
+        if self.traj is not None:
+            self.destroy_timer(self._wait_timer)
+            return
+        waited = time.monotonic() - self._wait_started
+        if waited >= self._wait_next:
+            self._wait_next *= 2.0
+            self.get_logger().warning(
+                f"start_from_current: no joint_states for {waited:.0f} s on {self.resolve_topic_name('joint_states')}"
+                f" (joints {self.names}, ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0 (unset)')}); no"
+                " reference is published until the robot's state arrives")
 
     def _on_first_state(self, msg: JointState) -> None:
         if self.traj is not None:
