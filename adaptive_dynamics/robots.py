@@ -362,7 +362,8 @@ def resolve_robot(robot: str, joints=None, ee_frame: str | None = None) -> Robot
     """A :class:`RobotSpec` for a shipped robot name or a URDF file.
 
     For a URDF: its moving joints, or ``joints`` (the others locked, e.g. a gripper's
-    fingers); ``ee_frame`` or the last link; every moving link must have mass and every
+    fingers); ``ee_frame``, else for a chosen chain the link its last joint moves, else
+    the URDF's last frame; every moving link must have mass and every
     joint an effort limit (a clear error names the link or joint).  The locked URDF and a
     parameter file -- ``/**`` (robot, urdf, joint_names, ee_frame, the assumed drive
     ``armature`` of :func:`~adaptive_dynamics.control.gains.default_armature`, ``friction:
@@ -424,7 +425,12 @@ def resolve_robot(robot: str, joints=None, ee_frame: str | None = None) -> Robot
     if bad:
         raise ValueError(f"{path}: joints {bad} have no effort limit (<limit effort=...>): torque control and the"
                          " simulator need one")
-    ee = ee_frame or pm.frames[pm.nframes - 1].name
+    if ee_frame:
+        ee = ee_frame
+    elif set(keep) != set(movable):   # a chain chosen out of a larger robot: the link its last joint moves
+        ee = next(f.name for f in pm.frames if f.type == pin.FrameType.BODY and f.parentJoint == pm.njoints - 1)
+    else:
+        ee = pm.frames[pm.nframes - 1].name
     if not pm.existFrame(ee):
         raise ValueError(f"{path}: no frame {ee!r}; frames: {[f.name for f in pm.frames]}")
     from .control.gains import GAINS_VERSION

@@ -158,3 +158,25 @@ def test_payload_is_a_share_of_what_the_weakest_joint_holds():
         np.maximum(model.lower, centre - 0.4), np.minimum(model.upper, centre + 0.4)))) / model.effort_limit)
         for k in range(256))
     assert worst == pytest.approx(1.0, rel=0.02)
+
+
+def test_effort_check_finds_the_joint_that_cannot_hold_its_payload():
+    """The start-time check of the simulator (gravity over poses in the joint ranges):
+    with 25 % of the UR10's capacity nothing is flagged; with 4x its capacity the
+    weakest joint is, with a torque equal to the plant's own gravity at that pose."""
+    from adaptive_dynamics.dynamics.effort_check import over_limit, worst_torques
+    spec = _arm("ur10")
+    model = RobotModel(spec.urdf, ee_frame=spec.ee_frame)
+    centre = 0.5 * (model.lower + model.upper)
+    p = payload_for(model, centre, 0.4)
+    rng = np.random.default_rng(1)
+    Q = np.vstack([centre, rng.uniform(np.maximum(model.lower, centre - 0.4),
+                                       np.minimum(model.upper, centre + 0.4), size=(63, model.n))])
+    for mass, flagged in ((p["mass_kg"], False), (4 * p["capacity_kg"], True)):
+        plant = MujocoPlant(spec.urdf, reality=RealityConfig(payload_mass=mass, payload_enabled=True))
+        worst, k = worst_torques(plant.gravity_torque, Q)
+        bad = over_limit(worst, model.effort_limit)
+        assert bool(bad.size) == flagged, (mass, worst, model.effort_limit)
+        for j in bad:
+            assert worst[j] == pytest.approx(abs(plant.gravity_torque(Q[k[j]])[j]))
+    assert p["weakest_joint"] in [model.joint_names[j] for j in bad]

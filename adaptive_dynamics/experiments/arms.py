@@ -37,7 +37,7 @@ import numpy as np
 from . import save_plot, write_result
 
 #: (label, URDF path under example-robot-data's robots/, joints to keep or None = all moving joints,
-#:  end-effector frame or None = the URDF's last frame)
+#:  end-effector frame or None = resolve_robot's: the link the last kept joint moves)
 ARMS: list[tuple[str, str, Any, Any]] = [
     ("so100", "so_arm_description/urdf/so100.urdf", None, None),
     ("so101", "so_arm_description/urdf/so101.urdf", None, None),
@@ -51,6 +51,28 @@ ARMS: list[tuple[str, str, Any, Any]] = [
     ("baxter_left", "baxter_description/urdf/baxter.urdf",
      ["left_s0", "left_s1", "left_e0", "left_e1", "left_w0", "left_w1", "left_w2"], None),
     ("tiago_arm", "tiago_description/robots/tiago_no_hand.urdf", [f"arm_{i}_joint" for i in range(1, 8)], None),
+    ("tiago_pro_left", "tiago_pro_description/robots/tiago_pro.urdf", [f"arm_left_{i}_joint" for i in range(1, 8)],
+     None),
+    ("pr2_right", "pr2_description/urdf/pr2.urdf",
+     ["r_shoulder_pan_joint", "r_shoulder_lift_joint", "r_upper_arm_roll_joint", "r_elbow_flex_joint",
+      "r_forearm_roll_joint", "r_wrist_flex_joint", "r_wrist_roll_joint"], None),
+    ("centauro_arm", "centauro_description/urdf/centauro.urdf", [f"j_arm1_{i}" for i in range(1, 7)], None),
+    ("hextilt_arm", "hextilt_description/urdf/hextilt_flying_arm_5.urdf", None, None),
+    ("talos_left", "talos_data/robots/talos_reduced.urdf", [f"arm_left_{i}_joint" for i in range(1, 8)], None),
+    ("romeo_left", "romeo_description/urdf/romeo_small.urdf",
+     ["LShoulderPitch", "LShoulderYaw", "LElbowRoll", "LElbowYaw", "LWristRoll", "LWristYaw", "LWristPitch"], None),
+    ("icub_left", "icub_description/robots/icub_reduced.urdf",
+     ["l_shoulder_pitch", "l_shoulder_roll", "l_shoulder_yaw", "l_elbow", "l_wrist_prosup", "l_wrist_pitch",
+      "l_wrist_yaw"], None),
+    ("g1_left", "g1_description/urdf/g1_29dof_rev_1_0.urdf",
+     ["left_shoulder_pitch_joint", "left_shoulder_roll_joint", "left_shoulder_yaw_joint", "left_elbow_joint",
+      "left_wrist_roll_joint", "left_wrist_pitch_joint", "left_wrist_yaw_joint"], None),
+    ("alex_left", "alex_description/urdf/alex_nub_hands.urdf",
+     ["LeftShoulderPitch", "LeftShoulderRoll", "LeftShoulderYaw", "LeftElbowPitch", "LeftWristYaw", "LeftWristRoll"],
+     None),
+    ("simple_humanoid_left", "simple_humanoid_description/urdf/simple_humanoid.urdf",
+     ["LARM_SHOULDER_P", "LARM_SHOULDER_R", "LARM_SHOULDER_Y", "LARM_ELBOW", "LARM_WRIST_Y", "LARM_WRIST_P",
+      "LARM_WRIST_R"], None),
 ]
 #: the quick version: one light, one medium, one heavy arm
 QUICK_ARMS = ("so101", "xarm7", "ur10")

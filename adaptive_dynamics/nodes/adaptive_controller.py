@@ -765,6 +765,16 @@ class AdaptiveControllerNode(JointControllerShell):
         res.success, res.message = True, "estimate reset to the initial estimate"
         return res
 
+    def _on_trip(self) -> None:
+        """The estimate stays as it is (the safe command adapts nothing); the next
+        housekeeping writes it to ``estimate_file`` at once."""
+        self._last_save = -float("inf")
+
+    def _on_release(self) -> None:
+        """The composite law's filters restart: the states they hold are from before the trip."""
+        with self._lock:
+            self.core.reset_filter()
+
     def _diagnostics(self) -> None:
         if self._topics:
             with self._cb_lock:

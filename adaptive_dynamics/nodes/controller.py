@@ -319,10 +319,15 @@ class JointControllerShell(Node):
     def _on_trip(self) -> None:
         """Subclass hook: the watchdog tripped (freeze and keep what was learned)."""
 
+    def _on_release(self) -> None:
+        """Subclass hook: ``~/reset_watchdog`` released a trip (called with the locks held)."""
+
     def _srv_reset_watchdog(self, req, res):
         with self._cb_lock:
             was = self.loop_watch.tripped
             self.loop_watch.reset()
+            if was:
+                self._on_release()
             self.counters.set("watchdog", "armed")
         res.success = True
         res.message = "watchdog released: the law is back in command" if was else "watchdog was not tripped"

@@ -183,6 +183,7 @@ class MujocoBridgeNode(Node):
                                  end_effector=p["end_effector"])
         self.n = self.plant.n
         self.names = list(self.plant.joint_names)
+        self._check_holding()
         self.counters = Counters("mujoco_bridge", self.get_fully_qualified_name(), warn_on=("overload_episodes",))
         # real time: the periods (counted from the first tick) that missed their deadline, and
         # the stretches of sustained misses with their recovery (diagnostics)
@@ -249,6 +250,24 @@ class MujocoBridgeNode(Node):
         apply_realtime_priority(self, self.counters)
 
     # ----------------------------------------------------------------- helpers
+    def _check_holding(self) -> None:
+        """WARN when the simulated arm (its payload included) cannot hold itself against
+        gravity somewhere in its joint ranges: the joint, its gravity torque at the worst of
+        256 poses, its limit."""
+        from ..dynamics.continuous import working_range
+        from ..dynamics.effort_check import describe, over_limit, worst_torques
+        lo, hi = working_range(self.plant.lower, self.plant.upper)
+        rng = np.random.default_rng(0)
+        Q = np.vstack([self.plant.q0, rng.uniform(lo, hi, size=(255, self.n))])
+        worst, k = worst_torques(self.plant.gravity_torque, Q)
+        bad = over_limit(worst, self.plant.effort_limit)
+        if bad.size:
+            where = [f"q={np.round(Q[i], 2).tolist()}" for i in k]
+            self.get_logger().warning(
+                f"the simulated arm (payload {self.plant.payload_mass:g} kg) cannot hold itself everywhere in its"
+                " joint ranges: " + describe(self.names, worst, where, self.plant.effort_limit, bad,
+                                             "gravity torque"))
+
     def _ready(self) -> bool:
         """Lockstep start condition: the graph is connected, so step 0 is not lost."""
         clock_subs = self.count_subscribers("/clock")

@@ -237,7 +237,24 @@ class TrajectoryNode(Node):
                  if task is not None else "joint space")
         self.get_logger().info(f"{self.p['type']} trajectory in {where}, start {t0:.3f} s, speed"
                                f" {self.p['speed']}, limits checked")
+        if task is None:
+            self._check_effort(base)
         self._extend(int(t0 * 1e9))
+
+    def _check_effort(self, base) -> None:
+        """WARN when the reference needs more torque than a joint's effort limit under the
+        URDF model (inverse dynamics at 400 instants of a period, or of its first 20 s):
+        the joint, the torque, when, the limit."""
+        from ..dynamics.effort_check import describe, over_limit, worst_torques
+        ts = np.linspace(0.0, min(base.check_horizon(), 20.0), 400)
+        Q, V, A = base.sample_many(ts)
+        worst, k = worst_torques(self.model.inverse_dynamics, Q, V, A)
+        bad = over_limit(worst, self.model.effort_limit)
+        if bad.size:
+            self.get_logger().warning(
+                "the reference needs more torque than the effort limits under the URDF model (before any payload"
+                " or friction): " + describe(self.names, worst, [f"t={ts[i]:.2f} s" for i in k],
+                                             self.model.effort_limit, bad, "inverse dynamics"))
 
     def _warn_waiting(self) -> None:
         """start_from_current: WARN while no joint_states came (3 s, then doubling intervals)."""
