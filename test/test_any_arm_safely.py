@@ -180,3 +180,30 @@ def test_effort_check_finds_the_joint_that_cannot_hold_its_payload():
         for j in bad:
             assert worst[j] == pytest.approx(abs(plant.gravity_torque(Q[k[j]])[j]))
     assert p["weakest_joint"] in [model.joint_names[j] for j in bad]
+
+
+def test_safe_damping_is_stable_on_the_lightest_arm_and_firm_on_a_heavy_one():
+    """The derived safe-command damping: within the discrete-time margin on the hextilt's
+    flying arm (0.3 N m joints) -- where the old fixed 5 N m s/rad is far beyond
+    K_D dt / m = 2 -- and at the effort bound on the UR10's shoulder; on the plant the
+    damped arm's velocity decays without growing (time constants m / K_D up to ~0.2 s
+    where the effort bound binds)."""
+    from adaptive_dynamics.control.gains import safe_damping
+    light = _arm("hextilt_arm")
+    m = RobotModel(light.urdf)
+    ia = armature(light.urdf)
+    kd = safe_damping(m, armature=ia)
+    assert np.all(gain_margins(m, kd, DT, ia) <= DT_MARGIN + 1e-9)
+    assert gain_margins(m, 5.0, DT, ia).max() > 2.0
+    heavy = _arm("ur10")
+    mh = RobotModel(heavy.urdf)
+    assert safe_damping(mh, armature=armature(heavy.urdf))[1] == pytest.approx(0.2 * mh.effort_limit[1])
+    plant = MujocoPlant(light.urdf, reality=RealityConfig(armature=ia), timestep=DT)
+    g = RobotModel(light.urdf)
+    plant.reset(v=np.full(plant.n, 0.5))
+    speeds = []
+    for _ in range(1000):
+        _, q, v, _ = plant.state()
+        plant.step(-kd * v + g.gravity(q))
+        speeds.append(np.abs(v).max())
+    assert speeds[-1] < 1e-3 * speeds[0] and max(speeds) <= 1.05 * speeds[0]

@@ -146,7 +146,7 @@ def test_topics_source_equals_inprocess_and_refuses_a_lambda_mismatch(ros, ctx):
     assert ros.spin_until(lambda: topics._reg_meta["settings"]["lam"] == [5.0], timeout=5.0)
     theta = topics.core.theta.copy()
     _, v, ut, ui = step()
-    np.testing.assert_allclose(ut, -5.0 * v, rtol=1e-12)  # safe_mode damping, safe_damping 5
+    np.testing.assert_allclose(ut, -topics._safe_kd * v, rtol=1e-12)  # safe_mode damping, derived per joint
     assert not np.allclose(ui, ut)
     np.testing.assert_array_equal(topics.core.theta, theta)
     assert topics.counters.as_dict()["regressor_mismatch"] == 1

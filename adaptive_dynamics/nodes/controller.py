@@ -34,6 +34,7 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from ..control.baseline import LAWS, make_controller, saturate
+from ..control.gains import safe_damping
 from ..control.watchdog import LoopWatchdog, default_error_bound
 from ..dynamics.continuous import wrap_angle
 from ..ros.commands import encode_stamped_command
@@ -42,8 +43,8 @@ from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE_STREAM_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
-from .common import (StallInjector, Throttle, apply_realtime_priority, load_robot, realtime_spec, robot_specs,
-                     stall_spec)
+from .common import (StallInjector, Throttle, apply_realtime_priority, armature_of, load_robot, realtime_spec,
+                     robot_specs, stall_spec)
 
 
 def shell_specs() -> list[ParamSpec]:
@@ -63,7 +64,9 @@ def shell_specs() -> list[ParamSpec]:
                   " safe command is published", min=0.001, max=60.0),
         ParamSpec("safe_mode", "damping", "safe command: zero torque, or zero + joint damping",
                   choices=["zero", "damping"]),
-        ParamSpec("safe_damping", 5.0, "joint damping of the safe command [Nm s/rad]", min=0.0, max=1e3),
+        ParamSpec("safe_damping", 0.0, "joint damping of the safe command [Nm s/rad]; 0 = per joint from the arm"
+                  " (control.gains.safe_damping: K_D dt / (M_jj + armature) <= 0.2 at 1 kHz, <= 20 % of the effort"
+                  " limit per rad/s)", min=0.0, max=1e3),
         ParamSpec("publish_tracking_error", False, "publish controller/tracking_error (JointState:"
                   " position = q_d - q, velocity = qd_d - qd, effort = command) every cycle"),
         ParamSpec("diagnostics_period", 1.0, "diagnostics publishing period [s] (wall)", min=0.05, max=60.0),
@@ -147,6 +150,12 @@ class JointControllerShell(Node):
                                        window=self.p["watchdog_window"],
                                        saturation_window=self.p["watchdog_saturation_window"])
         self._continuous = self.model.continuous if self.model.continuous.any() else None
+        self._safe_kd_model = safe_damping(self.model, armature=armature_of(self.p, n))
+        self._safe_kd = self._safe_kd_model
+        self.p.on_change("safe_damping", lambda _n, v: setattr(
+            self, "_safe_kd", self._safe_kd_model if v == 0.0 else np.full(self.n, float(v))))
+        if self.p["safe_damping"] > 0.0:
+            self._safe_kd = np.full(n, float(self.p["safe_damping"]))
         self.counters.update({"watchdog_trips": 0, "watchdog": "armed" if self.p["watchdog"] else "off"})
         self._started_wall = time.monotonic()
         self._wait_warn_next = float(self.p["wait_warn_after"])
@@ -352,7 +361,7 @@ class JointControllerShell(Node):
 
     def _safe_command(self) -> np.ndarray:
         if self.p["safe_mode"] == "damping" and self._last_v is not None:
-            return -self.p["safe_damping"] * np.clip(self._last_v, -10, 10)
+            return -self._safe_kd * np.clip(self._last_v, -10, 10)
         return np.zeros(self.n)
 
     def _publish(self, tau_model: np.ndarray, stamp) -> None:
