@@ -80,7 +80,7 @@ QUICK_ARMS = ("so101", "xarm7", "ur10")
 PAYLOAD_SHARE = 0.25
 #: sim s per arm, the tail [s] the RMSE is taken over
 DURATION_S, TAIL_S = 30.0, 10.0
-QUICK_DURATION_S, QUICK_TAIL_S = 10.0, 4.0
+QUICK_DURATION_S, QUICK_TAIL_S = 15.0, 5.0
 #: the controller starts from the URDF's model
 CONTROLLER = {"initial_estimate": "nominal"}
 TARGETS = {"rmse_max_rad": 0.05, "saturated_ms_max": 100.0, "watchdog_trips": 0, "arms_refused": 0}
@@ -182,6 +182,45 @@ def plot(row: dict, out_dir: str, files: list) -> None:
     save_plot(fig, out_dir, f"arm_{row['arm']}.png", files)
 
 
+def plot_summary(rows: list, out_dir: str, files: list) -> None:
+    """One bar per arm: the worst joint's tail RMSE (log scale) against the target."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ran = [r for r in rows if "rmse_max_rad" in r]
+    if not ran:
+        return
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(ran) + 2), 3.8))
+    x = np.arange(len(ran))
+    ax.bar(x, [r["rmse_max_rad"] for r in ran], color="tab:blue")
+    ax.axhline(TARGETS["rmse_max_rad"], color="tab:red", ls="--", lw=1, label="target")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [f"{r['arm']}\n{r['payload']['mass_kg']:g} kg" for r in ran], rotation=60, fontsize=7,
+                  ha="right")
+    ax.set_ylabel("worst joint's RMSE [rad]")
+    ax.set_title("composite + friction from the URDF model, payload sized to each arm; tail RMSE", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_plot(fig, out_dir, "arms_summary.png", files)
+
+
+def table(rows: list) -> str:
+    """The result rows as a Markdown table (what ``docs/arms.md`` shows)."""
+    out = ["| arm | DoF | effort limits [N m] | armature [kg m²] | payload [kg] | RMSE max [rad] (joint) |"
+           " saturated [ms] | watchdog |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "rmse_max_rad" not in r:
+            out.append(f"| {r['arm']} | | | | | {'refused' if 'refused' in r else 'failed'}: "
+                       f"{(r.get('refused') or r.get('failed', ''))[:80]} | | |")
+            continue
+        j = int(np.argmax(r["rmse_rad"]))
+        lim, ia = r["effort_limit"], r["armature"]
+        out.append(f"| {r['arm']} | {r['dof']} | {min(lim):g}–{max(lim):g} | {min(ia):g}–{max(ia):g} |"
+                   f" {r['payload']['mass_kg']:g} | {r['rmse_max_rad']:.4f} ({r['joints'][j]}) |"
+                   f" {r['saturated_ms_max']:g} | {r['watchdog_trips']} |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="adaptive-dynamics experiment arms", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output directory (created)")
@@ -223,6 +262,8 @@ def main(argv=None) -> int:
         if not args.keep_bags:
             shutil.rmtree(work, ignore_errors=True)
     ran = [r for r in rows if "rmse_max_rad" in r]
+    print(table(rows), flush=True)
+    plot_summary(rows, args.out, files)
     summary = {
         "arms": rows, "duration_s": duration, "tail_s": tail, "payload_share": PAYLOAD_SHARE,
         "rmse_max_rad": max((r["rmse_max_rad"] for r in ran), default=None),
