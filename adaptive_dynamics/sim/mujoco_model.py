@@ -58,13 +58,31 @@ def _read_urdf(urdf: Union[str, os.PathLike]) -> str:
         return fh.read()
 
 
+def _welded_to_base(root) -> set:
+    """Names of the URDF links joined to the root link by fixed joints only (the root included)."""
+    joints = root.findall("joint")
+    children = {j.find("child").get("link") for j in joints if j.find("child") is not None}
+    roots = [lk.get("name") for lk in root.findall("link") if lk.get("name") not in children]
+    welded, stack = set(roots), list(roots)
+    while stack:
+        parent = stack.pop()
+        for j in joints:
+            if j.get("type") == "fixed" and j.find("parent") is not None and j.find("parent").get("link") == parent:
+                child = j.find("child").get("link")
+                if child not in welded:
+                    welded.add(child)
+                    stack.append(child)
+    return welded
+
+
 def urdf_to_mujoco_xml(urdf: Union[str, os.PathLike]) -> str:
     """Return the URDF text with the ``<mujoco><compiler .../></mujoco>`` extension.
 
     ``urdf`` is a file path, a robot name known to :mod:`adaptive_dynamics.robots`, or
     the URDF XML itself.  Mesh-bearing ``<visual>``/``<collision>`` elements are
-    removed; an existing ``<mujoco>`` extension is kept but its compiler flags that
-    matter for dynamics fidelity are overridden.
+    removed, and the inertials of links welded to the base; an existing ``<mujoco>``
+    extension is kept but its compiler flags that matter for dynamics fidelity are
+    overridden.
     """
     root = ET.fromstring(_read_urdf(urdf))
     if root.tag != "robot":
@@ -75,6 +93,15 @@ def urdf_to_mujoco_xml(urdf: Union[str, os.PathLike]) -> str:
             for elem in list(link.findall(tag)):
                 if elem.find(".//mesh") is not None:
                     link.remove(elem)
+    # links welded to the base (no moving joint on their way to it) do not enter the dynamics of
+    # a fixed-base arm: their inertials are dropped (a locked mobile base's antenna or sensor
+    # mount with an inertia MuJoCo refuses -- not positive definite, A + B < C -- then cannot
+    # stop the simulator; pinocchio ignores them the same way)
+    welded = _welded_to_base(root)
+    for link in root.findall("link"):
+        if link.get("name") in welded:
+            for inertial in link.findall("inertial"):
+                link.remove(inertial)
 
     ext = root.find("mujoco")
     if ext is None:
@@ -118,7 +145,20 @@ def load_mujoco_model(
     """
     if not timestep > 0:
         raise ValueError(f"timestep must be > 0, got {timestep}")
-    model = mujoco.MjModel.from_xml_string(urdf_to_mujoco_xml(urdf))
+    xml = urdf_to_mujoco_xml(urdf)
+    try:
+        model = mujoco.MjModel.from_xml_string(xml)
+    except ValueError as exc:
+        # a URDF inertia outside the triangle inequality (A + B >= C), which pinocchio accepts: the
+        # simulator balances it and says which link (its dynamics then differ from the URDF's unless
+        # the link is welded to the base, as locked sensor mounts are)
+        if "A + B >= C" not in str(exc):
+            raise
+        import warnings
+        warnings.warn(f"MuJoCo refuses a URDF inertia ({' '.join(str(exc).split())}): the simulator balances it"
+                      " (compiler balanceinertia); that link's simulated inertia differs from the URDF's",
+                      RuntimeWarning, stacklevel=2)
+        model = mujoco.MjModel.from_xml_string(xml.replace('balanceinertia="false"', 'balanceinertia="true"', 1))
 
     model.opt.timestep = float(timestep)
     g = np.asarray(tuple(gravity), dtype=float)
