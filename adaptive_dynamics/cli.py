@@ -63,7 +63,7 @@ def _cmd_demo(args) -> int:
     DDS for a fixed sim time; then a per-joint tracking table and plots from the bag."""
     import numpy as np
 
-    from .evaluation.bags import diagnostic_value, read_messages, watchdog_trips
+    from .evaluation.bags import controller_saturation, diagnostic_value, read_messages, watchdog_trips
     from .launch_graph import build_graph
     from .launcher import GraphProcess
 
@@ -148,7 +148,7 @@ def _cmd_demo(args) -> int:
                "wall_time_s": round(wall, 2), "steps": int(stats.get("plant_steps", 0)),
                "sim_per_wall": round(stats.get("sim_per_wall", 0.0), 3),
                "lockstep_timeouts": int(stats.get("lockstep_timeouts", 0)), "watchdog_trips": trips,
-               "saturated_ms": [int(x) for x in stats.get("saturation_count", [])],
+               "saturated_cycles": controller_saturation(bag) or [int(x) for x in stats.get("saturation_count", [])],
                "rmse_rad": dict(zip(names, np.round(rmse, 6).tolist())),
                "max_error_rad": dict(zip(names, np.round(emax, 6).tolist())),
                "bag": bag, "plots": [p1, p2]}

@@ -275,3 +275,12 @@ def watchdog_trips(path) -> int:
     ``watchdog_trips`` its ``/diagnostics`` reported; 0 when none)."""
     vals = [int(float(v)) for v in diagnostic_value(path, "watchdog_trips")]
     return max(vals, default=0)
+
+
+def controller_saturation(path) -> list:
+    """Per joint, the control cycles whose command the controller clipped at the effort
+    limit (its last ``saturated_cycles`` in ``/diagnostics``, model joint order); ``[]``
+    when the recording has none."""
+    import ast
+    vals = diagnostic_value(path, "saturated_cycles")
+    return [int(x) for x in ast.literal_eval(vals[-1])] if vals else []

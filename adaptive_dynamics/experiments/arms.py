@@ -12,12 +12,16 @@ locked; a dual-arm robot by one arm) goes through the path a user takes -- ``dem
 * a payload on the end effector sized to the arm (:func:`payload_for`: :data:`PAYLOAD_SHARE`
   of what its weakest joint holds on top of the arm's own weight, worst case over the
   trajectory's region), unknown to the controller;
-* the trajectory node's default Fourier trajectory (mid-range centre, 0.4 rad);
+* the trajectory node's default Fourier trajectory (0.4 rad) about the middle of the
+  joint ranges, or, where the arm cannot hold itself there, about the pose in the middle
+  half of the ranges where it holds the most (:func:`trajectory_centre`: a humanoid's
+  arm hangs down), with a smaller amplitude where even that is not enough
+  (:func:`trajectory_plan`);
 * composite adaptive control started from the URDF's model (``initial_estimate: nominal``).
 
 Per arm and joint: position RMSE over the last :data:`TAIL_S` s, the time the command
-spent saturated (the bridge's count, 1 ms steps) and the controller's watchdog trips
-(``/diagnostics``).  An arm the suite cannot load is *refused* (the reason in the table).
+spent saturated (the controller's count of clipped cycles, 1 ms each, ``/diagnostics``)
+and the controller's watchdog trips (``/diagnostics``).  An arm the suite cannot load is *refused* (the reason in the table).
 Targets (JSON ``targets_met``): :data:`TARGETS`.
 """
 from __future__ import annotations
@@ -78,9 +82,16 @@ ARMS: list[tuple[str, str, Any, Any]] = [
 QUICK_ARMS = ("so101", "xarm7", "ur10")
 #: payload = this share of what the weakest joint holds beyond the arm's own gravity
 PAYLOAD_SHARE = 0.25
+#: the payload's centre of mass in the end-effector frame [m] (a tool 5 cm out along z: the
+#: wrist joints whose axes cross the frame's origin carry it too)
+PAYLOAD_COM = (0.0, 0.0, 0.05)
 #: sim s per arm, the tail [s] the RMSE is taken over
 DURATION_S, TAIL_S = 30.0, 10.0
 QUICK_DURATION_S, QUICK_TAIL_S = 15.0, 5.0
+#: the trajectory node's settings of config/sim.yaml (Modified Fourier series)
+TRAJECTORY = {"seed": 0, "base_frequency": 0.1, "harmonics": 4}
+#: trajectory amplitudes [rad] tried in turn (the first is the trajectory node's default)
+AMPLITUDES = (0.4, 0.2, 0.1)
 #: the controller starts from the URDF's model
 CONTROLLER = {"initial_estimate": "nominal"}
 TARGETS = {"rmse_max_rad": 0.05, "saturated_ms_max": 100.0, "watchdog_trips": 0, "arms_refused": 0}
@@ -102,34 +113,96 @@ def robots_dir() -> str:
     raise FileNotFoundError("example-robot-data not found (pip install example-robot-data)")
 
 
-def payload_for(model, centre, amplitude: float, samples: int = 256, seed: int = 0) -> dict:
-    """The payload [kg] at the end-effector frame: :data:`PAYLOAD_SHARE` of the smallest
-    ``(tau_max,j - |g_j(q)|) / |J_v,j(q)^T g|`` over the joints and ``samples``
-    configurations within ``amplitude`` of ``centre`` (inside the limits): the mass the
-    weakest joint could still hold at the worst pose of the trajectory's region."""
-    rng = np.random.default_rng(seed)
-    lo = np.maximum(model.lower, centre - amplitude)
-    hi = np.minimum(model.upper, centre + amplitude)
-    worst, where = np.inf, None
+def reference_samples(model, centre, amplitude: float, n: int = 256) -> np.ndarray:
+    """``n`` poses of the reference the trajectory node plays with :data:`TRAJECTORY` and
+    ``amplitude`` about ``centre`` (its Modified Fourier series, seed 0; one period)."""
+    import math
+
+    from ..trajectories import ACCELERATION_LIMIT, ModifiedFourier
+    t = TRAJECTORY
+    traj = ModifiedFourier.random(model.n, np.random.default_rng(t["seed"]), q_center=centre, amplitude=amplitude,
+                                  w_f=2 * math.pi * t["base_frequency"], L=t["harmonics"], lower=model.lower,
+                                  upper=model.upper, vel_limit=model.velocity_limit,
+                                  acc_limit=np.full(model.n, ACCELERATION_LIMIT), joint_names=model.joint_names)
+    return traj.sample_many(np.linspace(0.0, 1.0 / t["base_frequency"], n, endpoint=False))[0]
+
+
+def payload_for(model, Q) -> dict:
+    """The payload [kg], its centre of mass :data:`PAYLOAD_COM` in the end-effector frame:
+    :data:`PAYLOAD_SHARE` of the smallest ``(tau_max,j - |g_j(q)|) / |J_c,j(q)^T g|`` (``J_c``:
+    the Jacobian of that point) over the joints and the poses ``Q`` of the reference: the
+    mass the weakest joint could still hold at the worst pose of the trajectory (0 when the
+    arm cannot hold even itself there: ``capacity_kg`` < 0)."""
+    cap, joint = _capacity(model, Q)
+    return {"mass_kg": round(max(0.0, PAYLOAD_SHARE * cap), 3), "capacity_kg": round(cap, 3), "weakest_joint": joint,
+            "com": list(PAYLOAD_COM)}
+
+
+def _point_jacobian(model, q, offset) -> np.ndarray:
+    """Linear Jacobian of the point ``offset`` (end-effector frame) in world axes."""
+    J = model.jacobian(q)
+    r = model.frame_pose(q)[:3, :3] @ np.asarray(offset, dtype=float)
+    skew = np.array([[0.0, -r[2], r[1]], [r[2], 0.0, -r[0]], [-r[1], r[0], 0.0]])
+    return J[:3] - skew @ J[3:]
+
+
+def _capacity(model, Q) -> tuple[float, str]:
+    worst, joint = np.inf, model.joint_names[0]
     gvec = np.array([0.0, 0.0, 9.81])
-    for k in range(samples):
-        q = centre if k == 0 else rng.uniform(lo, hi)
-        per_kg = np.abs(model.jacobian(q)[:3].T @ gvec)
+    for q in Q:
+        per_kg = np.abs(_point_jacobian(model, q, PAYLOAD_COM).T @ gvec)
         spare = model.effort_limit - np.abs(model.gravity(q))
         ok = per_kg > 1e-6
-        cap = np.min(spare[ok] / per_kg[ok]) if np.any(ok) else np.inf
-        if cap < worst:
-            j = int(np.flatnonzero(ok)[np.argmin(spare[ok] / per_kg[ok])])
-            worst, where = cap, (model.joint_names[j], q)
-    mass = max(0.0, PAYLOAD_SHARE * float(worst))
-    return {"mass_kg": round(mass, 3), "capacity_kg": round(float(worst), 3), "weakest_joint": where[0]}
+        if not np.any(ok):
+            continue
+        ratio = spare[ok] / per_kg[ok]
+        if ratio.min() < worst:
+            worst, joint = float(ratio.min()), model.joint_names[int(np.flatnonzero(ok)[np.argmin(ratio)])]
+    return worst, joint
+
+
+def trajectory_centre(model, amplitude: float, candidates: int = 100, seed: int = 0) -> tuple[np.ndarray, float]:
+    """The trajectory's centre and the arm's payload capacity along it: the middle of the
+    joint ranges (the trajectory node's default), or -- when the arm cannot hold even
+    itself along that reference -- the pose of ``candidates`` drawn from the middle half
+    of each range whose reference it holds the largest payload along (a humanoid's arm
+    raised to the middle of its ranges cannot hold itself; hanging down it can)."""
+    from ..dynamics.continuous import working_range
+    lo, hi = working_range(model.lower, model.upper)
+    mid = 0.5 * (lo + hi)
+    rng = np.random.default_rng(seed)
+    best, best_cap = mid, _capacity(model, reference_samples(model, mid, amplitude, 64))[0]
+    if best_cap > 0.0:                 # what a user gets: the trajectory node's default centre
+        return mid, best_cap
+    for _ in range(candidates):
+        c = mid + rng.uniform(-0.25, 0.25, model.n) * (hi - lo)
+        try:
+            cap = _capacity(model, reference_samples(model, c, amplitude, 64))[0]
+        except ValueError:             # the reference would leave the limits
+            continue
+        if cap > best_cap + 1e-9:
+            best, best_cap = c, cap
+    return best, best_cap
+
+
+def trajectory_plan(model) -> tuple[np.ndarray, float]:
+    """Centre and amplitude of the arm's trajectory: :data:`AMPLITUDES` in turn, the first
+    whose reference (:func:`trajectory_centre`) the arm can hold itself along (the PR2's
+    arms, counterbalanced by springs its URDF does not have, need a smaller one); the
+    smallest when none."""
+    for amp in AMPLITUDES:
+        centre, cap = trajectory_centre(model, amp)
+        if cap > 0.0:
+            break
+    return centre, amp
 
 
 def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: float, work: str,
             echo: bool = False) -> dict:
     """One arm through ``demo``'s graph; its row of the table (or ``refused`` with why)."""
     from ..dynamics import RobotModel
-    from ..evaluation.bags import watchdog_trips
+    from ..dynamics.continuous import working_range
+    from ..evaluation.bags import controller_saturation, watchdog_trips
     from ..launch_graph import build_graph
     from ..robots import armature, controller_gains, resolve_robot
     from .closed_loop_regions import tracking
@@ -140,13 +213,16 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
         model = RobotModel(spec.urdf, ee_frame=spec.ee_frame)
     except (ValueError, FileNotFoundError) as exc:
         return {"arm": label, "refused": str(exc)}
-    centre = 0.5 * (model.lower + model.upper)
-    payload = payload_for(model, centre, 0.4)
+    centre, amplitude = trajectory_plan(model)
+    mid = 0.5 * np.add(*working_range(model.lower, model.upper))
+    payload = payload_for(model, reference_samples(model, centre, amplitude))
     bag = os.path.join(work, f"bag_{label}")
     stats = os.path.join(work, f"bridge_{label}.json")
     overrides = {"mujoco_bridge": {"payload_mass": payload["mass_kg"], "payload_enabled": payload["mass_kg"] > 0,
-                                   "stats_file": stats},
-                 "adaptive_controller": dict(CONTROLLER)}
+                                   "payload_com": list(PAYLOAD_COM),
+                                   "stats_file": stats, "q0": [float(x) for x in centre]},   # starts on the reference
+                 "adaptive_controller": dict(CONTROLLER),
+                 "trajectory": {"amplitude": amplitude, "q_center": [float(x) for x in centre]}}
     nodes = build_graph("sim", robot=spec.urdf, controller="composite", duration=duration, record=True, bag=bag,
                         overrides=overrides)
     t0 = time.monotonic()
@@ -157,10 +233,14 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
     tr = tracking(bag, spec.joint_names, t_from=duration - tail)
     with open(stats, encoding="utf-8") as fh:
         st = json.load(fh)
-    sat_ms = np.asarray(st.get("saturation_count", [0] * model.n), dtype=float) * 1.0   # 1 ms steps
+    # clipped commands: the controller clips at the effort limits before the simulator sees them
+    # (its count, 1 kHz cycles = ms), the simulator's own count for anything else that reached it
+    ctl = controller_saturation(bag) or [0] * model.n
+    sat_ms = np.asarray(ctl, dtype=float) + np.asarray(st.get("saturation_count", [0] * model.n), dtype=float)
     trips = watchdog_trips(bag)
     return {"arm": label, "joints": spec.joint_names, "dof": model.n, "effort_limit": model.effort_limit.tolist(), "armature": armature(spec.urdf).tolist(),
             "kd": controller_gains(spec.urdf).get("kd"), "payload": payload,
+            "amplitude_rad": amplitude, "centre_moved": bool(np.any(np.abs(centre - mid) > 1e-9)),
             "rmse_rad": [round(float(x), 5) for x in tr["rmse"]], "rmse_max_rad": round(float(tr["rmse"].max()), 5),
             "saturated_ms": sat_ms.tolist(), "saturated_ms_max": float(sat_ms.max()), "watchdog_trips": trips,
             "wall_s": round(time.monotonic() - t0, 1), "_trace": (tr["t"], tr["e"])}
@@ -206,17 +286,18 @@ def plot_summary(rows: list, out_dir: str, files: list) -> None:
 
 def table(rows: list) -> str:
     """The result rows as a Markdown table (what ``docs/arms.md`` shows)."""
-    out = ["| arm | DoF | effort limits [N m] | armature [kg m²] | payload [kg] | RMSE max [rad] (joint) |"
-           " saturated [ms] | watchdog |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| arm | DoF | effort limits [N m] | armature [kg m²] | payload [kg] | trajectory | RMSE max [rad] (joint) |"
+           " saturated [ms] | watchdog |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "rmse_max_rad" not in r:
-            out.append(f"| {r['arm']} | | | | | {'refused' if 'refused' in r else 'failed'}: "
+            out.append(f"| {r['arm']} | | | | | | {'refused' if 'refused' in r else 'failed'}: "
                        f"{(r.get('refused') or r.get('failed', ''))[:80]} | | |")
             continue
         j = int(np.argmax(r["rmse_rad"]))
         lim, ia = r["effort_limit"], r["armature"]
         out.append(f"| {r['arm']} | {r['dof']} | {min(lim):g}–{max(lim):g} | {min(ia):g}–{max(ia):g} |"
-                   f" {r['payload']['mass_kg']:g} | {r['rmse_max_rad']:.4f} ({r['joints'][j]}) |"
+                   f" {r['payload']['mass_kg']:g} | ±{r['amplitude_rad']:g} rad"
+                   f"{', moved centre' if r['centre_moved'] else ''} | {r['rmse_max_rad']:.4f} ({r['joints'][j]}) |"
                    f" {r['saturated_ms_max']:g} | {r['watchdog_trips']} |")
     return "\n".join(out)
 

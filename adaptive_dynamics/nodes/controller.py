@@ -432,6 +432,7 @@ class JointControllerShell(Node):
             if now - self._diag_last >= self.p["diagnostics_period"]:
                 self._diag_last = now
                 self.counters.set("saturated_steps", int(self.sat.sum()))
+                self.counters.set("saturated_cycles", [int(x) for x in self.sat])   # per joint, model order
                 for k, val in self.refs.counters.items():
                     self.counters.set(f"ref_{k}", val)
                 self._diagnostics()
@@ -460,7 +461,21 @@ class JointControllerShell(Node):
             self._shutdown()
         finally:
             self.send_safe_and_stop()
+            self._final_diagnostics()
         return super().destroy_node()
+
+    def _final_diagnostics(self) -> None:
+        """One last ``/diagnostics`` status (a trip in the last period is not lost to a recorder)."""
+        try:
+            with self._cb_lock:
+                self.counters.set("saturated_steps", int(self.sat.sum()))
+                self.counters.set("saturated_cycles", [int(x) for x in self.sat])
+                w = self.loop_watch
+                status = self.counters.status(level=DiagnosticStatus.ERROR, message=f"watchdog: {w.reason}") \
+                    if w.tripped else self.counters.status()
+            self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [status]))
+        except Exception:  # noqa: BLE001 -- the context may already be gone
+            pass
 
 
 class ControllerNode(JointControllerShell):

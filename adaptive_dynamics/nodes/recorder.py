@@ -30,7 +30,7 @@ from ..ros.qos import CLOCK_QOS, LATCHED_QOS
 
 DEFAULT_TOPICS = ["joint_states", "reference", "task_reference", "effort_controller/commands",
                   "controller/tracking_error", "/clock", "adaptive/parametric_torque",
-                  "adaptive/parameter_update", "adaptive/parameters", "feedforward/residual"]
+                  "adaptive/parameter_update", "adaptive/parameters", "feedforward/residual", "/diagnostics"]
 
 _RECORD_QOS = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.VOLATILE)

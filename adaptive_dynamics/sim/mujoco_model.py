@@ -102,6 +102,29 @@ def urdf_to_mujoco_xml(urdf: Union[str, os.PathLike]) -> str:
         if link.get("name") in welded:
             for inertial in link.findall("inertial"):
                 link.remove(inertial)
+    # a link a joint moves without mass or rotational inertia of its own (its mass on a link
+    # fixed to it; iCub's wrist: a 0.1 kg point): MuJoCo needs every moving body to have both;
+    # 1e-6 kg and 1e-9 kg m^2 are far below any torque the simulation resolves (pinocchio merges
+    # the fixed children into the joint's body instead)
+    moved = {j.find("child").get("link") for j in root.findall("joint")
+             if j.get("type") in ("revolute", "continuous", "prismatic") and j.find("child") is not None}
+    for link in root.findall("link"):
+        if link.get("name") not in moved:
+            continue
+        mass = link.find("inertial/mass")
+        if mass is None or float(mass.get("value", 0.0)) <= 0.0:
+            for inertial in link.findall("inertial"):
+                link.remove(inertial)
+            inertial = ET.SubElement(link, "inertial")
+            ET.SubElement(inertial, "mass", value="1e-06")
+            ET.SubElement(inertial, "inertia", ixx="1e-09", iyy="1e-09", izz="1e-09", ixy="0", ixz="0", iyz="0")
+            continue
+        inertia = link.find("inertial/inertia")     # a point mass (iCub's wrist: 0.1 kg, no inertia)
+        if inertia is None:
+            inertia = ET.SubElement(link.find("inertial"), "inertia")
+        for key in ("ixx", "iyy", "izz"):
+            if float(inertia.get(key, 0.0)) < 1e-9:
+                inertia.set(key, "1e-09")
 
     ext = root.find("mujoco")
     if ext is None:
