@@ -266,15 +266,8 @@ def _add_graph_args(p, *, sim_default=True) -> None:
 
 
 def _overrides(items) -> dict:
-    import yaml
-    out: dict = {}
-    for item in items:
-        key, sep, val = item.partition("=")
-        node, dot, param = key.partition(".")
-        if not sep or not dot:
-            raise ValueError(f"--set expects NODE.PARAM=VALUE, got {item!r}")
-        out.setdefault(node, {})[param] = yaml.safe_load(val)
-    return out
+    from .launch_graph import parse_overrides
+    return parse_overrides(items)
 
 
 def _graph_from_args(args, scenario):

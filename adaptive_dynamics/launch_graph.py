@@ -87,6 +87,20 @@ REALTIME_CLOCK_DECIMATION = 50
 REALTIME_PRIORITY = 50
 
 
+def parse_overrides(items) -> dict[str, dict[str, Any]]:
+    """``["NODE.PARAM=VALUE", ...]`` (the CLI's ``--set``; VALUE in YAML) as
+    ``{node: {param: value}}``; ``ValueError`` for another form."""
+    import yaml
+    out: dict = {}
+    for item in items:
+        key, sep, val = item.partition("=")
+        node, dot, param = key.partition(".")
+        if not sep or not dot:
+            raise ValueError(f"--set expects NODE.PARAM=VALUE, got {item!r}")
+        out.setdefault(node, {})[param] = yaml.safe_load(val)
+    return out
+
+
 def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str = "computed_torque",
                 learner: str = "none", learner_split: bool = False, use_sim_time: bool | None = None,
                 record: bool = False, mode: str = "lockstep", duration: float = 0.0, namespace: str = "",

@@ -198,7 +198,7 @@ def trajectory_plan(model) -> tuple[np.ndarray, float]:
 
 
 def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: float, work: str,
-            echo: bool = False) -> dict:
+            echo: bool = False, extra: dict | None = None) -> dict:
     """One arm through ``demo``'s graph; its row of the table (or ``refused`` with why)."""
     from ..dynamics import RobotModel
     from ..dynamics.continuous import working_range
@@ -223,6 +223,8 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
                                    "stats_file": stats, "q0": [float(x) for x in centre]},   # starts on the reference
                  "adaptive_controller": dict(CONTROLLER),
                  "trajectory": {"amplitude": amplitude, "q_center": [float(x) for x in centre]}}
+    for node, params in (extra or {}).items():
+        overrides.setdefault(node, {}).update(params)
     nodes = build_graph("sim", robot=spec.urdf, controller="composite", duration=duration, record=True, bag=bag,
                         overrides=overrides)
     t0 = time.monotonic()
@@ -311,6 +313,8 @@ def main(argv=None) -> int:
                     + ", ".join(a[0] for a in ARMS))
     ap.add_argument("--duration", type=float, default=None, help=f"sim s per arm (default {DURATION_S:g})")
     ap.add_argument("--keep-bags", action="store_true", help="keep the bags in --out")
+    ap.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
+                    help="parameter override for every arm's graph, as for launch (YAML value)")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the nodes' output")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -321,6 +325,8 @@ def main(argv=None) -> int:
         ap.error(f"unknown arms {unknown}; choose from {names}")
     duration = args.duration or (QUICK_DURATION_S if args.quick else DURATION_S)
     tail = min(QUICK_TAIL_S if args.quick else TAIL_S, duration / 2)
+    from ..launch_graph import parse_overrides
+    extra = parse_overrides(args.set)
     base = robots_dir()
     work = args.out if args.keep_bags else tempfile.mkdtemp(prefix="ad_arms_")
     rows, files = [], []
@@ -329,7 +335,8 @@ def main(argv=None) -> int:
         for label, rel, joints, ee in ARMS:
             if label not in chosen:
                 continue
-            row = run_arm(label, os.path.join(base, rel), joints, ee, duration, tail, work, echo=args.verbose)
+            row = run_arm(label, os.path.join(base, rel), joints, ee, duration, tail, work, echo=args.verbose,
+                          extra=extra)
             if "_trace" in row:
                 plot(row, args.out, files)
                 row.pop("_trace")
