@@ -97,7 +97,11 @@ def parse_overrides(items) -> dict[str, dict[str, Any]]:
         node, dot, param = key.partition(".")
         if not sep or not dot:
             raise ValueError(f"--set expects NODE.PARAM=VALUE, got {item!r}")
-        out.setdefault(node, {})[param] = yaml.safe_load(val)
+        value = yaml.safe_load(val)
+        if isinstance(value, list) and any(isinstance(x, float) for x in value) \
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+            value = [float(x) for x in value]   # [1, 2.5]: a ROS parameter array has one type
+        out.setdefault(node, {})[param] = value
     return out
 
 

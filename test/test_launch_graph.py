@@ -264,3 +264,16 @@ def test_without_leaves_nodes_to_another_host():
     assert set(by_name(_graph_from_args(args, "real"))) == {"adaptive_controller", "prediction"}
     helper = (ROOT / "launch" / "_graph_launch.py").read_text()
     assert '"without"' in helper and "without=" in helper
+
+
+def test_set_overrides_give_ros_parameter_arrays_one_type():
+    """`--set adaptive_controller.kd=[1, 2.5]`: YAML reads an int and a float, a ROS 2
+    parameter array must have one type (rcl refuses the file otherwise): floats."""
+    from adaptive_dynamics.launch_graph import parse_overrides
+    got = parse_overrides(["adaptive_controller.kd=[1, 2.5]", "trajectory.seed=3", "x.names=[a, b]",
+                           "x.ints=[1, 2]"])
+    assert got == {"adaptive_controller": {"kd": [1.0, 2.5]}, "trajectory": {"seed": 3},
+                   "x": {"names": ["a", "b"], "ints": [1, 2]}}
+    assert all(isinstance(v, float) for v in got["adaptive_controller"]["kd"])
+    with pytest.raises(ValueError, match="NODE.PARAM=VALUE"):
+        parse_overrides(["kd=[1.0]"])

@@ -231,7 +231,7 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
     try:
         run_directed(nodes, None, duration, echo=echo, timeout=max(300.0, 20 * duration))
     except RuntimeError as exc:
-        return {"arm": label, "failed": str(exc)[:2000], "wall_s": round(time.monotonic() - t0, 1)}
+        return {"arm": label, "failed": str(exc)[-3000:], "wall_s": round(time.monotonic() - t0, 1)}
     tr = tracking(bag, spec.joint_names, t_from=duration - tail)
     with open(stats, encoding="utf-8") as fh:
         st = json.load(fh)
