@@ -42,7 +42,7 @@ def _pin_q(pm, theta):
     """pinocchio's configuration of the original (nq = 2 for continuous) model."""
     q = np.zeros(pm.nq)
     for j in range(1, pm.njoints):
-        jm, k = pm.joints[j], pm.joints[j].idx_v - 0
+        jm = pm.joints[j]
         th = theta[jm.idx_v]
         if jm.nq == 2:
             q[jm.idx_q:jm.idx_q + 2] = [np.cos(th), np.sin(th)]
@@ -72,8 +72,7 @@ def test_the_angle_model_equals_pinocchios_continuous_model(spec):
         np.testing.assert_allclose(m.regressor(th, v, a)[:, :60], Y, atol=1e-9)
         fid = ref.getFrameId(m.ee_frame)
         pin.framesForwardKinematics(ref, d, qp)
-        np.testing.assert_allclose(m.frame_pose(th)[:3, 3] if m.frame_pose(th).shape == (4, 4)
-                                   else m.frame_pose(th)[:3], d.oMf[fid].translation, atol=1e-9)
+        np.testing.assert_allclose(m.frame_pose(th), d.oMf[fid].homogeneous, atol=1e-9)
 
 
 def test_mujoco_plant_and_model_agree_past_pi(spec):

@@ -134,8 +134,10 @@ def test_replay_scaled_rate_every_message_in_order_identical(sim_bag, ros):
     assert np.all(np.diff(clk) >= 0)
     info = bag_info(sim_bag)
     span_ns = info["duration_s"] * 1e9
-    assert clk[0] <= 10_000_000 and clk[-1] >= span_ns - 10_000_000  # covers the bag (100 Hz clock)
-    assert clk[0] <= stamps[0] and clk[-1] >= stamps[-1] - 10_000_000
+    # covers the bag (100 Hz clock); the recorder may miss the first best-effort /clock messages
+    # while discovery completes on a loaded machine: the first within 50 ms
+    assert clk[0] <= 50_000_000 and clk[-1] >= span_ns - 10_000_000
+    assert clk[0] <= stamps[0] + 50_000_000 and clk[-1] >= stamps[-1] - 10_000_000
 
     # timing: the bag's span of joint_states log times, scaled by the rate.  The replayer
     # never publishes ahead of its schedule (lower bound is tight); a loaded 2-core VM can

@@ -206,7 +206,7 @@ def test_mismatch_malformed_missing_and_stale_regressors(ros):
     columns([5.0])
     assert "Lambda" in ctl._regressor_check()["Y"] and "lam" in ctl._regressor_check()["Y"]
     tau, Y, W, tau_f = regressors(0)
-    np.testing.assert_allclose(state(0, tau), -5.0 * XD[0], rtol=1e-12)
+    np.testing.assert_allclose(state(0, tau), -ctl._safe_kd * XD[0], rtol=1e-12)
     assert counter("regressor_mismatch") == 1
     np.testing.assert_array_equal(ctl.core.theta, core.theta)
 
@@ -228,11 +228,11 @@ def test_mismatch_malformed_missing_and_stale_regressors(ros):
     # k=2: Y of the wrong shape; k=3: NaN in W -> rejected, safe command for that stamp
     tau, Y, W, tau_f = regressors(2)
     publish(2, Y[:, :-1], W, tau_f)
-    np.testing.assert_allclose(state(2, tau), -5.0 * XD[2], rtol=1e-12)
+    np.testing.assert_allclose(state(2, tau), -ctl._safe_kd * XD[2], rtol=1e-12)
     tau, Y, W, tau_f = regressors(3)
     W[1, 3] = np.nan
     publish(3, Y, W, tau_f)
-    np.testing.assert_allclose(state(3, tau), -5.0 * XD[3], rtol=1e-12)
+    np.testing.assert_allclose(state(3, tau), -ctl._safe_kd * XD[3], rtol=1e-12)
     assert counter("regressor_rejected") == 2
     np.testing.assert_allclose(ctl.core.theta, core.theta, rtol=0, atol=1e-12)  # untouched
 
@@ -246,7 +246,7 @@ def test_mismatch_malformed_missing_and_stale_regressors(ros):
 
     # k=5: none arrives -> the safe command after reference_wait (0.3 s); never NaN
     tau, *_ = regressors(5)
-    np.testing.assert_allclose(state(5, tau, timeout=5.0), -5.0 * XD[5], rtol=1e-12)
+    np.testing.assert_allclose(state(5, tau, timeout=5.0), -ctl._safe_kd * XD[5], rtol=1e-12)
     assert counter("regressor_missing") == 1
 
     # k=6 waits, k=7 (with its regressors) supersedes it: 6 -> safe, 7 -> computed
@@ -258,7 +258,7 @@ def test_mismatch_malformed_missing_and_stale_regressors(ros):
     state(7, tau, wait=False)
     assert ros.spin_until(lambda: command_stamp(probe.commands[-1]) == 7 * MS)
     got = {command_stamp(c): np.asarray(c.data) for c in probe.commands[-2:]}
-    np.testing.assert_allclose(got[6 * MS], -5.0 * XD[6], rtol=1e-12)
+    np.testing.assert_allclose(got[6 * MS], -ctl._safe_kd * XD[6], rtol=1e-12)
     expected = core.compute(X[7], XD[7], Q[7], QD[7], QDD[7], Y=Y, W=W, tau_f=tau_f)
     np.testing.assert_allclose(got[7 * MS], expected, rtol=1e-12, atol=1e-12)
     assert counter("regressor_missing") == 2
