@@ -34,14 +34,15 @@ def _cmd_info(args) -> int:
     rm = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=args.friction)
     print(f"robot {spec.label}: {rm.n} joints, {rm.n_params} parameters, end effector {rm.ee_frame!r}"
           + (f" (end-effector bodies {rm.end_effector_links})" if rm.end_effector_links else ""))
-    from .control.gains import gain_margins
+    from .control.gains import DEFAULT_DT, gain_margins
     from .robots import armature, controller_gains
-    ia = armature(spec.label if spec.shipped else spec.urdf)
-    kd = controller_gains(spec.label if spec.shipped else spec.urdf).get("kd")
+    name = spec.label if spec.shipped else spec.urdf     # what the parameter file is found by
+    ia = armature(name)
+    kd = controller_gains(name).get("kd")
     print(f"URDF: {rm.urdf_path}\nparameter file: {spec.config}")
     print("armature: the drive inertia the parameter file states (simulator and gains; URDFs carry none)"
           + ("" if np.any(ia) else ": none stated"))
-    margin = gain_margins(rm, kd, 1e-3, ia) if kd and len(kd) in (1, rm.n) else None
+    margin = gain_margins(rm, kd, DEFAULT_DT, ia) if kd and len(kd) in (1, rm.n) else None
     for j, name in enumerate(rm.joint_names):
         pos = "continuous (one angle, no position limit)" if rm.continuous[j] else \
             f"q in [{rm.lower[j]:+.3f}, {rm.upper[j]:+.3f}] rad"

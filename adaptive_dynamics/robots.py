@@ -220,13 +220,12 @@ def armature(name: str) -> np.ndarray:
     ``/**`` section, read by the simulator, the gains and ``info``); zeros when it states
     none (the shipped robots' simulators: the URDF's inertia exactly, as the paper
     reproductions judge estimates against it)."""
+    from .dynamics.validation import per_joint
     cfg = robot_config(name)
-    n = len(cfg["joint_names"])
-    arr = np.broadcast_to(np.asarray(cfg.get("armature", [0.0]), dtype=float).ravel(), (n,)) \
-        if np.size(cfg.get("armature", [0.0])) in (1, n) else None
-    if arr is None or not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise ValueError(f"robot {name!r}: armature must be 1 or {n} finite values >= 0, got {cfg.get('armature')}")
-    return np.array(arr, dtype=float)
+    try:
+        return per_joint(cfg.get("armature", 0.0), len(cfg["joint_names"]), "armature", one_for_all=True)
+    except ValueError as exc:
+        raise ValueError(f"robot {name!r}: {exc}") from None
 
 
 def friction(name: str) -> Tuple[np.ndarray, np.ndarray]:

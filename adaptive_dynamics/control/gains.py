@@ -33,9 +33,10 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..dynamics.continuous import working_range
+from ..dynamics.validation import per_joint
 
-__all__ = ["default_gains", "default_armature", "gain_margins", "safe_damping", "LAMBDA", "KD_EFFORT_MAX", "DT_MARGIN",
-           "ARMATURE_PER_EFFORT", "GAINS_VERSION"]
+__all__ = ["default_gains", "default_armature", "armature_vector", "gain_margins", "safe_damping", "LAMBDA",
+           "KD_EFFORT_MAX", "DT_MARGIN", "ARMATURE_PER_EFFORT", "GAINS_VERSION"]
 
 #: part of the cache key of generated parameter files: change it with the rule below or
 #: with anything else :func:`~adaptive_dynamics.robots.resolve_robot` writes into them
@@ -65,6 +66,12 @@ def default_armature(effort_limit) -> list:
     the effort limit (rounded to 1e-6)."""
     tau = np.asarray(effort_limit, dtype=float)
     return [round(float(x), 6) for x in ARMATURE_PER_EFFORT * tau]
+
+
+def armature_vector(armature, n: int) -> np.ndarray:
+    """``armature`` [kg m^2] as ``n`` values (one value for every joint, or ``n``; ``None`` =
+    none stated: zeros); ``ValueError`` otherwise (:func:`~adaptive_dynamics.dynamics.validation.per_joint`)."""
+    return per_joint(0.0 if armature is None else armature, n, "armature", one_for_all=True)
 
 
 def _check_effort(model) -> np.ndarray:
@@ -98,9 +105,7 @@ def default_gains(model, q: Optional[np.ndarray] = None, *, dt: float = DEFAULT_
     if not dt > 0:
         raise ValueError(f"dt must be > 0, got {dt}")
     tau_max = _check_effort(model)
-    ia = np.asarray(default_armature(tau_max) if armature is None else armature, dtype=float)
-    if ia.shape != tau_max.shape or np.any(ia < 0) or not np.all(np.isfinite(ia)):
-        raise ValueError(f"armature must be {tau_max.size} finite values >= 0, got {ia.tolist()}")
+    ia = armature_vector(default_armature(tau_max) if armature is None else armature, model.n)
     q = working_configuration(model) if q is None else np.asarray(q, dtype=float)
     m = np.diag(model.mass_matrix(q)) + ia
     m_min = smallest_inertia(model) + ia
@@ -112,8 +117,7 @@ def gain_margins(model, kd, dt: float, armature=None) -> np.ndarray:
     """``K_D,j dt / min_q (M_jj + I_a,j)`` per joint: the discrete-time margin of a gain set
     (< 1 stable with a period of delay; the defaults keep it <= ``DT_MARGIN``)."""
     kd = np.broadcast_to(np.asarray(kd, dtype=float), (model.n,))
-    ia = np.zeros(model.n) if armature is None else np.broadcast_to(np.asarray(armature, float), (model.n,))
-    return kd * dt / (smallest_inertia(model) + ia)
+    return kd * dt / (smallest_inertia(model) + armature_vector(armature, model.n))
 
 
 def safe_damping(model, *, dt: float = DEFAULT_DT, armature=None) -> np.ndarray:
@@ -122,5 +126,5 @@ def safe_damping(model, *, dt: float = DEFAULT_DT, armature=None) -> np.ndarray:
     KD_EFFORT_MAX tau_max,j)`` -- a fixed damping (5 N m s/rad) is unstable on a wrist of
     1e-4 kg m^2 at 1 kHz and negligible on a 10 kg m^2 shoulder."""
     tau_max = _check_effort(model)
-    ia = np.zeros(model.n) if armature is None else np.broadcast_to(np.asarray(armature, float), (model.n,))
-    return np.minimum(DT_MARGIN * (smallest_inertia(model) + ia) / dt, KD_EFFORT_MAX * tau_max)
+    return np.minimum(DT_MARGIN * (smallest_inertia(model) + armature_vector(armature, model.n)) / dt,
+                      KD_EFFORT_MAX * tau_max)

@@ -104,21 +104,19 @@ class LoopWatchdog:
         if not (hit_e.any() or hit_c.any() or hit_s.any()):
             return False
         self.tripped, self.trips, self.tripped_at = True, self.trips + 1, t
-        if hit_c.any():
-            j = int(np.argmax(lasting_c))
-            self.joint = self.names[j]
-            self.reason = (f"joint {self.joint}: command chattering between its effort limits for"
-                           f" {lasting_c[j] * 1e3:.0f} ms (window {self.window * 1e3:.0f} ms): the loop is unstable"
-                           " (gains too high for the control period and the joint's inertia?)")
-        elif hit_s.any():
-            j = int(np.argmax(lasting_s))
-            self.joint = self.names[j]
-            self.reason = (f"joint {self.joint}: command saturated at its effort limit for {lasting_s[j] * 1e3:.0f} ms"
-                           f" (window {self.saturation_window * 1e3:.0f} ms): the arm cannot hold its load or"
-                           " follow the reference")
-        else:
-            j = int(np.argmax(lasting_e))
-            self.joint = self.names[j]
-            self.reason = (f"joint {self.joint}: |q_d - q| above {self.error_bound[j]:.3g} rad for"
-                           f" {lasting_e[j] * 1e3:.0f} ms (window {self.window * 1e3:.0f} ms)")
+        kind = "chatter" if hit_c.any() else "saturation" if hit_s.any() else "error"
+        lasting = {"chatter": lasting_c, "saturation": lasting_s, "error": lasting_e}[kind]
+        j = int(np.argmax(lasting))
+        ms, self.joint = lasting[j] * 1e3, self.names[j]
+        what = {
+            "chatter": f"command chattering between its effort limits for {ms:.0f} ms (window"
+                       f" {self.window * 1e3:.0f} ms): the loop is unstable (gains too high for the control period"
+                       " and the joint's inertia?)",
+            "saturation": f"command saturated at its effort limit for {ms:.0f} ms (window"
+                          f" {self.saturation_window * 1e3:.0f} ms): the arm cannot hold its load or follow the"
+                          " reference",
+            "error": f"|q_d - q| above {self.error_bound[j]:.3g} rad for {ms:.0f} ms"
+                     f" (window {self.window * 1e3:.0f} ms)",
+        }[kind]
+        self.reason = f"joint {self.joint}: {what}"
         return True

@@ -45,6 +45,27 @@ def as_vector(x, n: int, name: str) -> np.ndarray:
     return arr
 
 
+def per_joint(value, n: int, what: str, *, nonneg: bool = True, one_for_all: bool = False) -> np.ndarray:
+    """``value`` as ``n`` per-joint values (a copy): a scalar for every joint, or ``n``
+    values (``one_for_all``: a 1-value sequence too, as ROS array parameters give a
+    scalar); finite, and ``>= 0`` when ``nonneg``; else ``ValueError`` naming ``what``."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: expected a number or {n} numbers, got {value!r}") from None
+    if one_for_all and arr.size == 1:
+        arr = arr.reshape(())
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    if arr.shape != (n,):
+        raise ValueError(f"{what}: expected a scalar or {n} values (one per joint), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} must be finite, got {arr.tolist()}")
+    if nonneg and np.any(arr < 0):
+        raise ValueError(f"{what} must be >= 0, got {arr.tolist()}")
+    return arr.copy()
+
+
 def check_vectors(n: int, **named) -> tuple:
     """Validate several equally sized vectors; returns them in keyword order."""
     return tuple(as_vector(v, n, k) for k, v in named.items())

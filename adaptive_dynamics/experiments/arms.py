@@ -167,9 +167,10 @@ def trajectory_centre(model, amplitude: float, candidates: int = 100, seed: int 
     itself along that reference -- the pose of ``candidates`` drawn from the middle half
     of each range whose reference it holds the largest payload along (a humanoid's arm
     raised to the middle of its ranges cannot hold itself; hanging down it can)."""
+    from ..control.gains import working_configuration
     from ..dynamics.continuous import working_range
     lo, hi = working_range(model.lower, model.upper)
-    mid = 0.5 * (lo + hi)
+    mid = working_configuration(model)
     rng = np.random.default_rng(seed)
     best, best_cap = mid, _capacity(model, reference_samples(model, mid, amplitude, 64))[0]
     if best_cap > 0.0:                 # what a user gets: the trajectory node's default centre
@@ -200,8 +201,8 @@ def trajectory_plan(model) -> tuple[np.ndarray, float]:
 def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: float, work: str,
             echo: bool = False, extra: dict | None = None) -> dict:
     """One arm through ``demo``'s graph; its row of the table (or ``refused`` with why)."""
+    from ..control.gains import working_configuration
     from ..dynamics import RobotModel
-    from ..dynamics.continuous import working_range
     from ..evaluation.bags import controller_saturation, watchdog_trips
     from ..launch_graph import build_graph
     from ..robots import armature, controller_gains, resolve_robot
@@ -214,7 +215,6 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
     except (ValueError, FileNotFoundError) as exc:
         return {"arm": label, "refused": str(exc)}
     centre, amplitude = trajectory_plan(model)
-    mid = 0.5 * np.add(*working_range(model.lower, model.upper))
     payload = payload_for(model, reference_samples(model, centre, amplitude))
     bag = os.path.join(work, f"bag_{label}")
     stats = os.path.join(work, f"bridge_{label}.json")
@@ -240,9 +240,10 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
     ctl = controller_saturation(bag) or [0] * model.n
     sat_ms = np.asarray(ctl, dtype=float) + np.asarray(st.get("saturation_count", [0] * model.n), dtype=float)
     trips = watchdog_trips(bag)
-    return {"arm": label, "joints": spec.joint_names, "dof": model.n, "effort_limit": model.effort_limit.tolist(), "armature": armature(spec.urdf).tolist(),
-            "kd": controller_gains(spec.urdf).get("kd"), "payload": payload,
-            "amplitude_rad": amplitude, "centre_moved": bool(np.any(np.abs(centre - mid) > 1e-9)),
+    return {"arm": label, "joints": spec.joint_names, "dof": model.n, "effort_limit": model.effort_limit.tolist(),
+            "armature": armature(spec.urdf).tolist(), "kd": controller_gains(spec.urdf).get("kd"), "payload": payload,
+            "amplitude_rad": amplitude,
+            "centre_moved": bool(np.any(np.abs(centre - working_configuration(model)) > 1e-9)),
             "rmse_rad": [round(float(x), 5) for x in tr["rmse"]], "rmse_max_rad": round(float(tr["rmse"].max()), 5),
             "saturated_ms": sat_ms.tolist(), "saturated_ms_max": float(sat_ms.max()), "watchdog_trips": trips,
             "wall_s": round(time.monotonic() - t0, 1), "_trace": (tr["t"], tr["e"])}

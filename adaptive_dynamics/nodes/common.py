@@ -35,13 +35,16 @@ def robot_specs() -> list[ParamSpec]:
 
 
 def armature_of(store, n: int):
-    """The ``armature`` parameter as ``n`` values (1 value = every joint); ``ValueError``
-    for another count."""
-    import numpy as np
-    arr = np.asarray(store["armature"], dtype=float).ravel()
-    if arr.size not in (1, n):
-        raise ValueError(f"armature: {arr.size} values for {n} joints (give 1 or {n})")
-    return np.broadcast_to(arr, (n,)).copy()
+    """The ``armature`` parameter as ``n`` values (:func:`~adaptive_dynamics.control.gains.armature_vector`)."""
+    from ..control.gains import armature_vector
+    return armature_vector(store["armature"], n)
+
+
+def discovery_hint() -> str:
+    """``ROS_DOMAIN_ID=..., ROS_AUTOMATIC_DISCOVERY_RANGE=...`` of this process: what a node
+    waiting for a topic names, so that a graph split across domains is found."""
+    return (f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0 (unset)')},"
+            f" ROS_AUTOMATIC_DISCOVERY_RANGE={os.environ.get('ROS_AUTOMATIC_DISCOVERY_RANGE', 'unset')}")
 
 
 def realtime_spec() -> ParamSpec:

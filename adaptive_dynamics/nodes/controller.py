@@ -19,7 +19,6 @@ Parameters (live-tunable unless read-only): see ``specs()`` below or
 """
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -43,8 +42,8 @@ from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import COMMAND_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE_STREAM_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
-from .common import (StallInjector, Throttle, apply_realtime_priority, armature_of, load_robot, realtime_spec,
-                     robot_specs, stall_spec)
+from .common import (StallInjector, Throttle, apply_realtime_priority, armature_of, discovery_hint, load_robot,
+                     realtime_spec, robot_specs, stall_spec)
 
 
 def shell_specs() -> list[ParamSpec]:
@@ -151,11 +150,8 @@ class JointControllerShell(Node):
                                        saturation_window=self.p["watchdog_saturation_window"])
         self._continuous = self.model.continuous if self.model.continuous.any() else None
         self._safe_kd_model = safe_damping(self.model, armature=armature_of(self.p, n))
-        self._safe_kd = self._safe_kd_model
-        self.p.on_change("safe_damping", lambda _n, v: setattr(
-            self, "_safe_kd", self._safe_kd_model if v == 0.0 else np.full(self.n, float(v))))
-        if self.p["safe_damping"] > 0.0:
-            self._safe_kd = np.full(n, float(self.p["safe_damping"]))
+        self._set_safe_damping(None, self.p["safe_damping"])
+        self.p.on_change("safe_damping", self._set_safe_damping)
         self.counters.update({"watchdog_trips": 0, "watchdog": "armed" if self.p["watchdog"] else "off"})
         self._started_wall = time.monotonic()
         self._wait_warn_next = float(self.p["wait_warn_after"])
@@ -359,6 +355,10 @@ class JointControllerShell(Node):
         self._publish(saturate(self._safe_command(), self.limit, self.sat), stamp)
         return True
 
+    def _set_safe_damping(self, _name, value) -> None:
+        """``safe_damping`` 0: the per-joint damping derived from the arm; else that value."""
+        self._safe_kd = self._safe_kd_model if value == 0.0 else np.full(self.n, float(value))
+
     def _safe_command(self) -> np.ndarray:
         if self.p["safe_mode"] == "damping" and self._last_v is not None:
             return -self._safe_kd * np.clip(self._last_v, -10, 10)
@@ -400,9 +400,7 @@ class JointControllerShell(Node):
                 self.get_logger().warning(
                     f"no joint_states for {now - self._started_wall:.0f} s: waiting on"
                     f" {self.io.node.resolve_topic_name('joint_states')} for joints {self.model.joint_names}"
-                    f" (ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0 (unset)')},"
-                    f" ROS_AUTOMATIC_DISCOVERY_RANGE={os.environ.get('ROS_AUTOMATIC_DISCOVERY_RANGE', 'unset')});"
-                    " is the robot's driver or the simulator running on this domain?")
+                    f" ({discovery_hint()}); is the robot's driver or the simulator running on this domain?")
             if self._pending is not None and now - self._pending_since > self.p["reference_wait"] \
                     and self._reference_missing(self._pending[0]):   # other inputs: the subclass's wait
                 self._stop_waiting()
@@ -431,16 +429,11 @@ class JointControllerShell(Node):
             now = time.monotonic()
             if now - self._diag_last >= self.p["diagnostics_period"]:
                 self._diag_last = now
-                self.counters.set("saturated_steps", int(self.sat.sum()))
-                self.counters.set("saturated_cycles", [int(x) for x in self.sat])   # per joint, model order
                 for k, val in self.refs.counters.items():
                     self.counters.set(f"ref_{k}", val)
                 self._diagnostics()
                 self.io.report(self.counters)
-                w = self.loop_watch
-                status = self.counters.status(level=DiagnosticStatus.ERROR, message=f"watchdog: {w.reason}") \
-                    if w.tripped else self.counters.status()
-                self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [status]))
+                self._publish_status()
         self._periodic()
 
     def _periodic(self) -> None:
@@ -464,16 +457,21 @@ class JointControllerShell(Node):
             self._final_diagnostics()
         return super().destroy_node()
 
+    def _publish_status(self) -> None:
+        """Publish the ``/diagnostics`` status: saturation counts, ERROR while the watchdog is
+        tripped (call with ``self._cb_lock`` held)."""
+        self.counters.set("saturated_steps", int(self.sat.sum()))
+        self.counters.set("saturated_cycles", [int(x) for x in self.sat])   # per joint, model order
+        w = self.loop_watch
+        status = self.counters.status(level=DiagnosticStatus.ERROR, message=f"watchdog: {w.reason}") \
+            if w.tripped else self.counters.status()
+        self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [status]))
+
     def _final_diagnostics(self) -> None:
         """One last ``/diagnostics`` status (a trip in the last period is not lost to a recorder)."""
         try:
             with self._cb_lock:
-                self.counters.set("saturated_steps", int(self.sat.sum()))
-                self.counters.set("saturated_cycles", [int(x) for x in self.sat])
-                w = self.loop_watch
-                status = self.counters.status(level=DiagnosticStatus.ERROR, message=f"watchdog: {w.reason}") \
-                    if w.tripped else self.counters.status()
-            self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [status]))
+                self._publish_status()
         except Exception:  # noqa: BLE001 -- the context may already be gone
             pass
 

@@ -21,7 +21,6 @@ Core: :mod:`adaptive_dynamics.trajectories`.
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 
@@ -52,7 +51,7 @@ from ..trajectories import (
     square_circle,
     z_sine,
 )
-from .common import load_robot, robot_specs
+from .common import discovery_hint, load_robot, robot_specs
 
 TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous", "lissajous3d", "square_circle", "z_sine"]
 #: end-effector paths: the types ``space: task`` can publish
@@ -266,8 +265,8 @@ class TrajectoryNode(Node):
             self._wait_next *= 2.0
             self.get_logger().warning(
                 f"start_from_current: no joint_states for {waited:.0f} s on {self.resolve_topic_name('joint_states')}"
-                f" (joints {self.names}, ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0 (unset)')}); no"
-                " reference is published until the robot's state arrives")
+                f" (joints {self.names}, {discovery_hint()}); no reference is published until the robot's state"
+                " arrives")
 
     def _on_first_state(self, msg: JointState) -> None:
         if self.traj is not None:

@@ -60,18 +60,19 @@ def _read_urdf(urdf: Union[str, os.PathLike]) -> str:
 
 def _welded_to_base(root) -> set:
     """Names of the URDF links joined to the root link by fixed joints only (the root included)."""
-    joints = root.findall("joint")
-    children = {j.find("child").get("link") for j in joints if j.find("child") is not None}
-    roots = [lk.get("name") for lk in root.findall("link") if lk.get("name") not in children]
-    welded, stack = set(roots), list(roots)
+    joints = [j for j in root.findall("joint") if j.find("parent") is not None and j.find("child") is not None]
+    children = {j.find("child").get("link") for j in joints}
+    fixed: dict = {}
+    for j in joints:
+        if j.get("type") == "fixed":
+            fixed.setdefault(j.find("parent").get("link"), []).append(j.find("child").get("link"))
+    welded = {lk.get("name") for lk in root.findall("link") if lk.get("name") not in children}
+    stack = list(welded)
     while stack:
-        parent = stack.pop()
-        for j in joints:
-            if j.get("type") == "fixed" and j.find("parent") is not None and j.find("parent").get("link") == parent:
-                child = j.find("child").get("link")
-                if child not in welded:
-                    welded.add(child)
-                    stack.append(child)
+        for child in fixed.get(stack.pop(), []):
+            if child not in welded:
+                welded.add(child)
+                stack.append(child)
     return welded
 
 
@@ -96,20 +97,21 @@ def urdf_to_mujoco_xml(urdf: Union[str, os.PathLike]) -> str:
     # links welded to the base (no moving joint on their way to it) do not enter the dynamics of
     # a fixed-base arm: their inertials are dropped (a locked mobile base's antenna or sensor
     # mount with an inertia MuJoCo refuses -- not positive definite, A + B < C -- then cannot
-    # stop the simulator; pinocchio ignores them the same way)
+    # stop the simulator; pinocchio ignores them the same way).  A link a joint moves without
+    # mass or rotational inertia of its own (its mass on a link fixed to it; iCub's wrist: a
+    # 0.1 kg point): MuJoCo needs every moving body to have both; 1e-6 kg and 1e-9 kg m^2 are
+    # far below any torque the simulation resolves (pinocchio merges the fixed children into
+    # the joint's body instead)
     welded = _welded_to_base(root)
-    for link in root.findall("link"):
-        if link.get("name") in welded:
-            for inertial in link.findall("inertial"):
-                link.remove(inertial)
-    # a link a joint moves without mass or rotational inertia of its own (its mass on a link
-    # fixed to it; iCub's wrist: a 0.1 kg point): MuJoCo needs every moving body to have both;
-    # 1e-6 kg and 1e-9 kg m^2 are far below any torque the simulation resolves (pinocchio merges
-    # the fixed children into the joint's body instead)
     moved = {j.find("child").get("link") for j in root.findall("joint")
              if j.get("type") in ("revolute", "continuous", "prismatic") and j.find("child") is not None}
     for link in root.findall("link"):
-        if link.get("name") not in moved:
+        name = link.get("name")
+        if name in welded:
+            for inertial in link.findall("inertial"):
+                link.remove(inertial)
+            continue
+        if name not in moved:
             continue
         mass = link.find("inertial/mass")
         if mass is None or float(mass.get("value", 0.0)) <= 0.0:

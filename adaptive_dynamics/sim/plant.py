@@ -72,6 +72,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 import mujoco
 import numpy as np
 
+from ..dynamics.validation import per_joint
 from .mujoco_model import joint_indices, load_mujoco_model
 
 __all__ = ["RealityConfig", "MujocoPlant", "SimulationDiverged", "INTEGRATORS", "SAFE_MODES",
@@ -322,22 +323,6 @@ def _as_bool(value, what: str) -> bool:
     raise ValueError(f"{what} must be a boolean, got {value!r}")
 
 
-def _per_joint(value, n: int, what: str, *, nonneg: bool = True) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what}: expected a number or {n} numbers, got {value!r}") from None
-    if arr.ndim == 0:
-        arr = np.full(n, float(arr))
-    if arr.shape != (n,):
-        raise ValueError(f"{what}: expected a scalar or {n} values (one per joint), got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{what} must be finite, got {arr.tolist()}")
-    if nonneg and np.any(arr < 0):
-        raise ValueError(f"{what} must be >= 0, got {arr.tolist()}")
-    return arr.copy()
-
-
 def _inertia_3x3(value, mass: float) -> np.ndarray:
     if _is_empty(value):
         return 0.4 * mass * _DEFAULT_PAYLOAD_RADIUS ** 2 * np.eye(3)
@@ -522,29 +507,29 @@ class MujocoPlant:
         # ---- reality: friction, sensors
         r = self.reality
         n = self.n
-        self.friction_viscous = _per_joint(r.friction_viscous, n, "friction_viscous")
-        self.friction_coulomb = _per_joint(r.friction_coulomb, n, "friction_coulomb")
+        self.friction_viscous = per_joint(r.friction_viscous, n, "friction_viscous")
+        self.friction_coulomb = per_joint(r.friction_coulomb, n, "friction_coulomb")
         self.coulomb_smoothing = _as_float(r.coulomb_smoothing, "coulomb_smoothing")
         if self.coulomb_smoothing <= 0:
             raise ValueError(f"coulomb_smoothing must be > 0 [rad/s], got {r.coulomb_smoothing!r}")
-        self.friction_stribeck = _per_joint(r.friction_stribeck, n, "friction_stribeck")
+        self.friction_stribeck = per_joint(r.friction_stribeck, n, "friction_stribeck")
         self.stribeck_velocity = _as_float(r.stribeck_velocity, "stribeck_velocity")
-        self.ripple_amplitude = _per_joint(r.ripple_amplitude, n, "ripple_amplitude")
+        self.ripple_amplitude = per_joint(r.ripple_amplitude, n, "ripple_amplitude")
         self.ripple_periods = _as_float(r.ripple_periods, "ripple_periods")
         for key in ("stribeck_velocity", "ripple_periods"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"{key} must be > 0, got {getattr(r, key)!r}")
         self._unmodelled = bool(np.any(self.friction_stribeck) or np.any(self.ripple_amplitude))
-        self.noise_std_q = _per_joint(r.noise_std_q, n, "noise_std_q")
-        self.noise_std_v = _per_joint(r.noise_std_v, n, "noise_std_v")
-        self.noise_std_tau = _per_joint(r.noise_std_tau, n, "noise_std_tau")
-        self.tau_bias = _per_joint(r.tau_bias, n, "tau_bias", nonneg=False)
+        self.noise_std_q = per_joint(r.noise_std_q, n, "noise_std_q")
+        self.noise_std_v = per_joint(r.noise_std_v, n, "noise_std_v")
+        self.noise_std_tau = per_joint(r.noise_std_tau, n, "noise_std_tau")
+        self.tau_bias = per_joint(r.tau_bias, n, "tau_bias", nonneg=False)
         seed = r.seed
         self._rng = np.random.default_rng(None if seed is None or seed < 0 else int(seed))
         # no noise at all: the measurements are the state (no draws: the stream only feeds noise)
         self._noisy = bool(np.any(self.noise_std_q) or np.any(self.noise_std_v) or np.any(self.noise_std_tau))
         self.model.dof_damping[self._di] = self.friction_viscous
-        self.armature = _per_joint(r.armature, n, "armature")
+        self.armature = per_joint(r.armature, n, "armature")
         self.model.dof_armature[self._di] = self.armature
 
         # ---- reality: link scaling (static), then the payload (switchable)
@@ -960,7 +945,7 @@ class MujocoPlant:
                     raise ValueError(f"time_constant must be > 0, got {time_constant}")
                 d = Mdiag / time_constant
             else:
-                d = _per_joint(damping, self.n, "damping")
+                d = per_joint(damping, self.n, "damping")
             return -d * v, d
         if q_hold is not None:
             self._hold_q = self._vector(q_hold, "q_hold")
@@ -968,8 +953,8 @@ class MujocoPlant:
             self._hold_q = q.copy()
         if not omega > 0:
             raise ValueError(f"omega must be > 0, got {omega}")
-        kp_ = Mdiag * omega ** 2 if kp is None else _per_joint(kp, self.n, "kp")
-        kd_ = 2.0 * Mdiag * omega if kd is None else _per_joint(kd, self.n, "kd")
+        kp_ = Mdiag * omega ** 2 if kp is None else per_joint(kp, self.n, "kp")
+        kd_ = 2.0 * Mdiag * omega if kd is None else per_joint(kd, self.n, "kd")
         return kp_ * (self._hold_q - q) - kd_ * v + self.gravity_torque(q), kd_
 
     def release_hold(self) -> None:
