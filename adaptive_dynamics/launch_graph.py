@@ -110,7 +110,7 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
                 record: bool = False, mode: str = "lockstep", duration: float = 0.0, namespace: str = "",
                 preset: str = "franka", bag: str | None = None,
                 overrides: dict[str, dict[str, Any]] | None = None, without: tuple[str, ...] = (),
-                joints=None, ee_frame: str | None = None) -> list[NodeSpec]:
+                joints=None, ee_frame: str | None = None, param_files: tuple = ()) -> list[NodeSpec]:
     """The nodes of ``scenario`` ("sim": MuJoCo bridge + trajectory + controller; "real":
     trajectory + controller against a robot's ros2_control stack).
 
@@ -121,6 +121,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
 
     ``duration`` > 0 stops the simulation after that much sim time (the bridge exits
     cleanly and the launcher stops the rest).  ``overrides`` maps node name -> params.
+    ``param_files``: more ROS parameter files, read by every node after the robot's and
+    the scenario's (e.g. :func:`~adaptive_dynamics.robots.paper_config`).
     A ``learner`` other than "none" adds the ``residual_learner`` node, or with
     ``learner_split`` the PGPOL split: ``model_update`` (learns, publishes snapshots on
     ``learner/model``) and ``prediction`` (publishes ``feedforward/residual`` from them).
@@ -161,7 +163,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         namespace = namespace or ns
     else:
         remaps = []
-    files = ([] if from_topic else [robot_spec.config]) + [config_path("sim.yaml" if sim else "real.yaml")]
+    files = ([] if from_topic else [robot_spec.config]) + [config_path("sim.yaml" if sim else "real.yaml")] \
+        + [str(f) for f in param_files]
     common = {"use_sim_time": bool(use_sim_time)}
     if from_topic:   # every node reads the URDF from the latched topic (gains: the parameter files')
         common["robot"] = "robot_description"

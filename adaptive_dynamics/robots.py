@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import yaml
 
-__all__ = ["PACKAGE", "ROBOT_NAMES", "share_dir", "robot_config", "urdf_path", "friction", "end_effector_links",
+__all__ = ["PACKAGE", "ROBOT_NAMES", "share_dir", "robot_config", "paper_config", "urdf_path", "friction", "end_effector_links",
            "strip_inertials", "moving_joints", "lock_joints", "RobotSpec", "resolve_robot", "controller_gains",
            "robot_label", "default_ee_frame", "urdf_friction", "DEFAULT_FRICTION_PER_EFFORT", "armature"]
 
@@ -169,11 +169,34 @@ def urdf_path(name_or_path: "str | os.PathLike[str]") -> str:
     )
 
 
-def controller_gains(name: str) -> Dict[str, Any]:
+def controller_gains(name: str, paper: bool = False) -> Dict[str, Any]:
     """The ``adaptive_controller`` section of the robot's parameter file (``lam``, ``kd``,
-    ...; shipped: tuned, generated: :func:`~adaptive_dynamics.control.gains.default_gains`)."""
-    path = _config_file(name)
-    return _section(_parameter_doc(path), "adaptive_controller", path, required=False)
+    ...; generated: :func:`~adaptive_dynamics.control.gains.default_gains`); ``paper``:
+    with :func:`paper_config`'s on top.  A ``kd: [0]`` ("derive it", as the controller
+    nodes read it) comes back as the K_D the nodes derive:
+    :func:`~adaptive_dynamics.control.gains.default_gains` with the file's ``armature``
+    at 1 kHz."""
+    section: Dict[str, Any] = {}
+    for path in [_config_file(name)] + [pathlib.Path(p) for p in (paper_config(name) if paper else [])]:
+        section.update(_section(_parameter_doc(path), "adaptive_controller", path, required=False))
+    kd = section.get("kd")
+    if kd is not None and len(kd) == 1 and float(kd[0]) == 0.0:
+        from .control.gains import default_gains
+        from .dynamics import RobotModel
+        section["kd"] = default_gains(RobotModel(urdf_path(name)), armature=armature(name))["kd"]
+    return section
+
+
+def paper_config(name: str) -> "list[str]":
+    """The parameter file that puts a shipped robot back in the set-up its paper
+    reproductions were measured in (``config/<robot>.paper.yaml``: e.g. the iiwa 14
+    without drive armature or friction columns, with the gains tuned in ``experiment
+    ardl``), as a list to pass after the robot's own file; ``[]`` where the robot's
+    defaults are that set-up (or for a URDF robot)."""
+    if name not in ROBOT_NAMES:
+        return []
+    path = _config_file(name).with_suffix(".paper.yaml")
+    return [str(path)] if path.exists() else []
 
 
 def robot_label(name: str) -> str:
@@ -215,13 +238,15 @@ def urdf_friction(urdf_text: str, joints, effort_limit) -> Tuple[List[float], Li
             " limits (adaptive_dynamics.robots.DEFAULT_FRICTION_PER_EFFORT)")
 
 
-def armature(name: str) -> np.ndarray:
+def armature(name: str, paper: bool = False) -> np.ndarray:
     """The drive inertia [kg m^2] per joint its parameter file states (``armature`` in the
     ``/**`` section, read by the simulator, the gains and ``info``); zeros when it states
-    none (the shipped robots' simulators: the URDF's inertia exactly, as the paper
-    reproductions judge estimates against it)."""
+    none (the Panda's simulator: the URDF's inertia exactly).  ``paper``: as
+    :func:`paper_config` sets it (the set-up of the paper reproductions)."""
     from .dynamics.validation import per_joint
-    cfg = robot_config(name)
+    cfg = dict(robot_config(name))
+    for path in (paper_config(name) if paper else []):
+        cfg.update(_section(_parameter_doc(pathlib.Path(path)), "/**", pathlib.Path(path), required=False))
     try:
         return per_joint(cfg.get("armature", 0.0), len(cfg["joint_names"]), "armature", one_for_all=True)
     except ValueError as exc:

@@ -142,6 +142,7 @@ def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float
                    controller: dict | None = None, trajectory: dict | None = None) -> dict:
     """One closed-loop run; returns the director's switch log and the run's wall time."""
     from ..launch_graph import build_graph
+    from ..robots import paper_config
 
     duration = float(sum(phases))
     boundaries = list(np.cumsum(phases)[:3])
@@ -159,7 +160,7 @@ def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float
         "recorder": {"topics": RECORDED, "wait_for_publishers": ["reference", "adaptive/parametric_torque"]},
     }
     nodes = build_graph("sim", robot=robot, controller="composite", learner=learner, duration=duration,
-                        record=True, bag=bag, overrides=overrides)
+                        record=True, bag=bag, overrides=overrides, param_files=paper_config(robot))
     director = PhaseDirector(boundaries)
     wall = run_directed(nodes, director, duration, echo=echo, timeout=timeout)
     return {"switches": director.switches, "wall_s": round(wall, 1), "sim_s": duration,

@@ -491,6 +491,7 @@ def run_graph(robot: str, spec: dict, bag: str, *, echo: bool = False, timeout: 
     ``learner`` (None, ``{"kind", "config"}`` or ``{"kind", "model_file"}`` for a frozen
     model), ``bridge`` (extra parameters), ``actions`` (timed SetBool calls)."""
     from ..launch_graph import build_graph
+    from ..robots import paper_config
     from ..launcher import GraphProcess
 
     lrn = spec.get("learner")
@@ -517,7 +518,8 @@ def run_graph(robot: str, spec: dict, bag: str, *, echo: bool = False, timeout: 
                                    **({"model_file": lrn["model_file"]} if frozen else {})}
     nodes = build_graph("sim", robot=robot, controller="direct", learner=lrn["kind"] if lrn else "none",
                         learner_split=bool(lrn), duration=float(spec["duration"]), record=True, bag=bag,
-                        overrides=overrides, without=("model_update",) if frozen else ())
+                        overrides=overrides, without=("model_update",) if frozen else (),
+                        param_files=paper_config(robot))
     bridge = nodes[0]
     bridge.params["wait_for_nodes"] += 1          # this process's monitor subscribes /clock too
     if frozen:                                    # no model_update: one /clock and state reader less

@@ -72,10 +72,11 @@ def label(robot: str) -> str:
 
 
 def gains(robot: str) -> dict:
-    """``lam`` and ``kd`` (lists) of the robot's parameter file: tuned (shipped) or
-    model-derived (URDF)."""
+    """``lam`` and ``kd`` (lists) the experiments run a robot with: a shipped robot's in
+    the set-up of its paper reproductions (:func:`~adaptive_dynamics.robots.paper_config`),
+    model-derived for a URDF."""
     from ..robots import controller_gains
-    p = controller_gains(robot)
+    p = controller_gains(robot, paper=True)
     return {"lam": [float(x) for x in p["lam"]], "kd": [float(x) for x in p["kd"]]}
 
 

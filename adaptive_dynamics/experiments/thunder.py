@@ -209,7 +209,7 @@ def run_core(st: Setup, kd_scale: float, gamma: float, adapt: bool, seconds: flo
     from ..sim.plant import MujocoPlant
 
     model = RobotModel(st.robot)
-    kd = np.asarray(default_gains(model, armature=armature(st.robot))["kd"]) * kd_scale   # as the node derives it
+    kd = np.asarray(default_gains(model, armature=armature(st.robot, paper=True))["kd"]) * kd_scale   # as the node derives it
     ctl = BacksteppingController(model, law, kp_task=KP_TASK, kd=kd, pi0=start_model(st).parameters,
                                  adapted_links=[st.link], dt=1.0 / RATE_HZ, p0=1.0, r=1.0, lambda0=0.0)
     ctl.core.set_gains(gamma=gamma * ctl.core.nominal_gamma_scale(model.parameters))   # gamma_scaling: nominal
@@ -261,6 +261,7 @@ def run_headline(st: Setup, out_dir: str, seconds: float, *, echo: bool = False,
     from ..control.adaptive import AdaptiveController
     from ..dynamics import RobotModel
     from ..launch_graph import build_graph
+    from ..robots import paper_config
     from ..launcher import GraphProcess
 
     model = RobotModel(st.robot)
@@ -292,7 +293,7 @@ def run_headline(st: Setup, out_dir: str, seconds: float, *, echo: bool = False,
                                 "/diagnostics"]},
     }
     nodes = build_graph("sim", robot=st.robot, controller="backstepping", duration=seconds, record=True, bag=bag,
-                        overrides=overrides)
+                        overrides=overrides, param_files=paper_config(st.robot))
     t0 = time.monotonic()
     g = GraphProcess(nodes, echo=echo)
     rc, why = g.wait(timeout=180.0 + 20.0 * seconds)
@@ -531,7 +532,7 @@ def main(argv=None) -> int:
         "experiment": "thunder", "quick": bool(args.quick), "robot": st.label, "seconds": seconds,
         "adapted_link": st.link, "com_frame": st.frame, "start_pose": [round(float(x), 4) for x in st.q0],
         "path": {"type": "lissajous3d", "size": st.size, "period": period}, "kp_task": KP_TASK,
-        "kd_model_derived": [round(x, 4) for x in default_gains(model, armature=armature(st.robot))["kd"]],
+        "kd_model_derived": [round(x, 4) for x in default_gains(model, armature=armature(st.robot, paper=True))["kd"]],
         "settings": {n: {"kd_scale": k, "gamma": g} for n, (k, g) in settings.items()},
         "steady_state_error": {n: round(m["steady_state_error"], 6) for n, m in metrics.items()},
         "rise_time_s": {n: (None if m["rise_time_s"] is None else round(m["rise_time_s"], 2))
