@@ -226,6 +226,19 @@ def test_initial_estimate_file_is_read_and_never_written(ros, tmp_path):
         make_node(ros, initial_estimate="file", initial_estimate_file=str(tmp_path / "missing.npz"))
 
 
+def test_a_loaded_estimate_that_cannot_hold_the_arm_is_reported_at_start(ros, tmp_path):
+    """An estimate file whose gravity exceeds the effort limits somewhere in the joint
+    ranges (3x the URDF's planar2: 71 N m on the shoulder, limit 50) is named at start
+    (``estimate_over_limit_joints``); the URDF's own parameters are not."""
+    from adaptive_dynamics.control import AdaptiveController
+    m = RobotModel(ROBOT)
+    for scale, over in ((3.0, 1), (1.0, None)):
+        src = str(tmp_path / f"x{scale:g}.npz")
+        AdaptiveController(m, "composite", pi0=scale * m.parameters, base_parameters=True).save(src)
+        node = make_node(ros, initial_estimate="file", initial_estimate_file=src, base_parameters=True)
+        assert node.counters.as_dict().get("estimate_over_limit_joints") == over, scale
+
+
 def test_autosave_writes_the_estimate_outside_the_callback_lock(ros, tmp_path):
     """autosave_period: the estimate is written while learning, from the watchdog timer,
     with a snapshot taken under the core lock and the file written with neither the

@@ -2,15 +2,27 @@
 (no ROS import): the torque a set of poses (or a whole reference) needs under some
 dynamics, its worst value per joint and where, and the joints beyond a share of their
 limit.  Used by the simulator (its true gravity, payload included, over the joint
-ranges) and the trajectory node (the URDF model's inverse dynamics along the reference)
-to warn before anything moves."""
+ranges), the trajectory node (the URDF model's inverse dynamics along the reference)
+and the adaptive controller (the gravity of an estimate it loads from a file, over the
+joint ranges) to warn before anything moves."""
 from __future__ import annotations
 
 from typing import Callable
 
 import numpy as np
 
-__all__ = ["worst_torques", "over_limit", "describe"]
+from .continuous import working_range
+
+__all__ = ["worst_torques", "over_limit", "describe", "range_poses"]
+
+
+def range_poses(lower, upper, first=None, count: int = 256, seed: int = 0) -> np.ndarray:
+    """``count`` poses: ``first`` (when given) and poses drawn uniformly inside the joint
+    ranges (a continuous joint: one turn), deterministic for ``seed``."""
+    lo, hi = working_range(lower, upper)
+    rng = np.random.default_rng(seed)
+    head = [] if first is None else [np.asarray(first, dtype=float)]
+    return np.vstack(head + [rng.uniform(lo, hi, size=(count - len(head), len(lo)))])
 
 
 def worst_torques(torque: Callable, Q, V=None, A=None) -> tuple[np.ndarray, np.ndarray]:

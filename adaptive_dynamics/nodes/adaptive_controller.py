@@ -279,6 +279,7 @@ class AdaptiveControllerNode(JointControllerShell):
             if links:   # the links not adapted keep the URDF's values
                 self.core.set_estimate(pi=self._urdf_outside(self.core.pi, self.core.columns))
             self.get_logger().info(f"initial estimate loaded from {src}")
+            self._check_estimate(src)
         self._theta0 = self.core.theta.copy()
         # pd / computed torque: the same sliding variables and K_D with a fixed estimate
         fixed_gains = {k: self._gains[k] for k in ("lam", "kd")}
@@ -324,6 +325,28 @@ class AdaptiveControllerNode(JointControllerShell):
         if path and os.path.exists(path):
             self.core.load_state(path)  # raises with what differs: never silently discard a learned model
             self.get_logger().info(f"estimate loaded from {path} ({self.core.coordinates} parameters)")
+            self._check_estimate(path)
+
+    def _check_estimate(self, src: str) -> None:
+        """WARN when an estimate loaded from a file asks more torque than a joint's effort
+        limit to hold the arm against gravity somewhere in the joint ranges (256 poses):
+        a file of another robot or payload, or an estimate that diverged -- the command
+        would saturate (the watchdog's business) from the first cycle."""
+        from ..dynamics.effort_check import describe, over_limit, range_poses, worst_torques
+        zero = np.zeros(self.model.n)
+        pi = self.core.pi
+        Q = range_poses(self.model.lower, self.model.upper)
+        worst, k = worst_torques(lambda q: self.model.regressor(q, zero, zero).dot(pi), Q)
+        bad = over_limit(worst, self.model.effort_limit)
+        if bad.size:
+            urdf, _ = worst_torques(self.model.gravity, Q)
+            self.counters.set("estimate_over_limit_joints", int(bad.size))
+            self.get_logger().warning(
+                f"the estimate loaded from {src} needs more than the effort limits to hold the arm against"
+                " gravity: " + describe(self.model.joint_names, worst, [f"q={np.round(Q[i], 2).tolist()}" for i in k],
+                                        self.model.effort_limit, bad, "gravity torque")
+                + f" (the URDF's model: {', '.join(f'{urdf[j]:.3g}' for j in bad)} N m) -- another robot's or"
+                " payload's file, or a diverged estimate? The command will saturate there.")
 
     def _setup_topics(self) -> None:
         self.pub_ptorque = self.create_publisher(JointState, "adaptive/parametric_torque", PUBLISHER_STREAM_QOS)

@@ -254,11 +254,8 @@ class MujocoBridgeNode(Node):
         """WARN when the simulated arm (its payload included) cannot hold itself against
         gravity somewhere in its joint ranges: the joint, its gravity torque at the worst of
         256 poses, its limit."""
-        from ..dynamics.continuous import working_range
-        from ..dynamics.effort_check import describe, over_limit, worst_torques
-        lo, hi = working_range(self.plant.lower, self.plant.upper)
-        rng = np.random.default_rng(0)
-        Q = np.vstack([self.plant.q0, rng.uniform(lo, hi, size=(255, self.n))])
+        from ..dynamics.effort_check import describe, over_limit, range_poses, worst_torques
+        Q = range_poses(self.plant.lower, self.plant.upper, first=self.plant.q0)
         worst, k = worst_torques(self.plant.gravity_torque, Q)
         bad = over_limit(worst, self.plant.effort_limit)
         if bad.size:
