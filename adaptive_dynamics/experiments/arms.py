@@ -10,8 +10,9 @@ locked; a dual-arm robot by one arm) goes through the path a user takes -- ``dem
   friction columns, the simulator's joint friction (the URDF's ``<dynamics>``, else the
   default fraction of the effort limits);
 * a payload on the end effector sized to the arm (:func:`payload_for`: :data:`PAYLOAD_SHARE`
-  of what its weakest joint holds on top of the arm's own weight, worst case over the
-  trajectory's region), unknown to the controller;
+  of what its weakest joint holds on top of what moving the arm itself along the
+  reference takes -- gravity, inertia, the simulator's joint friction -- worst case over
+  the trajectory), unknown to the controller;
 * the trajectory node's default Fourier trajectory (0.4 rad) about the middle of the
   joint ranges, or, where the arm cannot hold itself there, about the pose in the middle
   half of the ranges where it holds the most (:func:`trajectory_centre`: a humanoid's
@@ -113,9 +114,10 @@ def robots_dir() -> str:
     raise FileNotFoundError("example-robot-data not found (pip install example-robot-data)")
 
 
-def reference_samples(model, centre, amplitude: float, n: int = 256) -> np.ndarray:
+def reference_samples(model, centre, amplitude: float, n: int = 256, derivatives: bool = False):
     """``n`` poses of the reference the trajectory node plays with :data:`TRAJECTORY` and
-    ``amplitude`` about ``centre`` (its Modified Fourier series, seed 0; one period)."""
+    ``amplitude`` about ``centre`` (its Modified Fourier series, seed 0; one period);
+    ``derivatives``: ``(Q, V, A)``, the velocities and accelerations too."""
     import math
 
     from ..trajectories import ACCELERATION_LIMIT, ModifiedFourier
@@ -124,16 +126,20 @@ def reference_samples(model, centre, amplitude: float, n: int = 256) -> np.ndarr
                                   w_f=2 * math.pi * t["base_frequency"], L=t["harmonics"], lower=model.lower,
                                   upper=model.upper, vel_limit=model.velocity_limit,
                                   acc_limit=np.full(model.n, ACCELERATION_LIMIT), joint_names=model.joint_names)
-    return traj.sample_many(np.linspace(0.0, 1.0 / t["base_frequency"], n, endpoint=False))[0]
+    Q, V, A = traj.sample_many(np.linspace(0.0, 1.0 / t["base_frequency"], n, endpoint=False))
+    return (Q, V, A) if derivatives else Q
 
 
-def payload_for(model, Q) -> dict:
+def payload_for(model, Q, V=None, A=None, friction=None) -> dict:
     """The payload [kg], its centre of mass :data:`PAYLOAD_COM` in the end-effector frame:
-    :data:`PAYLOAD_SHARE` of the smallest ``(tau_max,j - |g_j(q)|) / |J_c,j(q)^T g|`` (``J_c``:
-    the Jacobian of that point) over the joints and the poses ``Q`` of the reference: the
-    mass the weakest joint could still hold at the worst pose of the trajectory (0 when the
-    arm cannot hold even itself there: ``capacity_kg`` < 0)."""
-    cap, joint = _capacity(model, Q)
+    :data:`PAYLOAD_SHARE` of the smallest ``(tau_max,j - |tau_j|) / |J_c,j(q)^T g|`` (``J_c``:
+    the Jacobian of that point) over the joints and the samples of the reference: the
+    mass the weakest joint could still hold at the worst instant of the trajectory (0 when
+    the arm cannot even move itself along it: ``capacity_kg`` < 0).  ``tau`` is the
+    gravity torque at the poses ``Q``; with their velocities and accelerations ``V``,
+    ``A`` the URDF model's inverse dynamics, plus the joint friction ``friction = (viscous,
+    Coulomb)`` the simulator applies (``f_v v + f_c sgn v``), when given."""
+    cap, joint = _capacity(model, Q, V, A, friction)
     return {"mass_kg": round(max(0.0, PAYLOAD_SHARE * cap), 3), "capacity_kg": round(cap, 3), "weakest_joint": joint,
             "com": list(PAYLOAD_COM)}
 
@@ -146,12 +152,15 @@ def _point_jacobian(model, q, offset) -> np.ndarray:
     return J[:3] - skew @ J[3:]
 
 
-def _capacity(model, Q) -> tuple[float, str]:
+def _capacity(model, Q, V=None, A=None, friction=None) -> tuple[float, str]:
     worst, joint = np.inf, model.joint_names[0]
     gvec = np.array([0.0, 0.0, 9.81])
-    for q in Q:
+    fv, fc = (np.zeros(model.n), np.zeros(model.n)) if friction is None else \
+        (np.asarray(friction[0], dtype=float), np.asarray(friction[1], dtype=float))
+    for k, q in enumerate(Q):
         per_kg = np.abs(_point_jacobian(model, q, PAYLOAD_COM).T @ gvec)
-        spare = model.effort_limit - np.abs(model.gravity(q))
+        tau = model.gravity(q) if V is None else model.inverse_dynamics(q, V[k], A[k]) + fv * V[k] + fc * np.sign(V[k])
+        spare = model.effort_limit - np.abs(tau)
         ok = per_kg > 1e-6
         if not np.any(ok):
             continue
@@ -161,9 +170,11 @@ def _capacity(model, Q) -> tuple[float, str]:
     return worst, joint
 
 
-def trajectory_centre(model, amplitude: float, candidates: int = 100, seed: int = 0) -> tuple[np.ndarray, float]:
-    """The trajectory's centre and the arm's payload capacity along it: the middle of the
-    joint ranges (the trajectory node's default), or -- when the arm cannot hold even
+def trajectory_centre(model, amplitude: float, candidates: int = 100, seed: int = 0,
+                      friction=None) -> tuple[np.ndarray, float]:
+    """The trajectory's centre and the arm's payload capacity along it (the model's inverse
+    dynamics and the simulator's ``friction``, :func:`payload_for`): the middle of the
+    joint ranges (the trajectory node's default), or -- when the arm cannot even move
     itself along that reference -- the pose of ``candidates`` drawn from the middle half
     of each range whose reference it holds the largest payload along (a humanoid's arm
     raised to the middle of its ranges cannot hold itself; hanging down it can)."""
@@ -172,13 +183,13 @@ def trajectory_centre(model, amplitude: float, candidates: int = 100, seed: int 
     lo, hi = working_range(model.lower, model.upper)
     mid = working_configuration(model)
     rng = np.random.default_rng(seed)
-    best, best_cap = mid, _capacity(model, reference_samples(model, mid, amplitude, 64))[0]
+    best, best_cap = mid, _capacity(model, *reference_samples(model, mid, amplitude, 64, True), friction)[0]
     if best_cap > 0.0:                 # what a user gets: the trajectory node's default centre
         return mid, best_cap
     for _ in range(candidates):
         c = mid + rng.uniform(-0.25, 0.25, model.n) * (hi - lo)
         try:
-            cap = _capacity(model, reference_samples(model, c, amplitude, 64))[0]
+            cap = _capacity(model, *reference_samples(model, c, amplitude, 64, True), friction)[0]
         except ValueError:             # the reference would leave the limits
             continue
         if cap > best_cap + 1e-9:
@@ -186,13 +197,14 @@ def trajectory_centre(model, amplitude: float, candidates: int = 100, seed: int 
     return best, best_cap
 
 
-def trajectory_plan(model) -> tuple[np.ndarray, float]:
+def trajectory_plan(model, friction=None) -> tuple[np.ndarray, float]:
     """Centre and amplitude of the arm's trajectory: :data:`AMPLITUDES` in turn, the first
-    whose reference (:func:`trajectory_centre`) the arm can hold itself along (the PR2's
-    arms, counterbalanced by springs its URDF does not have, need a smaller one); the
-    smallest when none."""
+    whose reference (:func:`trajectory_centre`) the arm can move itself along against
+    gravity, its inertia and the simulator's ``friction`` (the PR2's arms, counterbalanced
+    by springs its URDF does not have, need a smaller one; iCub's wrist, 1 N m s/rad of
+    damping in its URDF against 0.65 N m of effort, a slower one); the smallest when none."""
     for amp in AMPLITUDES:
-        centre, cap = trajectory_centre(model, amp)
+        centre, cap = trajectory_centre(model, amp, friction=friction)
         if cap > 0.0:
             break
     return centre, amp
@@ -205,7 +217,7 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
     from ..dynamics import RobotModel
     from ..evaluation.bags import controller_saturation, watchdog_trips
     from ..launch_graph import build_graph
-    from ..robots import armature, controller_gains, resolve_robot
+    from ..robots import armature, controller_gains, friction, resolve_robot
     from .closed_loop_regions import tracking
     from .consistency_online import run_directed
 
@@ -214,8 +226,9 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
         model = RobotModel(spec.urdf, ee_frame=spec.ee_frame)
     except (ValueError, FileNotFoundError) as exc:
         return {"arm": label, "refused": str(exc)}
-    centre, amplitude = trajectory_plan(model)
-    payload = payload_for(model, reference_samples(model, centre, amplitude))
+    fr = friction(spec.urdf)
+    centre, amplitude = trajectory_plan(model, fr)
+    payload = payload_for(model, *reference_samples(model, centre, amplitude, derivatives=True), friction=fr)
     bag = os.path.join(work, f"bag_{label}")
     stats = os.path.join(work, f"bridge_{label}.json")
     overrides = {"mujoco_bridge": {"payload_mass": payload["mass_kg"], "payload_enabled": payload["mass_kg"] > 0,
