@@ -260,3 +260,30 @@ def test_shipped_iiwa_defaults_hold_its_wrist_where_the_paper_set_up_stick_slips
     old = _iiwa_track(False, paper)
     assert np.all(new < 5e-3), new
     assert old[6] > 5.0 * new[6], (old, new)
+
+
+def test_the_arms_reference_is_feasible_with_the_simulators_friction():
+    """iCub's wrist: its URDF declares 1 N m s/rad of damping against 0.65 N m of effort.
+    Along the middle-of-the-ranges reference (0.4 rad) the model's inverse dynamics plus
+    that friction exceed the wrist's limit; the planned reference (its centre moved) and
+    the payload sized on it keep every joint within its limit, the payload's gravity
+    included, at every sample."""
+    from adaptive_dynamics.experiments.arms import trajectory_plan
+    from adaptive_dynamics.robots import friction
+    spec = _arm("icub_left")
+    model = RobotModel(spec.urdf, ee_frame=spec.ee_frame)
+    fv, fc = friction(spec.urdf)
+
+    def need(Q, V, A):
+        return np.array([np.abs(model.inverse_dynamics(q, v, a) + fv * v + fc * np.sign(v)) for q, v, a in zip(Q, V, A)])
+
+    mid = 0.5 * (model.lower + model.upper)
+    assert np.any(need(*reference_samples(model, mid, 0.4, derivatives=True)) > model.effort_limit)
+    centre, amp = trajectory_plan(model, (fv, fc))
+    Q, V, A = reference_samples(model, centre, amp, derivatives=True)
+    p = payload_for(model, Q, V, A, friction=(fv, fc))
+    assert p["mass_kg"] > 0
+    plant = MujocoPlant(spec.urdf, reality=RealityConfig(payload_mass=p["mass_kg"], payload_com=list(PAYLOAD_COM),
+                                                         payload_enabled=True))
+    load = np.array([np.abs(plant.gravity_torque(q) - model.gravity(q)) for q in Q])   # the payload's share
+    assert np.all(need(Q, V, A) + load <= model.effort_limit), (need(Q, V, A) + load).max(0) / model.effort_limit
