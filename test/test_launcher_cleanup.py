@@ -176,7 +176,7 @@ def test_launch_node_with_invalid_parameter(launch):
 
 
 def test_demo_normal_end(launch, tmp_path):
-    la = launch("demo", "--duration", "1", "--out", str(tmp_path / "demo"))
+    la = launch("demo", "--controller", "computed_torque", "--duration", "1", "--out", str(tmp_path / "demo"))
     rc, out = la.finish(timeout=120)
     assert rc == 0 and (tmp_path / "demo" / "demo.json").exists(), out[-3000:]
     la.assert_nothing_left()
@@ -188,7 +188,7 @@ def test_demo_stopped_by_signal(launch, tmp_path, sig, code):
     """The demo has no signal handler of its own: SIGINT is Python's KeyboardInterrupt,
     SIGTERM the launcher's SystemExit; both stop the nodes in order (the recorder closes
     its bag) and remove the launch's files."""
-    la = launch("demo", "-v", "--duration", "300", "--out", str(tmp_path / "demo"))  # -v: node logs
+    la = launch("demo", "--controller", "computed_torque", "-v", "--duration", "300", "--out", str(tmp_path / "demo"))  # -v: node logs
     la.wait_running()
     la.proc.send_signal(sig)
     rc, out = la.finish()

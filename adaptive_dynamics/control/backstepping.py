@@ -1,7 +1,7 @@
 """Thunder Dynamics' task-space adaptive backstepping (Thunder appendix, Propositions 1-3,
 Table 4 (27)-(34), Appendix E), on the joint-space Slotine-Li machinery.
 
-The law (its derivation, term by term, in ``docs/design.md``, "Adaptive backstepping"):
+The law (its derivation, term by term, in ``docs/derivations.md``, "Adaptive backstepping"):
 
 * (27) task-space error ``e = [p_d - p; e_o]``, ``e_o = log(R_d R^T)`` (axis-angle
   ``theta r`` of the rotation from the current to the desired end-effector frame,
