@@ -57,6 +57,7 @@ def test_demo_shows_learning(tmp_path):
     assert s["learned_vs_baseline_rmse_max"] <= 0.3 and s["target_met"], s["learned_vs_baseline_rmse"]
     assert min(s["baseline_rmse_rad"].values()) > 1e-3      # the tool and friction do show without learning
     assert s["tool_mass_rel_error"] <= 0.05 and s["tool_com_error_m"] <= 0.01, s
+    assert s["recorded_coverage"] > 0.99, s["recorded_coverage"]
     assert len(s["phase_switches"]) == 1 and s["phase_switches"][0]["acknowledged_s"]
     assert "panda_joint7" in r.stdout and "tool on panda_link7" in r.stdout
     for png in s["plots"]:

@@ -70,6 +70,9 @@ from .common import (SampleRing, StallInjector, Throttle, apply_realtime_priorit
                      robot_specs, stall_spec)
 
 
+#: wall seconds the bridge waits at the end for reliable readers to acknowledge the last states
+ACK_WAIT_S = 30.0
+
 def specs() -> list[ParamSpec]:
     return robot_specs() + [
         ParamSpec("mode", "lockstep", "lockstep | realtime", choices=["lockstep", "realtime"], read_only=True),
@@ -330,10 +333,15 @@ class MujocoBridgeNode(Node):
         self._end_wall = time.monotonic()  # the run's wall time stops at its last step, not after the acks
         self.get_logger().info(f"max_sim_time {self.p['max_sim_time']} s reached after"
                                f" {self.plant.steps} steps; exiting")
-        try:  # let reliable readers (recorder) acknowledge the last states before we go
-            self.pub_state.wait_for_all_acked(rclpy.duration.Duration(seconds=3.0))
+        # let reliable readers (the recorder) acknowledge the last states before we go: a
+        # reader behind on a loaded machine would lose the run's tail with our writer's history
+        try:
+            acked = self.pub_state.wait_for_all_acked(rclpy.duration.Duration(seconds=ACK_WAIT_S))
         except Exception:  # pragma: no cover - best effort
-            pass
+            acked = True
+        if not acked:
+            self.get_logger().warning(f"a reliable joint_states reader (the recorder?) had not acknowledged the last"
+                                      f" states {ACK_WAIT_S:g} s after the end: its recording ends early")
         self._write_stats()
         rclpy.try_shutdown(context=self.context)
 
