@@ -93,6 +93,9 @@ QUICK_DURATION_S, QUICK_TAIL_S = 15.0, 5.0
 TRAJECTORY = {"seed": 0, "base_frequency": 0.1, "harmonics": 4}
 #: trajectory amplitudes [rad] tried in turn (the first is the trajectory node's default)
 AMPLITUDES = (0.4, 0.2, 0.1)
+#: share of every joint's effort limit the plan keeps free of the motion itself (gravity,
+#: inertia, friction along the reference): the feedback's headroom
+HEADROOM = 0.2
 #: the controller starts from the URDF's model
 CONTROLLER = {"initial_estimate": "nominal"}
 TARGETS = {"rmse_max_rad": 0.05, "saturated_ms_max": 100.0, "watchdog_trips": 0, "arms_refused": 0}
@@ -152,7 +155,9 @@ def _point_jacobian(model, q, offset) -> np.ndarray:
     return J[:3] - skew @ J[3:]
 
 
-def _capacity(model, Q, V=None, A=None, friction=None) -> tuple[float, str]:
+def _capacity(model, Q, V=None, A=None, friction=None, share: float = 1.0) -> tuple[float, str]:
+    """The payload [kg] at :data:`PAYLOAD_COM` the weakest joint holds within ``share`` of its
+    effort limit beyond the motion's torque, at the worst sample; that joint."""
     worst, joint = np.inf, model.joint_names[0]
     gvec = np.array([0.0, 0.0, 9.81])
     fv, fc = (np.zeros(model.n), np.zeros(model.n)) if friction is None else \
@@ -160,7 +165,7 @@ def _capacity(model, Q, V=None, A=None, friction=None) -> tuple[float, str]:
     for k, q in enumerate(Q):
         per_kg = np.abs(_point_jacobian(model, q, PAYLOAD_COM).T @ gvec)
         tau = model.gravity(q) if V is None else model.inverse_dynamics(q, V[k], A[k]) + fv * V[k] + fc * np.sign(V[k])
-        spare = model.effort_limit - np.abs(tau)
+        spare = share * model.effort_limit - np.abs(tau)
         ok = per_kg > 1e-6
         if not np.any(ok):
             continue
@@ -175,21 +180,23 @@ def trajectory_centre(model, amplitude: float, candidates: int = 100, seed: int 
     """The trajectory's centre and the arm's payload capacity along it (the model's inverse
     dynamics and the simulator's ``friction``, :func:`payload_for`): the middle of the
     joint ranges (the trajectory node's default), or -- when the arm cannot even move
-    itself along that reference -- the pose of ``candidates`` drawn from the middle half
-    of each range whose reference it holds the largest payload along (a humanoid's arm
-    raised to the middle of its ranges cannot hold itself; hanging down it can)."""
+    itself along that reference with :data:`HEADROOM` of every joint's effort to spare --
+    the pose of ``candidates`` drawn from the middle half of each range whose reference it
+    holds the largest payload along (a humanoid's arm raised to the middle of its ranges
+    cannot hold itself; hanging down it can).  The capacity returned keeps the headroom."""
     from ..control.gains import working_configuration
     from ..dynamics.continuous import working_range
     lo, hi = working_range(model.lower, model.upper)
     mid = working_configuration(model)
     rng = np.random.default_rng(seed)
-    best, best_cap = mid, _capacity(model, *reference_samples(model, mid, amplitude, 64, True), friction)[0]
+    share = 1.0 - HEADROOM
+    best, best_cap = mid, _capacity(model, *reference_samples(model, mid, amplitude, 64, True), friction, share)[0]
     if best_cap > 0.0:                 # what a user gets: the trajectory node's default centre
         return mid, best_cap
     for _ in range(candidates):
         c = mid + rng.uniform(-0.25, 0.25, model.n) * (hi - lo)
         try:
-            cap = _capacity(model, *reference_samples(model, c, amplitude, 64, True), friction)[0]
+            cap = _capacity(model, *reference_samples(model, c, amplitude, 64, True), friction, share)[0]
         except ValueError:             # the reference would leave the limits
             continue
         if cap > best_cap + 1e-9:
@@ -200,7 +207,7 @@ def trajectory_centre(model, amplitude: float, candidates: int = 100, seed: int 
 def trajectory_plan(model, friction=None) -> tuple[np.ndarray, float]:
     """Centre and amplitude of the arm's trajectory: :data:`AMPLITUDES` in turn, the first
     whose reference (:func:`trajectory_centre`) the arm can move itself along against
-    gravity, its inertia and the simulator's ``friction`` (the PR2's arms, counterbalanced
+    gravity, its inertia and the simulator's ``friction`` with :data:`HEADROOM` to spare (the PR2's arms, counterbalanced
     by springs its URDF does not have, need a smaller one; iCub's wrist, 1 N m s/rad of
     damping in its URDF against 0.65 N m of effort, a slower one); the smallest when none."""
     for amp in AMPLITUDES:
