@@ -1,12 +1,12 @@
 """Effort commands: ``std_msgs/Float64MultiArray`` <-> the torque vector, with the stamp
 of the state each command answers.
 
-Serves ARCHITECTURE "Topic contract", ``effort_controller/commands``: 1-D,
+Serves the topic contract (docs/interfaces.md, "Topics"), ``effort_controller/commands``: 1-D,
 ``layout.dim = [("joints", n, n)]``, ``data_offset = 0``, torques [Nm] in the
 configured joint order -- the input of ros2_control's ``forward_command_controller``.
 A controller labels the dimension ``joints@<stamp ns>`` with the ``joint_states`` stamp
 the command answers (:func:`stamped_command_msg`): ros2_control reads only ``data``,
-while the lockstep bridge (ARCHITECTURE "Time and determinism") pairs each command
+while the lockstep bridge (docs/interfaces.md, "Time, lockstep and real time") pairs each command
 with the step it was computed for.
 
 Entry points: publishers send :func:`encode_stamped_command` (the serialized message);

@@ -1,6 +1,6 @@
 """Message fields <-> numpy: the rules every topic module of this package shares.
 
-Serves ARCHITECTURE "Topic contract" (joint-indexed data "matched by joint name, never by
+Serves the topic contract (docs/interfaces.md, "Topics") (joint-indexed data "matched by joint name, never by
 index"; only standard message types):
 
 Joint order

@@ -1,7 +1,7 @@
 """The ``joint_states`` stream: ``sensor_msgs/JointState`` <-> arrays in the configured
 joint order.
 
-Serves ARCHITECTURE "Topic contract", ``joint_states``: position [rad], velocity [rad/s],
+Serves the topic contract (docs/interfaces.md, "Topics"), ``joint_states``: position [rad], velocity [rad/s],
 effort = measured joint torque [Nm], matched **by joint name** (the rules are in
 :mod:`.fields`).  ``header.stamp`` is the instant of the state; a controller answers it
 with a command carrying that stamp (:mod:`.commands`).

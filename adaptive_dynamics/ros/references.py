@@ -1,7 +1,7 @@
 """The ``reference`` stream: ``trajectory_msgs/JointTrajectory`` points kept by the
 instant they apply to, looked up by control instant.
 
-Serves ARCHITECTURE "Topic contract", ``reference``, and "Time and determinism":
+Serves the topic contract (docs/interfaces.md, "Topics"), ``reference``, and "Time, lockstep and real time":
 ``joint_names`` (matched by name, :mod:`.fields`) and points (positions, velocities,
 accelerations); point *i* applies at ``header.stamp + points[i].time_from_start``
 (ros2_control's ``joint_trajectory_controller`` reading of the same message; a

@@ -1,7 +1,7 @@
 """Stamped matrices and named vectors: numbers a consumer must align in time with the
 state they belong to (regressors, parameter estimates, feed-forward torques).
 
-Serves ARCHITECTURE "Topic contract" (matrices and vectors "carry a stamp", in standard
+Serves the topic contract (docs/interfaces.md, "Topics") (matrices and vectors "carry a stamp", in standard
 message types only; the README interface table repeats this):
 
 Stamped vectors (named elements): ``sensor_msgs/JointState``

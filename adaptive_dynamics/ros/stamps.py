@@ -1,6 +1,6 @@
 """Stamps: ``builtin_interfaces/Time`` <-> integer nanoseconds.
 
-Serves ARCHITECTURE "Time and determinism": every message that matters carries the stamp
+Serves docs/interfaces.md, "Time, lockstep and real time": every message that matters carries the stamp
 of the instant it belongs to and consumers select by stamp, so stamps are handled as
 integer nanoseconds internally (exact, ordered, usable as keys).  Every message builder
 in this package accepts int nanoseconds, a ``builtin_interfaces/Time`` or an
