@@ -19,7 +19,7 @@ Per joint: the baseline's position RMSE over its period, the learning controller
 the last period, their ratio; the tool's mass and centre of mass estimated (the adapted
 block minus the URDF's) against the truth.  Writes ``learning.png`` (tracking error of
 both phases over time on one axis; the estimated tool mass converging),
-``tracking.png``, ``demo.json`` and the bag to ``--out``; prints the table and the JSON
+``tracking.png`` and ``errors_torques.png`` (as the one-controller demo), ``demo.json`` and the bag to ``--out``; prints the table and the JSON
 as its last line.  Target (JSON ``targets``): :data:`TARGETS`.
 """
 from __future__ import annotations
@@ -79,10 +79,10 @@ def run(robot: str = "panda", out: str = "out/demo", *, learner: str = LEARNER, 
         overrides: dict | None = None, echo: bool = False, joints=None, ee_frame: str | None = None) -> dict:
     """The two phases in one run of the graph; the summary (also ``out/demo.json``)."""
     from ..dynamics import RobotModel
+    from ..evaluation.bags import resolve_bag
     from ..launch_graph import build_graph
     from ..robots import resolve_robot
-    from .closed_loop_regions import tracking
-    from .consistency_online import PhaseDirector, run_directed
+    from .consistency_online import PhaseDirector, referenced_states, run_directed
 
     t0 = time.monotonic()
     os.makedirs(out, exist_ok=True)
@@ -112,7 +112,8 @@ def run(robot: str = "panda", out: str = "out/demo", *, learner: str = LEARNER, 
                    "residual_learner": {"learning": True}}})
     run_directed(nodes, director, duration, echo=echo, timeout=max(300.0, 20 * duration))
     names = list(spec.joint_names)
-    tr = tracking(bag, names)
+    ts, q, tau, q_ref, _ = referenced_states(resolve_bag(bag), names, "position", "effort")
+    tr = {"t": ts * 1e-9, "q": q, "e": q_ref - q, "tau": tau}
     t, e = tr["t"], tr["e"]
     base = (t < t_switch)
     last = (t >= duration - period)
@@ -195,13 +196,28 @@ def _plots(out, label, names, tr, t_switch, duration, period, tp, est_mass, true
     n = len(names)
     fig, axes = plt.subplots(n, 1, figsize=(10, 1.4 * n + 1), sharex=True)
     for j, a in enumerate(np.atleast_1d(axes)):
-        a.plot(t, e[:, j], lw=0.7)
-        a.axvline(t_switch, color="k", lw=0.8)
+        a.plot(t, tr["q"][:, j] + e[:, j], "k--", lw=1, label="reference")
+        a.plot(t, tr["q"][:, j], lw=1, label="measured")
+        a.axvline(t_switch, color="0.5", lw=0.8)
         a.set_ylabel(names[j].split("_")[-1], fontsize=8)
+    np.atleast_1d(axes)[0].legend(loc="upper right", fontsize=7)
     np.atleast_1d(axes)[-1].set_xlabel("sim time [s]")
-    fig.suptitle("q_d - q [rad] per joint; the line: baseline -> learning")
+    fig.suptitle(f"{label}: joint positions [rad]; the grey line: baseline -> learning")
     fig.tight_layout()
     p2 = os.path.join(out, "tracking.png")
     fig.savefig(p2, dpi=100)
     plt.close(fig)
-    return [p1, p2]
+    fig, ax = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    ax[0].plot(t, e, lw=0.8)
+    ax[0].set_ylabel("q_d - q [rad]")
+    ax[0].legend(names, fontsize=6, ncol=4)
+    ax[1].plot(t, tr["tau"], lw=0.8)
+    ax[1].set_ylabel("measured torque [Nm]")
+    ax[1].set_xlabel("sim time [s]")
+    for a in ax:
+        a.axvline(t_switch, color="0.5", lw=0.8)
+    fig.tight_layout()
+    p3 = os.path.join(out, "errors_torques.png")
+    fig.savefig(p3, dpi=100)
+    plt.close(fig)
+    return [p1, p2, p3]
