@@ -20,7 +20,9 @@ new, residual       B                from the saved estimate and learner
 new, none           B                from the saved estimate, no learner
 ==================  ===============  ====================================================
 
-``reality`` "config" (default) is the simulator ``launch sim`` starts; "proxy" gives the
+``reality`` "config" (default) is the simulator ``launch sim`` starts, with the controller
+(and the learner) without friction columns (:data:`CONFIG_CONTROLLER`): the joints'
+friction is what the parametric model lacks; "proxy" gives the
 bridge ``experiment realdata``'s proxy of the robot (Stribeck friction or a position
 ripple, sensor bias and noise, a payload; :func:`bridge_reality`) and the controller
 friction columns (:data:`PROXY_CONTROLLER`).
@@ -57,6 +59,10 @@ OTHER_SEED = 1000
 #: the controller starts from the URDF's model (what a user with a URDF does; ARDL's zero start is
 #: ``experiment ardl``'s question)
 CONTROLLER = {"initial_estimate": "nominal"}
+#: reality "config": the controller without friction columns (whatever the robot's file says),
+#: so that the simulator's joint friction is what the parametric model lacks and the residual
+#: has something to learn; with them the parametric model expresses that simulator entirely
+CONFIG_CONTROLLER = {"friction": False}
 #: reality "proxy": the controller also estimates viscous + Coulomb friction (the proxy's
 #: Stribeck term, ripple and sensor bias are what it cannot express)
 PROXY_CONTROLLER = {"friction": True}
@@ -134,7 +140,8 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
               echo: bool = False, timeout: float = 3600.0, reality: str = "config") -> dict:
     """The four runs of one robot; per-joint RMSE, ratios, region figures and traces.
     ``reality``: "config" (the simulator of ``launch sim``: ``config/<robot>.yaml``'s
-    joint friction) or "proxy" (:func:`bridge_reality`, and :data:`PROXY_CONTROLLER`)."""
+    joint friction; :data:`CONFIG_CONTROLLER`) or "proxy" (:func:`bridge_reality`, and
+    :data:`PROXY_CONTROLLER`)."""
     if reality not in REALITIES:
         raise ValueError(f"reality must be one of {REALITIES}, got {reality!r}")
     from ..evaluation.regions import REGION_RADIUS, nearest_distance
@@ -146,15 +153,16 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
     traj_a = {"seed": int(seed), **(trajectory or {})}
     traj_b = {**traj_a, **trajectory_b(robot, seed)}
     bridge = bridge_reality(robot) if reality == "proxy" else {}
-    controller = {**CONTROLLER, **(PROXY_CONTROLLER if reality == "proxy" else {})}
+    controller = {**CONTROLLER, **(PROXY_CONTROLLER if reality == "proxy" else CONFIG_CONTROLLER)}
     runs, data = {}, {}
     try:
         for res in ("residual", "none"):
             lrn = learner if res == "residual" else "none"
             est = os.path.join(work, f"estimate_{res}.npz")
             files = {"adaptive_controller": {**controller, "estimate_file": est, "autosave_period": 0.0}}
-            if lrn != "none":
-                files["residual_learner"] = {"model_file": os.path.join(work, "learner.npz")}
+            if lrn != "none":   # the learner's model has the controller's friction columns
+                files["residual_learner"] = {"model_file": os.path.join(work, "learner.npz"),
+                                             "friction": controller["friction"]}
             rec = {"recorder": {"topics": RECORDED if lrn != "none" else RECORDED[:2],
                                 "wait_for_publishers": ["reference"]}}
             # A: learn, freeze, evaluate
