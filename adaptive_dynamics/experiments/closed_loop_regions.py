@@ -67,6 +67,9 @@ CONFIG_CONTROLLER = {"friction": False}
 #: Stribeck term, ripple and sensor bias are what it cannot express)
 PROXY_CONTROLLER = {"friction": True}
 REALITIES = ("config", "proxy")
+#: the controller (lockstep) waits up to this many wall s for the residual stamped for each
+#: state, so that no cycle runs without it on a loaded machine (as ``experiment pgpol``)
+RESIDUAL_WAIT = 0.25
 TARGETS = {"learned_region_vs_no_residual_max": 0.5, "new_region_vs_no_residual_max": 1.05}
 RECORDED = ["joint_states", "reference", "residual_learner/prediction"]
 
@@ -159,7 +162,8 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
         for res in ("residual", "none"):
             lrn = learner if res == "residual" else "none"
             est = os.path.join(work, f"estimate_{res}.npz")
-            files = {"adaptive_controller": {**controller, "estimate_file": est, "autosave_period": 0.0}}
+            files = {"adaptive_controller": {**controller, "estimate_file": est, "autosave_period": 0.0,
+                                             **({"residual_wait": RESIDUAL_WAIT} if lrn != "none" else {})}}
             if lrn != "none":   # the learner's model has the controller's friction columns
                 files["residual_learner"] = {"model_file": os.path.join(work, "learner.npz"),
                                              "friction": controller["friction"]}
