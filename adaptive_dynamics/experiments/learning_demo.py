@@ -61,7 +61,8 @@ def tool_truth(robot: str, link: str) -> dict:
 
 
 def _params_over_time(bag: str, link: str):
-    """(t [s], block pi10 [k x 10]) of ``link``'s block from ``/adaptive/parameters``."""
+    """(t [s], [k x 4]: mass and first moments m, mx, my, mz of ``link``'s block) from
+    ``/adaptive/parameters``."""
     from ..evaluation.bags import read_messages
     keys = ["m", "mx", "my", "mz"]
     ts, rows = [], []
