@@ -249,7 +249,8 @@ def test_shipped_iiwa_defaults_hold_its_wrist_where_the_paper_set_up_stick_slips
     paper = controller_gains("iiwa14", paper=True)["kd"]
     assert paper == [30.0, 30.0, 10.0, 30.0, 2.0, 2.0, 0.2]
     np.testing.assert_array_equal(armature("iiwa14", paper=True), 0.0)
-    assert paper_config("panda") == [] and paper_config("/no/such.urdf") == []
+    assert [os.path.basename(f) for f in paper_config("panda")] == ["panda.paper.yaml"]
+    assert paper_config("planar2") == [] and paper_config("/no/such.urdf") == []
     # the graph: every node reads the paper file after the robot's and the scenario's
     for files, kd, ia, fr in ((), [0.0], cfg["armature"], True),\
                              (paper_config("iiwa14"), paper, [0.0], False):
