@@ -176,15 +176,23 @@ def controller_gains(name: str, paper: bool = False) -> Dict[str, Any]:
     nodes read it) comes back as the K_D the nodes derive:
     :func:`~adaptive_dynamics.control.gains.default_gains` with the file's ``armature``
     at 1 kHz."""
-    section: Dict[str, Any] = {}
-    for path in [_config_file(name)] + [pathlib.Path(p) for p in (paper_config(name) if paper else [])]:
-        section.update(_section(_parameter_doc(path), "adaptive_controller", path, required=False))
+    path = _config_file(name)
+    section = {**_section(_parameter_doc(path), "adaptive_controller", path, required=False),
+               **_paper_section(name, "adaptive_controller", paper)}
     kd = section.get("kd")
     if kd is not None and len(kd) == 1 and float(kd[0]) == 0.0:
         from .control.gains import default_gains
         from .dynamics import RobotModel
-        section["kd"] = default_gains(RobotModel(urdf_path(name)), armature=armature(name))["kd"]
+        section["kd"] = default_gains(RobotModel(urdf_path(name)), armature=armature(name, paper))["kd"]
     return section
+
+
+def _paper_section(name: str, node: str, paper: bool) -> Dict[str, Any]:
+    """``node``'s section of :func:`paper_config`'s file with ``paper``, else empty."""
+    out: Dict[str, Any] = {}
+    for p in (paper_config(name) if paper else []):
+        out.update(_section(_parameter_doc(pathlib.Path(p)), node, pathlib.Path(p), required=False))
+    return out
 
 
 def paper_config(name: str) -> "list[str]":
@@ -244,9 +252,7 @@ def armature(name: str, paper: bool = False) -> np.ndarray:
     none (the Panda's simulator: the URDF's inertia exactly).  ``paper``: as
     :func:`paper_config` sets it (the set-up of the paper reproductions)."""
     from .dynamics.validation import per_joint
-    cfg = dict(robot_config(name))
-    for path in (paper_config(name) if paper else []):
-        cfg.update(_section(_parameter_doc(pathlib.Path(path)), "/**", pathlib.Path(path), required=False))
+    cfg = {**robot_config(name), **_paper_section(name, "/**", paper)}
     try:
         return per_joint(cfg.get("armature", 0.0), len(cfg["joint_names"]), "armature", one_for_all=True)
     except ValueError as exc:

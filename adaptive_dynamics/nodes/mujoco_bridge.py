@@ -73,6 +73,7 @@ from .common import (SampleRing, StallInjector, Throttle, apply_realtime_priorit
 #: wall seconds the bridge waits at the end for reliable readers to acknowledge the last states
 ACK_WAIT_S = 30.0
 
+
 def specs() -> list[ParamSpec]:
     return robot_specs() + [
         ParamSpec("mode", "lockstep", "lockstep | realtime", choices=["lockstep", "realtime"], read_only=True),
