@@ -139,31 +139,9 @@ def _cmd_demo(args) -> int:
     print(f"\n{'joint':16s} {'RMSE [rad]':>11s} {'max |e| [rad]':>14s} {'RMS tau [Nm]':>13s}")
     for j, nm in enumerate(names):
         print(f"{nm:16s} {rmse[j]:11.5f} {emax[j]:14.5f} {np.sqrt(np.mean(TAU[:, j] ** 2)):13.3f}")
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    n = len(names)
-    fig, axes = plt.subplots(n, 1, figsize=(10, 1.6 * n + 1), sharex=True)
-    for j, ax in enumerate(np.atleast_1d(axes)):
-        ax.plot(tsec, QD[:, j], "k--", lw=1, label="reference")
-        ax.plot(tsec, Q[:, j], lw=1, label="measured")
-        ax.set_ylabel(names[j].split("_")[-1], fontsize=8)
-    np.atleast_1d(axes)[0].legend(loc="upper right", fontsize=7)
-    np.atleast_1d(axes)[-1].set_xlabel("sim time [s]")
-    fig.suptitle(f"{args.robot}: {args.controller} tracking (lockstep MuJoCo, unmodelled friction)")
-    fig.tight_layout()
-    p1 = os.path.join(args.out, "tracking.png")
-    fig.savefig(p1, dpi=100)
-    fig, ax = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    ax[0].plot(tsec, E, lw=0.8)
-    ax[0].set_ylabel("q_d - q [rad]")
-    ax[0].legend(names, fontsize=6, ncol=4)
-    ax[1].plot(tsec, TAU, lw=0.8)
-    ax[1].set_ylabel("measured torque [Nm]")
-    ax[1].set_xlabel("sim time [s]")
-    fig.tight_layout()
-    p2 = os.path.join(args.out, "errors_torques.png")
-    fig.savefig(p2, dpi=100)
+    from .experiments.learning_demo import tracking_plots
+    p1, p2 = tracking_plots(args.out, f"{args.robot}: {args.controller} tracking (lockstep MuJoCo, unmodelled friction)",
+                            names, tsec, Q, QD, TAU)
     summary = {"robot": args.robot, "controller": args.controller, "sim_time_s": float(tsec[-1] + 1e-3),
                "wall_time_s": round(wall, 2), "steps": int(stats.get("plant_steps", 0)),
                "sim_per_wall": round(stats.get("sim_per_wall", 0.0), 3),

@@ -31,7 +31,8 @@ import time
 
 import numpy as np
 
-__all__ = ["TOOL", "BASE_FREQUENCY", "BASELINE_PERIODS", "LEARNING_PERIODS", "TARGETS", "run", "tool_truth"]
+__all__ = ["TOOL", "BASE_FREQUENCY", "BASELINE_PERIODS", "LEARNING_PERIODS", "TARGETS", "run", "tool_truth",
+           "tracking_plots"]
 
 #: the unmodelled tool: mass [kg], centre of mass [m] in the end-effector frame's axes
 TOOL = {"mass": 1.5, "com": [0.03, -0.02, 0.06]}
@@ -194,31 +195,46 @@ def _plots(out, label, names, tr, t_switch, duration, period, tp, est_mass, true
     p1 = os.path.join(out, "learning.png")
     fig.savefig(p1, dpi=100)
     plt.close(fig)
+    p2, p3 = tracking_plots(out, f"{label}: joint positions [rad]; the grey line: baseline -> learning", names, t,
+                            tr["q"], tr["q"] + e, tr["tau"], switch=t_switch)
+    return [p1, p2, p3]
+
+
+def tracking_plots(out: str, title: str, names, t, q, q_ref, tau, switch: float | None = None) -> list[str]:
+    """The demos' two plots: ``tracking.png`` (reference and measured position per joint)
+    and ``errors_torques.png`` (``q_ref - q`` and the measured torque over time); a grey
+    line at ``switch`` [s] when given.  Their paths."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     n = len(names)
     fig, axes = plt.subplots(n, 1, figsize=(10, 1.4 * n + 1), sharex=True)
     for j, a in enumerate(np.atleast_1d(axes)):
-        a.plot(t, tr["q"][:, j] + e[:, j], "k--", lw=1, label="reference")
-        a.plot(t, tr["q"][:, j], lw=1, label="measured")
-        a.axvline(t_switch, color="0.5", lw=0.8)
+        a.plot(t, q_ref[:, j], "k--", lw=1, label="reference")
+        a.plot(t, q[:, j], lw=1, label="measured")
+        if switch is not None:
+            a.axvline(switch, color="0.5", lw=0.8)
         a.set_ylabel(names[j].split("_")[-1], fontsize=8)
     np.atleast_1d(axes)[0].legend(loc="upper right", fontsize=7)
     np.atleast_1d(axes)[-1].set_xlabel("sim time [s]")
-    fig.suptitle(f"{label}: joint positions [rad]; the grey line: baseline -> learning")
+    fig.suptitle(title)
     fig.tight_layout()
-    p2 = os.path.join(out, "tracking.png")
-    fig.savefig(p2, dpi=100)
+    p1 = os.path.join(out, "tracking.png")
+    fig.savefig(p1, dpi=100)
     plt.close(fig)
     fig, ax = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    ax[0].plot(t, e, lw=0.8)
+    ax[0].plot(t, q_ref - q, lw=0.8)
     ax[0].set_ylabel("q_d - q [rad]")
     ax[0].legend(names, fontsize=6, ncol=4)
-    ax[1].plot(t, tr["tau"], lw=0.8)
+    ax[1].plot(t, tau, lw=0.8)
     ax[1].set_ylabel("measured torque [Nm]")
     ax[1].set_xlabel("sim time [s]")
-    for a in ax:
-        a.axvline(t_switch, color="0.5", lw=0.8)
+    if switch is not None:
+        for a in ax:
+            a.axvline(switch, color="0.5", lw=0.8)
     fig.tight_layout()
-    p3 = os.path.join(out, "errors_torques.png")
-    fig.savefig(p3, dpi=100)
+    p2 = os.path.join(out, "errors_torques.png")
+    fig.savefig(p2, dpi=100)
     plt.close(fig)
-    return [p1, p2, p3]
+    return [p1, p2]
