@@ -35,7 +35,8 @@ def _cmd_info(args) -> int:
     print(f"robot {spec.label}: {rm.n} joints, {rm.n_params} parameters, end effector {rm.ee_frame!r}"
           + (f" (end-effector bodies {rm.end_effector_links})" if rm.end_effector_links else ""))
     from .control.gains import DEFAULT_DT, gain_margins
-    from .robots import armature, controller_gains
+    from .robots import armature
+    from .robot_setup import controller_gains
     name = spec.label if spec.shipped else spec.urdf     # what the parameter file is found by
     ia = armature(name)
     kd = controller_gains(name).get("kd")
@@ -234,7 +235,7 @@ def _add_robot_args(p) -> None:
 
 
 def _robot_spec(args):
-    from .robots import resolve_robot
+    from .robot_setup import resolve_robot
     joints = [j for j in (args.joints or "").split(",") if j] or None
     return resolve_robot(args.robot, joints, args.ee_frame)
 
@@ -476,7 +477,7 @@ def _cmd_replay_offline(args) -> int:
 
 
 def _cmd_replay(args) -> int:
-    """Republish a bag over DDS (``evaluation.replay``): summary table, JSON last line.
+    """Republish a bag over DDS (``nodes.replay``): summary table, JSON last line.
     With ``--learner``: the offline evaluation instead (before any rclpy import)."""
     if args.learner is not None:
         return _cmd_replay_offline(args)
@@ -486,7 +487,7 @@ def _cmd_replay(args) -> int:
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
-    from .evaluation.replay import ReplayNode, _match_topic, plan_replay
+    from .nodes.replay import ReplayNode, _match_topic, plan_replay
     from .ros.params import to_parameters
 
     rate = 0.0 if args.fast else args.rate

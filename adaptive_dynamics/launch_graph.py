@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .robots import resolve_robot, share_dir
+from .robots import share_dir
+from .robot_setup import resolve_robot
 
 CONTROLLERS = ("pd", "computed_torque", "direct", "composite", "scqp", "backstepping")
 #: laws served by the adaptive_controller node (the lean baseline `controller` serves pd, computed_torque)
@@ -129,7 +130,7 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     ``without`` names nodes of the graph not to start here: they run elsewhere (another
     host on the same ROS_DOMAIN_ID), and the lockstep bridge still waits for them.
 
-    ``robot``: a shipped robot name, or a URDF file (:func:`~adaptive_dynamics.robots.resolve_robot`:
+    ``robot``: a shipped robot name, or a URDF file (:func:`~adaptive_dynamics.robot_setup.resolve_robot`:
     ``joints`` to use a subset of its moving joints, the others locked; ``ee_frame``; a
     generated parameter file with model-derived gains replaces ``config/<robot>.yaml``),
     or ``robot_description``: every node takes the URDF from that topic at start (gains

@@ -10,9 +10,13 @@ No ROS import: works from a source checkout, a pip install or a colcon install.
 * ``armature()``      the drive inertia its parameter file states (simulator and gains)
 * ``end_effector_links()`` / ``strip_inertials()``  the massive bodies a URDF fixes after
   its last moving joint (a gripper, a tool), and the URDF without their inertials
-* ``resolve_robot()``  any robot: a shipped name, or a URDF file (its moving joints or a
-  chosen subset, the others locked; checked for inertials and effort limits) with a
-  generated parameter file (``/**`` description + model-derived gains)
+* ``node_section()``  one node's section of a robot's parameter file (and of its paper
+  set-up file)
+* ``config_file()`` / ``generated_config()`` / ``cache_dir()``  where a robot's parameter
+  file is (shipped, or generated for a URDF by :mod:`adaptive_dynamics.robot_setup`)
+
+The bottom of the package's layers (``docs/design.md``): it reads files and URDF text and
+imports no other layer but the base (``files``, ``validation``).
 """
 from __future__ import annotations
 
@@ -24,9 +28,12 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import yaml
 
+from .validation import per_joint
+
 __all__ = ["PACKAGE", "ROBOT_NAMES", "share_dir", "robot_config", "paper_config", "urdf_path", "friction", "end_effector_links",
-           "strip_inertials", "moving_joints", "lock_joints", "RobotSpec", "resolve_robot", "controller_gains",
-           "robot_label", "default_ee_frame", "urdf_friction", "DEFAULT_FRICTION_PER_EFFORT", "armature"]
+           "strip_inertials", "moving_joints", "lock_joints", "node_section", "config_file", "generated_config",
+           "merged_config", "cache_dir", "robot_label", "default_ee_frame", "urdf_friction",
+           "DEFAULT_FRICTION_PER_EFFORT", "armature"]
 
 PACKAGE = "adaptive_dynamics"
 ROBOT_NAMES: Tuple[str, ...] = ("panda", "iiwa14", "planar2")
@@ -76,7 +83,7 @@ def _unknown(name: str) -> ValueError:
     return ValueError(f"unknown robot {name!r}; valid robot names: {', '.join(ROBOT_NAMES)}")
 
 
-def _generated_config(robot: str) -> "pathlib.Path | None":
+def generated_config(robot: str) -> "pathlib.Path | None":
     """The parameter file :func:`resolve_robot` generated for the URDF file ``robot`` (its
     sibling ``<stem>.yaml`` whose ``urdf`` names it and which has every section this
     version writes), or None when ``robot`` is not such a file (a file of an older version
@@ -97,9 +104,9 @@ def _generated_config(robot: str) -> "pathlib.Path | None":
     return cfg if complete and params.get("urdf") == str(path) else None
 
 
-def _config_file(name: str) -> pathlib.Path:
+def config_file(name: str) -> pathlib.Path:
     if name not in ROBOT_NAMES:
-        generated = _generated_config(name)
+        generated = generated_config(name)
         if generated is None:
             raise _unknown(name)
         return generated
@@ -116,7 +123,7 @@ def robot_config(name: str) -> Dict[str, Any]:
     The ``/**`` ``ros__parameters`` (shared by every node) merged with the
     ``mujoco_bridge`` ``ros__parameters`` (the simulated plant's "reality").
     """
-    return _merged_config(_config_file(name))
+    return merged_config(config_file(name))
 
 
 def _parameter_doc(path: pathlib.Path) -> Dict[str, Any]:
@@ -138,7 +145,7 @@ def _section(doc: Dict[str, Any], node: str, path: pathlib.Path, required: bool 
     return dict(params)
 
 
-def _merged_config(path: pathlib.Path) -> Dict[str, Any]:
+def merged_config(path: pathlib.Path) -> Dict[str, Any]:
     doc = _parameter_doc(path)
     merged: Dict[str, Any] = {}
     for node in (_WILDCARD_NODE, _BRIDGE_NODE):
@@ -169,22 +176,11 @@ def urdf_path(name_or_path: "str | os.PathLike[str]") -> str:
     )
 
 
-def controller_gains(name: str, paper: bool = False) -> Dict[str, Any]:
-    """The ``adaptive_controller`` section of the robot's parameter file (``lam``, ``kd``,
-    ...; generated: :func:`~adaptive_dynamics.control.gains.default_gains`); ``paper``:
-    with :func:`paper_config`'s on top.  A ``kd: [0]`` ("derive it", as the controller
-    nodes read it) comes back as the K_D the nodes derive:
-    :func:`~adaptive_dynamics.control.gains.default_gains` with the file's ``armature``
-    at 1 kHz."""
-    path = _config_file(name)
-    section = {**_section(_parameter_doc(path), "adaptive_controller", path, required=False),
-               **_paper_section(name, "adaptive_controller", paper)}
-    kd = section.get("kd")
-    if kd is not None and len(kd) == 1 and float(kd[0]) == 0.0:
-        from .control.gains import default_gains
-        from .dynamics import RobotModel
-        section["kd"] = default_gains(RobotModel(urdf_path(name)), armature=armature(name, paper))["kd"]
-    return section
+def node_section(name: str, node: str, paper: bool = False) -> Dict[str, Any]:
+    """``node``'s section of the robot's parameter file (empty when it has none), with
+    ``paper`` :func:`paper_config`'s on top."""
+    path = config_file(name)
+    return {**_section(_parameter_doc(path), node, path, required=False), **_paper_section(name, node, paper)}
 
 
 def _paper_section(name: str, node: str, paper: bool) -> Dict[str, Any]:
@@ -203,7 +199,7 @@ def paper_config(name: str) -> "list[str]":
     defaults are that set-up (or for a URDF robot)."""
     if name not in ROBOT_NAMES:
         return []
-    path = _config_file(name).with_suffix(".paper.yaml")
+    path = config_file(name).with_suffix(".paper.yaml")
     return [str(path)] if path.exists() else []
 
 
@@ -216,8 +212,8 @@ def robot_label(name: str) -> str:
 def default_ee_frame(name: str) -> "str | None":
     """The end-effector frame the robot's parameter file names (shipped robot or resolved
     URDF), else None."""
-    path = _config_file(name) if name in ROBOT_NAMES else _generated_config(name)
-    return None if path is None else (_merged_config(path).get("ee_frame") or None)
+    path = config_file(name) if name in ROBOT_NAMES else generated_config(name)
+    return None if path is None else (merged_config(path).get("ee_frame") or None)
 
 
 #: friction of a URDF whose ``<dynamics>`` declare none, per N m of the joint's effort
@@ -251,7 +247,6 @@ def armature(name: str, paper: bool = False) -> np.ndarray:
     ``/**`` section, read by the simulator, the gains and ``info``); zeros when it states
     none (the Panda's simulator: the URDF's inertia exactly).  ``paper``: as
     :func:`paper_config` sets it (the set-up of the paper reproductions)."""
-    from .dynamics.validation import per_joint
     cfg = {**robot_config(name), **_paper_section(name, "/**", paper)}
     try:
         return per_joint(cfg.get("armature", 0.0), len(cfg["joint_names"]), "armature", one_for_all=True)
@@ -362,134 +357,6 @@ def lock_joints(urdf_text: str, keep) -> str:
     return ET.tostring(root, encoding="unicode")
 
 
-class RobotSpec:
-    """What the graph needs to know about a robot: ``label``, ``urdf`` (a file; for a
-    joint subset the locked URDF), ``joint_names``, ``ee_frame``, ``config`` (the
-    parameter file: shipped, or generated next to the locked URDF)."""
-
-    def __init__(self, label: str, urdf: str, joint_names: List[str], ee_frame: str, config: str, shipped: bool):
-        self.label, self.urdf, self.joint_names, self.ee_frame = label, urdf, joint_names, ee_frame
-        self.config, self.shipped = config, shipped
-
-    def __repr__(self) -> str:
-        return f"RobotSpec({self.label!r}, {len(self.joint_names)} joints, ee {self.ee_frame!r})"
-
-
-def _atomic_text(path: pathlib.Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file of this process (concurrent
-    writers of the same content never see a partial file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _cache_dir() -> pathlib.Path:
+def cache_dir() -> pathlib.Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return pathlib.Path(base) / PACKAGE / "robots"
-
-
-def resolve_robot(robot: str, joints=None, ee_frame: str | None = None) -> RobotSpec:
-    """A :class:`RobotSpec` for a shipped robot name or a URDF file.
-
-    For a URDF: its moving joints, or ``joints`` (the others locked, e.g. a gripper's
-    fingers); ``ee_frame``, else for a chosen chain the link its last joint moves, else
-    the URDF's last frame; every moving link must have mass and every
-    joint an effort limit (a clear error names the link or joint).  The locked URDF and a
-    parameter file -- ``/**`` (robot, urdf, joint_names, ee_frame, the assumed drive
-    ``armature`` of :func:`~adaptive_dynamics.control.gains.default_armature`, ``friction:
-    true``: friction columns in every model), the adaptive
-    controller's ``lam``/``kd`` from :func:`~adaptive_dynamics.control.gains.default_gains`
-    and the simulator's joint friction (:func:`urdf_friction`) -- are written to
-    ``~/.cache/adaptive_dynamics/robots/<hash>/`` (content-addressed: the same robot gives
-    the same files).  The URDF file of a result resolves to that result again."""
-    import hashlib
-
-    text_robot = os.fspath(robot)
-    if text_robot in ROBOT_NAMES:
-        if joints or ee_frame:
-            raise ValueError(f"--joints / --ee-frame are for a URDF file; robot {text_robot!r} ships its own"
-                             f" config/{text_robot}.yaml")
-        cfg = robot_config(text_robot)
-        return RobotSpec(text_robot, urdf_path(text_robot), list(cfg["joint_names"]), cfg.get("ee_frame", ""),
-                         str(_config_file(text_robot)), True)
-    if not os.path.isfile(text_robot):
-        raise ValueError(f"unknown robot {text_robot!r}: neither a shipped robot ({', '.join(ROBOT_NAMES)}) nor a"
-                         " URDF file")
-    path = os.path.abspath(text_robot)
-    generated = _generated_config(path)
-    if generated is not None and not joints and not ee_frame:   # a URDF this function wrote: as it is
-        cfg = _merged_config(generated)
-        return RobotSpec(str(cfg["robot"]), path, list(cfg["joint_names"]), str(cfg["ee_frame"]), str(generated),
-                         False)
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    try:
-        movable = moving_joints(text)
-    except Exception as exc:  # noqa: BLE001 -- xml.etree.ElementTree.ParseError and friends
-        raise ValueError(f"{path}: not a URDF ({type(exc).__name__}: {exc})") from None
-    keep = list(movable) if not joints else [str(j) for j in joints]
-    unknown = [j for j in keep if j not in movable]
-    if unknown or not keep:
-        raise ValueError(f"{path}: joints {unknown or keep} are not moving joints of the URDF; its moving joints:"
-                         f" {movable}")
-    if set(keep) != set(movable):
-        text = lock_joints(text, keep)
-    import pinocchio as pin
-
-    from .dynamics.continuous import unbind_continuous
-    try:
-        pm = pin.buildModelFromXML(unbind_continuous(text)[0])   # continuous joints: one angle each
-    except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"{path}: pinocchio cannot load it ({exc})") from None
-    names = [pm.names[j] for j in range(1, pm.njoints)]
-    for j in range(1, pm.njoints):
-        if pm.joints[j].nq != 1:   # pragma: no cover - moving joints are revolute/continuous/prismatic
-            raise ValueError(f"{path}: joint {pm.names[j]!r} is not a 1-DoF joint; pass --joints to lock it")
-        if not pm.inertias[j].mass > 0:
-            link = next((f.name for f in pm.frames if f.parentJoint == j and f.type == pin.FrameType.BODY),
-                        names[j - 1])
-            raise ValueError(f"{path}: link {link!r} (moved by joint {pm.names[j]!r}) has no mass: the URDF needs"
-                             " <inertial> for every moving link")
-    lim = np.array(pm.effortLimit, dtype=float)
-    bad = [n for n, e in zip(names, lim) if not (np.isfinite(e) and e > 0)]
-    if bad:
-        raise ValueError(f"{path}: joints {bad} have no effort limit (<limit effort=...>): torque control and the"
-                         " simulator need one")
-    if ee_frame:
-        ee = ee_frame
-    elif set(keep) != set(movable):   # a chain chosen out of a larger robot: the link its last joint moves
-        ee = next(f.name for f in pm.frames if f.type == pin.FrameType.BODY and f.parentJoint == pm.njoints - 1)
-    else:
-        ee = pm.frames[pm.nframes - 1].name
-    if not pm.existFrame(ee):
-        raise ValueError(f"{path}: no frame {ee!r}; frames: {[f.name for f in pm.frames]}")
-    from .control.gains import GAINS_VERSION
-    key = hashlib.sha256((text + "\0" + ee + "\0" + GAINS_VERSION).encode()).hexdigest()[:16]
-    out = _cache_dir() / key
-    out.mkdir(parents=True, exist_ok=True)
-    label = pathlib.Path(path).stem
-    if label in ROBOT_NAMES:           # not to be taken for the shipped robot of that name
-        label += "_urdf"
-    locked = out / f"{label}.urdf"
-    if not locked.exists():
-        _atomic_text(locked, text)
-    config = out / f"{label}.yaml"
-    if not config.exists():
-        from .control.gains import ARMATURE_PER_EFFORT, default_armature, default_gains
-        from .dynamics import RobotModel
-        ia = default_armature(lim)
-        gains = default_gains(RobotModel(str(locked), ee_frame=ee), armature=ia)
-        fv, fc, source = urdf_friction(text, names, lim)
-        doc = {"/**": {"ros__parameters": {"robot": label, "urdf": str(locked), "joint_names": names,
-                                           "ee_frame": ee, "armature": ia, "friction": True}},
-               "/**/mujoco_bridge": {"ros__parameters": {"friction_viscous": fv, "friction_coulomb": fc}},
-               "/**/adaptive_controller": {"ros__parameters": gains}}
-        header = (f"# Generated by adaptive_dynamics from {path}" +
-                  (f" (joints {keep}; the others locked)" if set(keep) != set(movable) else "") +
-                  "\n# Gains: adaptive_dynamics.control.gains.default_gains (model-derived, 1 kHz)."
-                  f"\n# armature (drive inertia, simulator and gains): assumed {ARMATURE_PER_EFFORT} kg m^2 per N m of"
-                  " effort limit -- state your drives' values here.\n# friction: true -- every node adds viscous +"
-                  " Coulomb friction columns (estimated by the adaptive laws)."
-                  f"\n# Simulated friction (mujoco_bridge): {source}.\n")
-        _atomic_text(config, header + yaml.safe_dump(doc, sort_keys=False))
-    return RobotSpec(label, str(locked), names, ee, str(config), False)

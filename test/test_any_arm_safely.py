@@ -17,7 +17,8 @@ from adaptive_dynamics.control.gains import (ARMATURE_PER_EFFORT, DT_MARGIN, def
 from adaptive_dynamics.control.watchdog import LoopWatchdog, default_error_bound
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.experiments.arms import ARMS, PAYLOAD_COM, payload_for, reference_samples, robots_dir
-from adaptive_dynamics.robots import armature, resolve_robot
+from adaptive_dynamics.robots import armature
+from adaptive_dynamics.robot_setup import resolve_robot
 from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
 
 try:
@@ -237,7 +238,8 @@ def test_shipped_iiwa_defaults_hold_its_wrist_where_the_paper_set_up_stick_slips
     paper reproductions (``config/iiwa14.paper.yaml``: K_D 0.2 N m s/rad on joint 7, no
     friction columns) stick-slips there, its wrist error several times larger."""
     from adaptive_dynamics.launch_graph import _resolved, build_graph
-    from adaptive_dynamics.robots import controller_gains, paper_config, robot_config
+    from adaptive_dynamics.robots import paper_config, robot_config
+    from adaptive_dynamics.robot_setup import controller_gains
 
     cfg = robot_config("iiwa14")
     model = RobotModel("iiwa14")

@@ -19,7 +19,8 @@ import yaml
 
 from adaptive_dynamics.control import AdaptiveController
 from adaptive_dynamics.dynamics import RobotModel
-from adaptive_dynamics.robots import lock_joints, resolve_robot
+from adaptive_dynamics.robots import lock_joints
+from adaptive_dynamics.robot_setup import resolve_robot
 
 ERD = os.path.join(sys.prefix, "lib", "python3.11", "site-packages", "cmeel.prefix", "share", "example-robot-data",
                    "robots")

@@ -16,7 +16,7 @@ import pytest
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.dynamics.continuous import CONTINUOUS_LIMIT, is_continuous, unbind_continuous, wrap_angle
 from adaptive_dynamics.experiments.arms import robots_dir
-from adaptive_dynamics.robots import resolve_robot
+from adaptive_dynamics.robot_setup import resolve_robot
 from adaptive_dynamics.sim.plant import MujocoPlant
 
 try:

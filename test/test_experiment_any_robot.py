@@ -18,8 +18,8 @@ from adaptive_dynamics.control.gains import default_gains
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.experiments.robot_choice import task_configuration
 from adaptive_dynamics.trajectories import ACCELERATION_LIMIT
-from adaptive_dynamics.robots import (DEFAULT_FRICTION_PER_EFFORT, controller_gains, friction, resolve_robot,
-                                      robot_config, robot_label)
+from adaptive_dynamics.robots import DEFAULT_FRICTION_PER_EFFORT, friction, robot_config, robot_label
+from adaptive_dynamics.robot_setup import controller_gains, resolve_robot
 from test_any_robot import UR5, XARM7
 
 pytestmark = pytest.mark.skipif(not os.path.isfile(UR5), reason="example-robot-data URDFs not found")

@@ -10,10 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from adaptive_dynamics.control.adaptive import AdaptiveController
+from adaptive_dynamics.control.adaptive import AdaptiveController, estimate_file
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.dynamics.identification import (
-    estimate_file,
     identify,
     identify_consistent,
     nmse,

@@ -319,7 +319,7 @@ def test_saves_are_durable(tmp_path, monkeypatch):
     """Both writers (Learner.save, write_snapshot_file) fsync the file before the rename
     and the directory after it."""
     import os
-    from adaptive_dynamics.learning import files
+    from adaptive_dynamics import files
     events = []
     real_fsync, real_replace = os.fsync, os.replace
 

@@ -258,7 +258,7 @@ def test_a_cut_off_mcap_is_read_up_to_its_last_complete_message(sim, tmp_path):
     import warnings
 
     from adaptive_dynamics.evaluation.bags import TruncatedBagWarning, open_bag
-    from adaptive_dynamics.evaluation.replay import iter_events, plan_replay
+    from adaptive_dynamics.nodes.replay import iter_events, plan_replay
 
     d = pathlib.Path(write_bag(sim, tmp_path / "cut"))
     mcap = next(d.glob("*.mcap"))

@@ -241,7 +241,7 @@ def test_replayer_loop_stop_and_plan(ros, tmp_path):
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import JointState
 
-    from adaptive_dynamics.evaluation.replay import Replayer, plan_replay
+    from adaptive_dynamics.nodes.replay import Replayer, plan_replay
 
     bag = tmp_path / "tiny"
     with BagWriter(bag) as w:

@@ -158,7 +158,7 @@ from scipy.linalg.lapack import dposv as _dposv
 
 from .projection import consistency_margins, project_consistent
 
-__all__ = ["AdaptiveController", "LAWS", "spd_gain"]
+__all__ = ["AdaptiveController", "LAWS", "spd_gain", "estimate_file"]
 
 LAWS = ("direct", "composite")
 FORMAT_VERSION = 1
@@ -569,7 +569,7 @@ class AdaptiveController:
 
     # ------------------------------------------------------------------ control
     def _reject(self, q, v, q_d, v_d, a_d, tau_measured):
-        from ..dynamics.validation import as_vector
+        from ..validation import as_vector
         self.rejected_inputs += 1
         n = self.n
         for name, val in (("q", q), ("v", v), ("q_d", q_d), ("v_d", v_d), ("a_d", a_d),
@@ -997,3 +997,14 @@ class AdaptiveController:
             "adapted_links": self.adapted_links or "all",
             "p_norm": self.p_norm, "forgetting": self.forgetting,
         }
+
+
+def estimate_file(model, ident, path: str, *, law: str = "direct") -> str:
+    """Write ``ident`` (an :class:`~adaptive_dynamics.dynamics.identification.Identification`)
+    as an :class:`AdaptiveController` state file (``estimate_file`` of the ``adaptive_controller`` node), for a
+    controller with base parameters and friction columns exactly as ``model`` has."""
+    ctl = AdaptiveController(model, law, pi0=ident.pi)
+    if not np.allclose(ctl.theta, ident.theta, rtol=1e-12, atol=1e-12):
+        raise ValueError("the identified parameters are not in the controller's base coordinates")
+    return ctl.save(path)
+

@@ -29,7 +29,7 @@ import numpy as np
 import pinocchio as pin
 from scipy.linalg.lapack import dpotrf as _dpotrf, dpotrs as _dpotrs, dsyev as _dsyev
 
-from ..dynamics.validation import as_vector
+from ..validation import as_vector
 from .adaptive import AdaptiveController
 
 __all__ = ["TaskSpaceReference", "BacksteppingController", "orientation_error"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dynamics.validation import as_vector
+from ..validation import as_vector
 
 
 def _gain(value, n: int, name: str, *, strictly_positive: bool) -> np.ndarray:

@@ -33,13 +33,13 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..dynamics.continuous import working_range
-from ..dynamics.validation import per_joint
+from ..validation import per_joint
 
 __all__ = ["default_gains", "default_armature", "armature_vector", "gain_margins", "safe_damping", "LAMBDA",
            "KD_EFFORT_MAX", "DT_MARGIN", "ARMATURE_PER_EFFORT", "GAINS_VERSION"]
 
 #: part of the cache key of generated parameter files: change it with the rule below or
-#: with anything else :func:`~adaptive_dynamics.robots.resolve_robot` writes into them
+#: with anything else :func:`~adaptive_dynamics.robot_setup.resolve_robot` writes into them
 GAINS_VERSION = "3"
 
 #: sliding-variable bandwidth [1/s]
@@ -70,7 +70,7 @@ def default_armature(effort_limit) -> list:
 
 def armature_vector(armature, n: int) -> np.ndarray:
     """``armature`` [kg m^2] as ``n`` values (one value for every joint, or ``n``; ``None`` =
-    none stated: zeros); ``ValueError`` otherwise (:func:`~adaptive_dynamics.dynamics.validation.per_joint`)."""
+    none stated: zeros); ``ValueError`` otherwise (:func:`~adaptive_dynamics.validation.per_joint`)."""
     return per_joint(0.0 if armature is None else armature, n, "armature", one_for_all=True)
 
 

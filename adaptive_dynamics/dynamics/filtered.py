@@ -40,7 +40,7 @@ import math
 
 import numpy as np
 
-from .validation import as_positive, as_vector
+from ..validation import as_positive, as_vector
 
 
 class FilteredRegressor:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 
-__all__ = ["Identification", "prepare", "segments", "identify", "identify_consistent", "nmse", "estimate_file"]
+__all__ = ["Identification", "prepare", "segments", "identify", "identify_consistent", "nmse"]
 
 
 @dataclass
@@ -304,16 +304,3 @@ def identify_consistent(model, q, qd, qdd, tau, *, weights=None, offset: bool = 
                           tau_rms=np.sqrt(np.mean(tau * tau, axis=0)),
                           condition=float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf"), samples=N, offset=off,
                           method="consistent", min_pseudo_inertia_eig=eig)
-
-
-def estimate_file(model, ident: Identification, path: str, *, law: str = "direct") -> str:
-    """Write ``ident`` as an :class:`~adaptive_dynamics.control.AdaptiveController`
-    state file (``estimate_file`` of the ``adaptive_controller`` node), for a
-    controller with base parameters and friction columns exactly as ``model`` has."""
-    from ..control.adaptive import AdaptiveController
-
-    ctl = AdaptiveController(model, law, pi0=ident.pi)
-    if not np.allclose(ctl.theta, ident.theta, rtol=1e-12, atol=1e-12):
-        raise ValueError("the identified parameters are not in the controller's base coordinates")
-    return ctl.save(path)
-

@@ -41,7 +41,7 @@ from .inertial import (
     transform_matrix,
 )
 from .continuous import is_continuous, unbind_continuous
-from .validation import as_vector, valid_vectors
+from ..validation import as_vector, valid_vectors
 
 _REFERENCE_FRAMES = {
     "world": pin.ReferenceFrame.WORLD,
@@ -303,7 +303,7 @@ class RobotModel:
         ``pinocchio.Model`` (copied).
     ee_frame:
         Name of the end-effector frame (default: the one the robot's parameter file names
-        -- a shipped robot, or a URDF :func:`~adaptive_dynamics.robots.resolve_robot` wrote
+        -- a shipped robot, or a URDF :func:`~adaptive_dynamics.robot_setup.resolve_robot` wrote
         -- else the last frame of the model).
     friction:
         Append viscous and Coulomb friction columns (``n`` each) to every regressor

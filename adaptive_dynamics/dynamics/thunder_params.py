@@ -38,6 +38,7 @@ import os
 import numpy as np
 import yaml
 
+from ..files import atomic_write
 from .inertial import check_physical_consistency, convert_order
 
 __all__ = ["THUNDER_REG_KEYS", "THUNDER_FRAMES", "load_thunder_parameters", "save_thunder_parameters",
@@ -139,5 +140,4 @@ def save_thunder_parameters(model, path: "str | os.PathLike[str]", comment: str 
         lines.append("")
         lines.append(f"link{i + 1}:   # {link}" + (" (about the flange frame)" if i in moved else ""))
         lines += [f"  {k}: {float(x)!r}" for k, x in zip(THUNDER_REG_KEYS, blk)]
-    from ..learning.files import atomic_write   # the project's durable writer (learners, snapshots)
     return atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))

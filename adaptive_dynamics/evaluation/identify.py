@@ -117,13 +117,14 @@ def split_prepared(t, q, qd, tau, train: float, cutoff_hz: float = 20.0, decimat
 
 def run(args) -> dict:
     from ..dynamics import RobotModel
-    from ..dynamics.identification import estimate_file, identify, identify_consistent, nmse
+    from ..control.adaptive import estimate_file
+    from ..dynamics.identification import identify, identify_consistent, nmse
     from .recordings import load_recording
 
     t0 = time.perf_counter()
     if not 0.05 <= args.train <= 0.95:
         raise ValueError(f"--train must be in [0.05, 0.95], got {args.train}")
-    from ..robots import resolve_robot
+    from ..robot_setup import resolve_robot
     joints = [j for j in (getattr(args, "joints", None) or "").split(",") if j] or None
     spec = resolve_robot(args.robot, joints, getattr(args, "ee_frame", None))
     model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=True)

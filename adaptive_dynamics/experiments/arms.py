@@ -5,7 +5,7 @@ has a serial chain of five or more actuated joints; grippers, heads, torsos and 
 locked; a dual-arm robot by one arm) goes through the path a user takes -- ``demo --robot
 <URDF> --controller composite`` -- as processes over DDS:
 
-* the robot resolved from its URDF (:func:`~adaptive_dynamics.robots.resolve_robot`): the
+* the robot resolved from its URDF (:func:`~adaptive_dynamics.robot_setup.resolve_robot`): the
   generated parameter file's model-derived gains (1 kHz, the assumed drive armature),
   friction columns, the simulator's joint friction (the URDF's ``<dynamics>``, else the
   default fraction of the effort limits);
@@ -224,7 +224,8 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
     from ..dynamics import RobotModel
     from ..evaluation.bags import controller_saturation, watchdog_trips
     from ..launch_graph import build_graph
-    from ..robots import armature, controller_gains, friction, resolve_robot
+    from ..robots import armature, friction
+    from ..robot_setup import controller_gains, resolve_robot
     from .closed_loop_regions import tracking
     from .consistency_online import run_directed
 

@@ -83,7 +83,7 @@ def run(robot: str = "panda", out: str = "out/demo", *, learner: str = LEARNER, 
     from ..dynamics import RobotModel
     from ..evaluation.bags import resolve_bag
     from ..launch_graph import build_graph
-    from ..robots import resolve_robot
+    from ..robot_setup import resolve_robot
     from .consistency_online import PhaseDirector, referenced_states, run_directed
 
     t0 = time.monotonic()

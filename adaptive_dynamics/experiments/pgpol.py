@@ -844,7 +844,8 @@ class Runner:
 def identification(R: Runner) -> tuple[dict, str]:
     """Excitation run, least squares, the controller's estimate file; JSON summary."""
     from ..dynamics import RobotModel
-    from ..dynamics.identification import estimate_file, identify, prepare
+    from ..control.adaptive import estimate_file
+    from ..dynamics.identification import identify, prepare
     from ..robots import friction
 
     dur = 5.0 if R.quick else 40.0

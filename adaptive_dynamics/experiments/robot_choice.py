@@ -3,7 +3,7 @@ any URDF file (settings derived from its model).
 
 Every experiment takes ``--robots NAME|URDF[,...]`` (``pgpol``: ``--robot``) with
 ``--joints`` / ``--ee-frame`` for URDF files, as ``demo`` does.  A URDF resolves through
-:func:`~adaptive_dynamics.robots.resolve_robot`; the experiment then names the robot by
+:func:`~adaptive_dynamics.robot_setup.resolve_robot`; the experiment then names the robot by
 the resolved (locked) URDF file, which every model, plant and graph accepts, and labels
 its plots and tables with the file's stem.  In place of an experiment's per-robot table a
 URDF robot gets:
@@ -38,7 +38,8 @@ def chosen_robots(args, allowed=None) -> list[str]:
     """The robots of ``args.robots``: shipped names as they are, URDF files resolved (the
     locked URDF's path).  ``allowed``: the shipped robots the experiment has settings for.
     Raises ``SystemExit`` with the reason for anything else."""
-    from ..robots import ROBOT_NAMES, resolve_robot
+    from ..robots import ROBOT_NAMES
+    from ..robot_setup import resolve_robot
 
     joints = [j for j in (args.joints or "").split(",") if j] or None
     out = []
@@ -75,7 +76,7 @@ def gains(robot: str) -> dict:
     """``lam`` and ``kd`` (lists) the experiments run a robot with: a shipped robot's in
     the set-up of its paper reproductions (:func:`~adaptive_dynamics.robots.paper_config`),
     model-derived for a URDF."""
-    from ..robots import controller_gains
+    from ..robot_setup import controller_gains
     p = controller_gains(robot, paper=True)
     return {"lam": [float(x) for x in p["lam"]], "kd": [float(x) for x in p["kd"]]}
 

@@ -132,7 +132,8 @@ def make_setup(robot: str) -> Setup:
     of :data:`SIZES` stays within the trajectory node's limits."""
     from ..dynamics import RobotModel
     from ..dynamics.inertial import from_mass_com_inertia, inertia_matrix
-    from ..robots import ROBOT_NAMES, resolve_robot
+    from ..robots import ROBOT_NAMES
+    from ..robot_setup import resolve_robot
     from .robot_choice import label, task_configuration
 
     if robot not in ROBOT_NAMES:

@@ -82,7 +82,7 @@ from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
 import numpy as np
 
-from .files import atomic_write
+from ..files import atomic_write
 
 __all__ = ["Learner", "LEARNERS", "register", "make_learner", "load_learner", "split_state", "PRIORS",
            "PULLED_BACK"]

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .base import LEARNERS, Learner
-from .files import atomic_write
+from ..files import atomic_write
 
 __all__ = ["MAGIC", "FORMAT", "MAX_HEADER_BYTES", "Snapshot", "SnapshotError", "encode_snapshot",
            "pack_snapshot", "read_header", "newer", "decode_snapshot", "write_snapshot_file", "read_snapshot_file"]

@@ -144,13 +144,13 @@ def resolve_urdf(store, node=None) -> str:
         if node is None:
             raise ValueError("robot: robot_description needs the node to subscribe with")
         import hashlib
-        from ..robots import _cache_dir
+        from ..robots import cache_dir
         text = fetch_robot_description(node, float(store["robot_description_timeout"]))
-        path = _cache_dir() / "robot_description" / (hashlib.sha256(text.encode()).hexdigest()[:16] + ".urdf")
+        path = cache_dir() / "robot_description" / (hashlib.sha256(text.encode()).hexdigest()[:16] + ".urdf")
         if not path.exists():
-            from ..robots import _atomic_text
+            from ..files import atomic_write_text
             path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_text(path, text)
+            atomic_write_text(path, text)
         return str(path)
     if not store["urdf"] and os.path.isfile(robot):
         return os.path.abspath(robot)

@@ -65,7 +65,7 @@ from trajectory_msgs.msg import MultiDOFJointTrajectory
 from ..control.baseline import saturate
 from ..control.mrac import REFERENCES, TaskSpaceMRAC
 from ..control.scqp import MODES, ResidualModel, SCQPController
-from ..learning.files import atomic_write
+from ..files import atomic_write
 from ..ros.joint_states import joint_state_msg
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec

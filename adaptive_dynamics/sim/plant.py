@@ -72,7 +72,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 import mujoco
 import numpy as np
 
-from ..dynamics.validation import per_joint
+from ..validation import per_joint
 from .mujoco_model import joint_indices, load_mujoco_model
 
 __all__ = ["RealityConfig", "MujocoPlant", "SimulationDiverged", "INTEGRATORS", "SAFE_MODES",

@@ -1,4 +1,4 @@
-"""Durable atomic file writes (no ROS): what :meth:`Learner.save` and the snapshot files use.
+"""Durable atomic file writes (no ROS): learners, snapshots, estimates, generated robot files.
 
 :func:`atomic_write` writes to a temporary file in the target's directory, flushes and
 ``fsync``s it, renames it over the target (``os.replace``: atomic on POSIX) and then
@@ -11,7 +11,7 @@ import os
 import tempfile
 from typing import Callable, Union
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "atomic_write_text"]
 
 
 def _fsync_dir(directory: str) -> None:
@@ -50,3 +50,8 @@ def atomic_write(path, content: Union[bytes, bytearray, memoryview, Callable], *
         raise
     _fsync_dir(directory)
     return path
+
+
+def atomic_write_text(path, text: str) -> str:
+    """:func:`atomic_write` of ``text`` (UTF-8)."""
+    return atomic_write(path, text.encode("utf-8"))

@@ -9,7 +9,7 @@ Core pieces, usable from Python as well as from the CLI:
   receives is byte-identical to what was recorded) with their recorded types, in the
   bag's order (log time; the recorder writes in arrival order).
 * :class:`ReplayNode`: a node wrapping both (parameters below); ``python -m
-  adaptive_dynamics.evaluation.replay --ros-args -p bag:=... -p rate:=5.0`` runs it
+  adaptive_dynamics.nodes.replay --ros-args -p bag:=... -p rate:=5.0`` runs it
   like any other node.
 
 Timing.  Message *k* is published at ``wall0 + (t_k - t_0) / rate`` where ``t_k`` is
@@ -69,7 +69,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from rclpy.node import Node
 
-from .bags import open_bag, read_raw
+from ..evaluation.bags import open_bag, read_raw
 
 CLOCK_TOPIC = "/clock"
 CLOCK_TYPE = "rosgraph_msgs/msg/Clock"
