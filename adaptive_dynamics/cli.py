@@ -84,48 +84,37 @@ def _cmd_demo(args) -> int:
         print(json.dumps(summary))
         return 0
 
-    from .evaluation.bags import controller_saturation, diagnostic_value, read_messages, watchdog_trips
+    from .evaluation.bags import controller_saturation, diagnostic_value, watchdog_trips
+    from .evaluation.streams import read_streams
     from .launch_graph import build_graph
-    from .launcher import GraphProcess
+    from .robot_setup import resolve_robot
+    from .launcher import GraphFailed, run_to_end
 
     os.makedirs(args.out, exist_ok=True)
     bag = os.path.join(args.out, time.strftime("bag_%Y%m%d_%H%M%S"))
     stats_file = os.path.join(args.out, "bridge_stats.json")
     overrides = _overrides(args.set)
     overrides.setdefault("mujoco_bridge", {})["stats_file"] = stats_file
-    nodes = build_graph("sim", robot=args.robot, joints=[j for j in (args.joints or "").split(",") if j] or None,
+    joints = [j for j in (args.joints or "").split(",") if j] or None
+    nodes = build_graph("sim", robot=args.robot, joints=joints,
                         ee_frame=args.ee_frame, controller=args.controller, duration=args.duration,
                         record=True, bag=bag, overrides=overrides)
     print(f"demo: {args.robot}, {args.controller}, lockstep, {args.duration:g} s sim time;"
           f" nodes {[s.name for s in nodes]}", flush=True)
-    t0 = time.perf_counter()
-    try:  # every way out of wait() stops the nodes and removes the launch's temporary files
-        graph = GraphProcess(nodes, echo=args.verbose)
-        rc, why = graph.wait(timeout=max(120.0, 30 * args.duration))
+    try:  # every way out stops the nodes and removes the launch's temporary files
+        wall = run_to_end(nodes, timeout=max(120.0, 30 * args.duration), echo=args.verbose, tail=10).wall_s
     except KeyboardInterrupt:
         print("demo: interrupted; nodes stopped", file=sys.stderr)
         return 130
-    if rc != 0:
-        for name, lines in graph.logs.items():
+    except GraphFailed as exc:
+        for name, lines in exc.logs.items():
             print(f"--- {name} (last lines)", file=sys.stderr)
-            print("\n".join(lines[-10:]), file=sys.stderr)
-        print(f"demo: {why}", file=sys.stderr)
-        return rc
-    wall = time.perf_counter() - t0
-    states, refs, names = {}, {}, None
-    for topic, _, msg in read_messages(bag, ["/joint_states", "/reference"]):
-        if topic == "/joint_states":
-            t = msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
-            states[t] = (np.asarray(msg.position), np.asarray(msg.effort))
-            names = names or list(msg.name)
-        else:
-            t0r = msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
-            for pt in msg.points:
-                refs[t0r + pt.time_from_start.sec * 10**9 + pt.time_from_start.nanosec] = np.asarray(pt.positions)
-    ts = np.array(sorted(t for t in states if t in refs))
-    Q = np.array([states[t][0] for t in ts])
-    QD = np.array([refs[t] for t in ts])
-    TAU = np.array([states[t][1] for t in ts])
+            print("\n".join(lines), file=sys.stderr)
+        print(f"demo: {exc.why}", file=sys.stderr)
+        return exc.code
+    names = list(resolve_robot(args.robot, joints, args.ee_frame).joint_names)
+    st, ref = read_streams(bag, names).referenced()
+    ts, Q, QD, TAU = st.t_ns, st.position, ref.q, st.effort
     E = QD - Q
     rmse = np.sqrt(np.mean(E ** 2, axis=0))
     emax = np.abs(E).max(axis=0)

@@ -22,6 +22,7 @@ same orderly shutdown runs instead of the process vanishing and orphaning its no
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import signal
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 
 from .launch_graph import NodeSpec
 
@@ -263,6 +265,58 @@ class GraphProcess:
             self._close()
 
 
+class GraphFailed(RuntimeError):
+    """A graph that did not end as planned: :attr:`code`, :attr:`why` and the nodes' last
+    log lines (:attr:`logs`) -- also in the message."""
+
+    def __init__(self, what: str, code: int, why: str, logs: dict):
+        self.code, self.why, self.logs = code, why, logs
+        super().__init__(f"{what} ({why}); last log lines: {json.dumps(logs, indent=1)}")
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_to_end` returns: wall time [s], exit code and reason, the logs."""
+    wall_s: float
+    code: int
+    why: str
+    logs: dict
+
+
+def run_to_end(nodes: list[NodeSpec], *, timeout: float | None, companions=(), echo: bool = False,
+               timeout_ok: bool = False, what: str = "the graph failed", tail: int = 12) -> RunResult:
+    """The one way experiments, the demo and the benches run a graph: start ``nodes``,
+    wait (up to ``timeout`` wall s) for the required node to finish, stop everything.
+
+    ``companions``: objects running beside the graph in this process (a phase director
+    switching parameters on the sim clock, a monitor, a CPU sampler): ``attach(graph)``
+    is called once the processes are started (if they have it), ``close()`` always at the
+    end, and ``problems()`` (a list of strings) after a clean end.  :class:`GraphFailed`
+    (with the nodes' last ``tail`` log lines) when the graph failed or timed out (a timeout
+    is the planned end with ``timeout_ok``) or a companion reports a problem."""
+    t0 = time.monotonic()
+    graph = None
+    try:
+        graph = GraphProcess(nodes, echo=echo)
+        for c in companions:
+            if hasattr(c, "attach"):
+                c.attach(graph)
+        rc, why = graph.wait(timeout=timeout)
+    finally:
+        if graph is not None:
+            graph.stop()   # (a no-op after wait; an interrupt before it)
+        for c in companions:
+            c.close()
+    wall = time.monotonic() - t0
+    logs = {k: v[-tail:] for k, v in graph.logs.items()}
+    if rc != 0 and not (timeout_ok and rc == 124):
+        raise GraphFailed(what, rc, why, logs)
+    problems = [p for c in companions if hasattr(c, "problems") for p in c.problems()]
+    if problems:
+        raise GraphFailed(f"{what}: {problems[:5]}", rc, why, logs)
+    return RunResult(wall, rc, why, logs)
+
+
 def run_graph(nodes: list[NodeSpec], *, timeout: float | None = None, timeout_ok: bool = False) -> int:
     """Foreground launcher for the CLI: forwards logs, handles Ctrl-C/SIGTERM (installed
     before the nodes start, so a signal during start-up also stops them in order).
@@ -275,16 +329,15 @@ def run_graph(nodes: list[NodeSpec], *, timeout: float | None = None, timeout_ok
         raise KeyboardInterrupt
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    graph = None
     try:
         try:
-            graph = GraphProcess(nodes)
-            rc, why = graph.wait(timeout)
+            res = run_to_end(nodes, timeout=timeout, echo=True, timeout_ok=timeout_ok)
+            rc, why = res.code, res.why
             if timeout_ok and rc == 124:
                 rc, why = 0, f"--duration: {timeout:g} s of wall time elapsed"
-        except KeyboardInterrupt:
-            if graph is not None:
-                graph.stop()  # a signal between start-up and wait(); otherwise already stopped
+        except GraphFailed as exc:
+            rc, why = exc.code, exc.why
+        except KeyboardInterrupt:   # run_to_end has stopped the graph
             rc, why = 0, f"stopped by {signal.Signals(stopping['sig'] or signal.SIGINT).name}"
     finally:
         for s, h in old.items():

@@ -100,7 +100,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine_unit import MachineUnit  # noqa: E402
 
 from adaptive_dynamics.launch_graph import build_graph  # noqa: E402
-from adaptive_dynamics.launcher import GraphProcess  # noqa: E402
+from adaptive_dynamics.launcher import GraphFailed, GraphProcess, run_to_end  # noqa: E402
 
 #: issue 16: misses <= 1 % in every run, lockstep >= 1.5 sim-s/wall-s (median over the runs),
 #: bridge and controller each <= 2x the CPU per step of the floor process playing their part
@@ -141,12 +141,21 @@ def _steal_pct(start: tuple, end: tuple) -> float | None:
 class CpuSampler(threading.Thread):
     """CPU time of each node process, sampled every 0.1 s while the graph runs: the last
     value seen, and the value when the bridge started stepping (start-up excluded); and
-    the VM's steal time over the same window."""
+    the VM's steal time over the same window.  A companion of ``run_to_end``."""
 
-    def __init__(self, graph: GraphProcess):
+    def __init__(self):
         super().__init__(daemon=True)
-        self.graph, self.cpu, self.at_start, self.done = graph, {}, None, threading.Event()
+        self.graph, self.cpu, self.at_start, self.done = None, {}, None, threading.Event()
         self.steal = None  # (wall, steal) when stepping started, and the latest
+
+    def attach(self, graph: GraphProcess) -> None:
+        self.graph = graph
+        self.start()
+
+    def close(self) -> None:
+        self.done.set()
+        if self.graph is not None:
+            self.join()
 
     def run(self):
         while not self.done.is_set():
@@ -180,25 +189,22 @@ def run_graph(mode: str, sim_s: float, robot: str, budget: float,
     nodes = build_graph("sim", robot=robot, mode=mode, duration=sim_s,
                         overrides={**(overrides or {}), "mujoco_bridge": {
                             **(overrides or {}).get("mujoco_bridge", {}), "stats_file": stats_file}})
-    t0 = time.perf_counter()
-    g = GraphProcess(nodes, echo=False)
-    sampler = CpuSampler(g)
-    sampler.start()
-    rc, why = g.wait(timeout=budget)
-    sampler.done.set()
-    sampler.join()
-    wall = time.perf_counter() - t0
+    sampler = CpuSampler()
+    try:
+        run = run_to_end(nodes, timeout=budget, companions=[sampler], timeout_ok=True, tail=8)
+    except GraphFailed as exc:
+        os.unlink(stats_file)
+        logs = "\n".join(f"[{k}] {ln}" for k, v in exc.logs.items() for ln in v)
+        raise SystemExit(f"bench/loop: {mode} run failed ({exc.why}):\n{logs}")
+    wall, rc, why = run.wall_s, run.code, run.why
+    logs = "\n".join(f"[{k}] {ln}" for k, v in run.logs.items() for ln in v)
     try:
         with open(stats_file) as fh:
             stats = json.load(fh)
     except (OSError, ValueError):
-        logs = "\n".join(f"[{k}] {ln}" for k, v in g.logs.items() for ln in v[-8:])
         raise SystemExit(f"bench/loop: {mode} run wrote no statistics ({why}):\n{logs}")
     finally:
         os.unlink(stats_file)
-    logs = "\n".join(f"[{k}] {ln}" for k, v in g.logs.items() for ln in v[-8:])
-    if rc not in (0, 124):
-        raise SystemExit(f"bench/loop: {mode} run failed ({why}):\n{logs}")
     if rc == 124 or VERBOSE:
         print(f"bench/loop: {mode} run: {why}; last log lines:\n{logs}", file=sys.stderr, flush=True)
     stats["_cpu_ms_per_step"] = sampler.per_step_ms(int(stats.get("plant_steps", 0)))

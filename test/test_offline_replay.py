@@ -185,11 +185,11 @@ def test_samples_and_target_match_the_simulation(bag, sim):
 
 
 def test_fast_cdr_reader_matches_rosbags(bag):
-    """The offline reader's own CDR decoding (JointState, JointTrajectory) equals rosbags'."""
+    """The recording reader's own CDR decoding (JointState, JointTrajectory) equals rosbags'."""
     from rclpy.serialization import serialize_message
 
     from adaptive_dynamics.evaluation.bags import read_raw
-    from adaptive_dynamics.evaluation.offline import _decode, _FastReader
+    from adaptive_dynamics.evaluation.streams import FastReader, decode
     from adaptive_dynamics.ros.joint_states import joint_state_msg
     from adaptive_dynamics.ros.references import reference_batch_msg
 
@@ -202,16 +202,21 @@ def test_fast_cdr_reader_matches_rosbags(bag):
         joint_state_msg(9, [], q=[]))]
     extra.append(("/reference", "trajectory_msgs/msg/JointTrajectory",
                   serialize_message(reference_batch_msg(10**9 + 7, 2_500_000, ["j1", "j2"], [[1, 2], [3, 4]]))))
-    fast, n = _FastReader(), 0
+    fast, n = FastReader(), 0
     msgs = [(topic, mt, raw) for topic, mt, _, raw in read_raw(bag)]
     for topic, mt, raw in msgs[:3000] + msgs[-200:] + extra:
-        ref = _decode(raw, mt)
+        ref = decode(raw, mt)
         if mt.endswith("JointTrajectory"):
             stamp, names, points = fast.trajectory(raw)
             assert (stamp, names) == (ns(ref.header.stamp), tuple(ref.joint_names))
             assert len(points) == len(ref.points)
             for (dt, acc), p in zip(points, ref.points):
                 assert dt == ns(p.time_from_start) and np.array_equal(acc, p.accelerations)
+            b = fast.batch(raw)   # the readers' whole batch: instants and every field
+            assert b.t_ns.tolist() == [stamp + ns(p.time_from_start) for p in ref.points]
+            for got, field in ((b.Q, "positions"), (b.QD, "velocities"), (b.QDD, "accelerations")):
+                want = [list(getattr(p, field)) for p in ref.points]
+                assert (got is None and not any(want)) or np.array_equal(got, np.array(want))
         else:
             stamp, names, *arrays = fast.joint_state(raw)
             assert (stamp, names) == (ns(ref.header.stamp), tuple(ref.name))

@@ -18,7 +18,6 @@ import pathlib
 import warnings
 from typing import Iterable, Optional
 
-import numpy as np
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
@@ -235,24 +234,6 @@ def bag_info(path: str | os.PathLike) -> dict:
             "duration_s": reader.duration * 1e-9,
             "messages": reader.message_count,
         }
-
-
-def joint_states_arrays(path, topic: str = "/joint_states", names=None):
-    """Stamps [s] and position/velocity/effort arrays (rows = messages) from a bag,
-    columns ordered by ``names`` (default: the first message's order)."""
-    ts, q, v, e = [], [], [], []
-    order = None
-    for _, _, msg in read_messages(path, [topic]):
-        if order is None:
-            names = list(names or msg.name)
-            order = [list(msg.name).index(n) for n in names]
-        ts.append(msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
-        q.append(np.asarray(msg.position)[order])
-        v.append(np.asarray(msg.velocity)[order] if len(msg.velocity) else np.full(len(order), np.nan))
-        e.append(np.asarray(msg.effort)[order] if len(msg.effort) else np.full(len(order), np.nan))
-    if order is None:
-        raise ValueError(f"no {topic} messages in {path}")
-    return np.array(ts), np.array(q), np.array(v), np.array(e), names
 
 
 def diagnostic_value(path, key: str, node: str | None = None) -> list:

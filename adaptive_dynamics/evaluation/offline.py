@@ -75,17 +75,16 @@ import json
 import math
 import os
 import pathlib
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from .. import wire  # numpy + struct only: no ROS import
-from .bags import TYPESTORE, open_bag, read_raw
+from .bags import open_bag, read_raw
 from .metrics import nmse, running_nmse
 from .regions import REGION_RADIUS, GrowingNearest, check_radius, split_nmse
+from .streams import FastReader, find_topics
 
 __all__ = ["ReplayData", "load_samples", "evaluate_learner", "format_table", "ACCELERATIONS", "TARGETS",
            "DEFAULTS"]
@@ -97,107 +96,6 @@ TARGET_NAMES = {"residual": "tau_measured - parametric_torque", "torque": "tau_m
 DEFAULTS = {"decimation": 3, "acceleration": "desired", "target": "auto", "window_s": 1.0, "block": 100,
             "update_block": 10,   # pgpol/sgpol (CLI default): one call = one refit
             "warmup": 200, "box_margin": 0.1, "reference_tolerance_s": 5e-4}
-
-# role -> (relative topic name, message type)
-_TOPICS = {
-    "joint_states": ("joint_states", "sensor_msgs/msg/JointState"),
-    "reference": ("reference", "trajectory_msgs/msg/JointTrajectory"),
-    "parametric": ("adaptive/parametric_torque", "sensor_msgs/msg/JointState"),
-    "update": ("adaptive/parameter_update", "sensor_msgs/msg/JointState"),
-}
-
-
-# ------------------------------------------------------------------------------ reading
-
-def _decode(raw: bytes, msgtype: str):
-    """CDR bytes -> rosbags message.  Like rclpy (and unlike ``deserialize_cdr``),
-    trailing bytes after the message are ignored: ``rclpy.serialization`` can return a
-    buffer longer than the message (seen for JointTrajectory)."""
-    msgdef = TYPESTORE.get_msgdef(msgtype)
-    view = memoryview(raw)
-    if len(raw) < 4 or bytes(view[:2]) not in (b"\x00\x00", b"\x00\x01"):
-        raise ValueError(f"a {msgtype} message is not CDR (bad encapsulation header)")
-    func = msgdef.deserialize_cdr_le if raw[1] else msgdef.deserialize_cdr_be
-    try:
-        return func(view[4:], 0, msgdef.cls, TYPESTORE)[0]
-    except Exception as exc:  # struct.error, IndexError, UnicodeDecodeError, ... on a corrupt message
-        raise ValueError(f"cannot decode a {msgtype} message ({type(exc).__name__}: {exc})") from None
-
-
-_U32 = struct.Struct("<I")
-
-
-class _FastReader:
-    """Fast little-endian CDR decoding of the bulk of a bag: ``sensor_msgs/JointState``
-    -> ``(stamp_ns, names, position, velocity, effort)`` and
-    ``trajectory_msgs/JointTrajectory`` -> ``(stamp_ns, names, [(time_from_start_ns,
-    accelerations), ...])``.  Header and name blocks and whole reference batches go
-    through :mod:`adaptive_dynamics.wire` (names decoded once per distinct block);
-    an empty double sequence is not padded (as rosbags and Fast CDR).  Anything
-    unexpected falls back to rosbags (:func:`_decode`); tested against it."""
-
-    def __init__(self):
-        self._names = wire.NameCache()
-
-    @staticmethod
-    def _doubles(b, off: int, size: int):
-        off = (off + 3) & ~3
-        m = _U32.unpack_from(b, off)[0]
-        off += 4
-        if m:
-            off = (off + 7) & ~7
-        if off + 8 * m > size:
-            raise ValueError("truncated")
-        return np.frombuffer(b, "<f8", m, off), off + 8 * m
-
-    def joint_state(self, raw: bytes, msgtype: str = "sensor_msgs/msg/JointState"):
-        try:
-            if bytes(raw[:2]) != b"\x00\x01":
-                raise ValueError("not little-endian CDR")
-            b = memoryview(raw)[4:]
-            size = len(b)
-            stamp, names, off = wire.header_names(b, size, self._names)
-            pos, off = self._doubles(b, off, size)
-            vel, off = self._doubles(b, off, size)
-            eff, off = self._doubles(b, off, size)
-            return stamp, names, pos, vel, eff
-        except (ValueError, struct.error, UnicodeDecodeError):
-            msg = _decode(raw, msgtype)
-            return _stamp(msg.header), tuple(msg.name), msg.position, msg.velocity, msg.effort
-
-    def trajectory(self, raw: bytes, msgtype: str = "trajectory_msgs/msg/JointTrajectory"):
-        try:
-            tb = wire.decode_trajectory(raw, self._names)
-            acc = tb.QDD if tb.QDD is not None else np.zeros((len(tb.t_ns), 0))
-            return tb.stamp_ns, tb.names, list(zip((tb.t_ns - tb.stamp_ns).tolist(), acc))
-        except ValueError:
-            msg = _decode(raw, msgtype)
-            return _stamp(msg.header), tuple(msg.joint_names), [
-                (int(p.time_from_start.sec) * 1_000_000_000 + int(p.time_from_start.nanosec), p.accelerations)
-                for p in msg.points]
-
-
-def _stamp(header) -> int:
-    return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
-
-
-def _find_topics(path) -> tuple[dict, dict]:
-    """role -> topic in the bag (exact relative name with a leading '/', else a unique
-    namespace suffix) and topic -> (msgtype, count).  ``path``: a bag or a
-    :class:`~.bags.BagSource`."""
-    src = open_bag(path)
-    info, where = src.topics, str(src.path)
-    found = {}
-    for role, (name, msgtype) in _TOPICS.items():
-        cands = [t for t in info if t == "/" + name] or [t for t in info if t.endswith("/" + name)]
-        if len(cands) > 1:
-            raise ValueError(f"bag {where!r}: topic {name!r} is ambiguous: {sorted(cands)}")
-        if cands and info[cands[0]][1] > 0:
-            if info[cands[0]][0] != msgtype:
-                raise ValueError(f"bag {where!r}: {cands[0]} has type {info[cands[0]][0]}, expected {msgtype}")
-            found[role] = cands[0]
-    return found, info
-
 
 class _JointMap:
     """Per name-tuple index arrays from a message's names to the model's joints (None for
@@ -303,7 +201,7 @@ def load_samples(bag, *, robot=None, acceleration: str = "desired", target: str 
         raise ValueError(f"reference tolerance must be >= 0 s, got {reference_tolerance_s}")
     src = open_bag(bag)
     path = src.dir
-    topics, info = _find_topics(src)
+    topics, info = find_topics(src)
     where = f"bag {str(bag)!r}"
     listing = f"topics in the bag: {sorted(info) or 'none'}"
     if "joint_states" not in topics:
@@ -331,7 +229,7 @@ def load_samples(bag, *, robot=None, acceleration: str = "desired", target: str 
     # collect first (references usually precede the first state), map joints afterwards
     states, refs, ptorque = [], [], []
     up_t, up_v, up_names = [], [], None
-    fast = _FastReader()
+    fast = FastReader()
     for topic, msgtype, _, raw in read_raw(src, list(wanted)):
         role = wanted[topic]
         if role == "joint_states":

@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .bags import open_bag
+from .streams import TOPIC_ROLES, find_topics, read_streams
+
 __all__ = ["Recording", "load_recording"]
 
 
@@ -70,35 +73,18 @@ def _finish(source, joints, t, q, qd, tau, counts) -> Recording:
 
 
 def _load_bag(path: pathlib.Path, joints: list) -> Recording:
-    from .bags import open_bag, read_raw
-    from .offline import _FastReader, _find_topics, _JointMap
-
     src = open_bag(path)
-    topics, info = _find_topics(src)
-    if "joint_states" not in topics:
+    if find_topics(src, {"joint_states": TOPIC_ROLES["joint_states"]})[0].get("joint_states") is None:
         raise ValueError(f"bag {str(path)!r} has no joint_states messages (sensor_msgs/msg/JointState); topics in"
-                         f" the bag: {sorted(info) or 'none'}")
-    fast = _FastReader()
-    n = len(joints)
-    jmap = _JointMap(joints, "", topics["joint_states"])
-    t, rows = [], []
-    counts = {"messages": 0, "missing_joints": 0}
-    for _, _, _, raw in read_raw(src, [topics["joint_states"]]):
-        counts["messages"] += 1
-        stamp, names, pos, vel, eff = fast.joint_state(raw)
-        idx = jmap(names)
-        m = len(names)
-        if idx is None or len(pos) != m or len(vel) != m or len(eff) != m:
-            counts["missing_joints"] += 1
-            continue
-        t.append(stamp * 1e-9)
-        rows.append(np.concatenate([np.asarray(pos)[idx], np.asarray(vel)[idx], np.asarray(eff)[idx]]))
-    if jmap.missing:
-        counts["missing_joint_names"] = sorted(jmap.missing)
-    if src.recovered:
-        counts["truncated"] = src.recovered
-    R = np.array(rows, dtype=float).reshape(-1, 3 * n)
-    return _finish(str(path), joints, t, R[:, :n], R[:, n:2 * n], R[:, 2 * n:], counts)
+                         f" the bag: {sorted(src.topics) or 'none'}")
+    rec = read_streams(src, joints, reference=None, missing="skip")
+    st = rec.joint["/joint_states"]
+    counts = {"messages": len(st.t_ns) + rec.damage.get("missing_joints", 0),
+              "missing_joints": rec.damage.get("missing_joints", 0)}
+    for key in ("missing_joint_names", "truncated"):
+        if key in rec.damage:
+            counts[key] = rec.damage[key]
+    return _finish(str(path), joints, st.t, st.position, st.velocity, st.effort, counts)
 
 
 def _load_csv(path: pathlib.Path, joints: list) -> Recording:

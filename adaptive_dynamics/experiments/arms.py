@@ -227,7 +227,7 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
     from ..robots import armature, friction
     from ..robot_setup import controller_gains, resolve_robot
     from .closed_loop_regions import tracking
-    from .consistency_online import run_directed
+    from ..launcher import run_to_end
 
     try:
         spec = resolve_robot(urdf, joints=joints, ee_frame=ee_frame)
@@ -250,7 +250,7 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
                         overrides=overrides)
     t0 = time.monotonic()
     try:
-        run_directed(nodes, None, duration, echo=echo, timeout=max(300.0, 20 * duration))
+        run_to_end(nodes, timeout=max(300.0, 20 * duration), echo=echo, what="the closed loop failed")
     except RuntimeError as exc:
         return {"arm": label, "failed": str(exc)[-3000:], "wall_s": round(time.monotonic() - t0, 1)}
     tr = tracking(bag, spec.joint_names, t_from=duration - tail)

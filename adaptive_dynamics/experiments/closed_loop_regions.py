@@ -48,7 +48,9 @@ from typing import Any
 import numpy as np
 
 from . import save_plot
-from .consistency_online import PhaseDirector, _stamped, referenced_states, run_directed
+from ..evaluation.streams import read_streams
+from ..launcher import run_to_end
+from .clock_follower import PhaseDirector
 
 #: sim s of learning on trajectory A, then of evaluation on A and on B
 LEARN_S, EVAL_S = 30.0, 10.0
@@ -117,7 +119,8 @@ def _run(robot: str, learner: str, bag: str, duration: float, overrides: dict, f
         if learner != "none":
             frozen["residual_learner"] = {"learning": False}
         director = PhaseDirector([freeze_at], settings={1: {}, 2: frozen})
-    wall = run_directed(nodes, director, duration, echo=echo, timeout=timeout)
+    wall = run_to_end(nodes, timeout=timeout, companions=[director] if director else [], echo=echo,
+                      what="the closed loop failed").wall_s
     return {"wall_s": round(wall, 1), "sim_s": duration,
             **({"frozen_at_s": director.switches[0]["clock_s"]} if director is not None else {})}
 
@@ -125,15 +128,12 @@ def _run(robot: str, learner: str, bag: str, duration: float, overrides: dict, f
 def tracking(bag: str, names: list[str], t_from: float = 0.0) -> dict:
     """Position errors ``q_d - q`` of a recorded run from sim time ``t_from`` on, the
     positions, and the learner's published prediction (if recorded)."""
-    from ..evaluation.bags import resolve_bag
-    path = resolve_bag(bag)
-    ts, q, q_ref, _ = referenced_states(path, names, "position")
-    out = {"t": ts * 1e-9, "q": q, "e": q_ref - q}
-    try:
-        tf, fhat = _stamped(path, "/residual_learner/prediction", names, "effort")
-        out["t_f"], out["f"] = tf * 1e-9, fhat
-    except ValueError:   # no learner in this run
-        pass
+    rec = read_streams(bag, names, joints=["/joint_states", "/residual_learner/prediction"])
+    st, ref = rec.referenced()
+    out = {"t": st.t, "q": st.position, "e": ref.q - st.position}
+    pred = rec.joint["/residual_learner/prediction"]
+    if len(pred.t_ns):   # (no learner in this run: none)
+        out["t_f"], out["f"] = pred.t, pred.effort
     out["rmse"] = np.sqrt(np.mean(out["e"][out["t"] >= t_from] ** 2, axis=0))
     return out
 

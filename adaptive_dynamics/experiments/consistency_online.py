@@ -38,13 +38,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
 from typing import Any
 
 import numpy as np
 
 from . import save_plot
-from .clock_follower import ClockFollower
+from ..launcher import run_to_end
+from .clock_follower import PhaseDirector
 
 # phase -> parameter changes at its start (phase 1's are the nodes' start parameters)
 PHASE_SETTINGS = {
@@ -58,58 +58,6 @@ PHASE_NAMES = {1: "NP learns, no output", 2: "NP learns + outputs", 3: "parametr
 #: composite-law gains of this experiment (the rest from config/<robot>.yaml)
 CONTROLLER: dict[str, Any] = {}
 RECORDED = ["joint_states", "reference", "adaptive/parametric_torque", "residual_learner/prediction"]
-
-
-class PhaseDirector(ClockFollower):
-    """Switch the phases at sim-time boundaries through SetParameters (own rclpy context).
-
-    ``settings``: phase (1, 2, ...) -> node name -> parameter values set at the phase's
-    start (default: this experiment's :data:`PHASE_SETTINGS`); ``boundaries``: the start
-    of phases 2, 3, ... [sim s]."""
-
-    def __init__(self, boundaries: list[float], namespace: str = "",
-                 settings: dict[int, dict[str, dict[str, Any]]] | None = None):
-        from rcl_interfaces.srv import SetParameters
-
-        from ..ros.params import to_parameters
-
-        super().__init__("phase_director", namespace)
-        self._to_parameters = to_parameters
-        self.settings = PHASE_SETTINGS if settings is None else settings
-        self.boundaries = list(boundaries)   # start of phases 2, 3, ...
-        if len(self.boundaries) != len(self.settings) - 1:
-            raise ValueError(f"{len(self.settings)} phases need {len(self.settings) - 1} boundaries,"
-                             f" got {self.boundaries}")
-        names = sorted({name for values in self.settings.values() for name in values})
-        self.clients = {name: self.node.create_client(SetParameters, f"{name}/set_parameters") for name in names}
-        self.phase = 1
-        self.switches: list[dict[str, Any]] = []
-        self.start()
-
-    def on_clock(self, t: float) -> None:
-        while self.phase < len(self.settings) and t >= self.boundaries[self.phase - 1]:
-            self.phase += 1
-            self._switch(self.phase, t)
-
-    def _switch(self, phase: int, t: float) -> None:
-        from rcl_interfaces.srv import SetParameters
-        entry = {"phase": phase, "clock_s": round(t, 4), "acknowledged_s": {}}
-        self.switches.append(entry)
-        for name, values in self.settings[phase].items():
-            req = SetParameters.Request()
-            req.parameters = [p.to_parameter_msg() for p in self._to_parameters(values)]
-            fut = self.clients[name].call_async(req)
-
-            def done(f, name=name, values=values):
-                try:
-                    res = f.result()
-                    bad = [r.reason for r in res.results if not r.successful]
-                    if bad:
-                        self.errors.append(f"phase {phase}: {name} refused {values}: {bad}")
-                except Exception as exc:  # pragma: no cover - service died
-                    self.errors.append(f"phase {phase}: {name}: {exc!r}")
-                entry["acknowledged_s"][name] = round(self.last_clock, 4)
-            fut.add_done_callback(done)
 
 
 def learner_settings(learner: str, phases: list[float], trajectory: dict | None) -> dict:
@@ -161,92 +109,23 @@ def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float
     }
     nodes = build_graph("sim", robot=robot, controller="composite", learner=learner, duration=duration,
                         record=True, bag=bag, overrides=overrides, param_files=paper_config(robot))
-    director = PhaseDirector(boundaries)
-    wall = run_directed(nodes, director, duration, echo=echo, timeout=timeout)
+    director = PhaseDirector(boundaries, PHASE_SETTINGS)
+    wall = run_to_end(nodes, timeout=timeout, companions=[director], echo=echo, what="the closed loop failed").wall_s
     return {"switches": director.switches, "wall_s": round(wall, 1), "sim_s": duration,
             "sim_s_per_wall_s": round(duration / wall, 3)}
-
-
-def run_directed(nodes, director: PhaseDirector | None, duration: float, *, echo: bool = False,
-                 timeout: float = 3600.0) -> float:
-    """Run a graph (``nodes`` of :func:`~adaptive_dynamics.launch_graph.build_graph`) to its
-    end while ``director`` (already listening, closed here) switches its phases; the wall
-    time [s].  RuntimeError with the nodes' last log lines if the graph failed, and if a
-    switch was refused or did not happen."""
-    from ..launcher import GraphProcess
-
-    t0 = time.monotonic()
-    try:
-        g = GraphProcess(nodes, echo=echo)
-        rc, why = g.wait(timeout=timeout)
-    finally:
-        if director is not None:
-            director.close()
-    wall = time.monotonic() - t0
-    if rc != 0:
-        tail = {k: v[-12:] for k, v in g.logs.items()}
-        raise RuntimeError(f"the closed loop failed ({why}); last log lines: {json.dumps(tail, indent=1)}")
-    if director is not None:
-        if director.errors:
-            raise RuntimeError(f"phase switches refused: {director.errors}")
-        expected = len(director.settings) - 1
-        if len(director.switches) != expected:
-            raise RuntimeError(f"only {len(director.switches)} of {expected} phase switches happened (clock"
-                               f" reached {director.last_clock:.2f} s of {duration:.2f} s)")
-    return wall
-
-
-def _stamped(path, topic, names, *fields):
-    """Stamps [ns] and one array per JointState field (columns in ``names`` order), in
-    one pass over the topic."""
-    from ..evaluation.bags import read_messages
-    ts, vals = [], [[] for _ in fields]
-    order, got = None, None
-    for _, _, m in read_messages(path, [topic]):
-        if order is None or list(m.name) != got:
-            got = list(m.name)
-            if set(names) - set(got):
-                raise ValueError(f"{topic} in {path} has joints {got}, expected {names}")
-            order = [got.index(j) for j in names]
-        ts.append(m.header.stamp.sec * 10 ** 9 + m.header.stamp.nanosec)
-        for out, field in zip(vals, fields):
-            out.append(np.asarray(getattr(m, field))[order])
-    if not ts:
-        raise ValueError(f"no {topic} messages in {path}")
-    return (np.array(ts, dtype=np.int64), *(np.array(v) for v in vals))
-
-
-def _references(path, names):
-    from ..evaluation.bags import read_messages
-    out = {}
-    for _, _, m in read_messages(path, ["/reference"]):
-        order = [list(m.joint_names).index(j) for j in names]
-        t0 = m.header.stamp.sec * 10 ** 9 + m.header.stamp.nanosec
-        for pt in m.points:
-            t = t0 + pt.time_from_start.sec * 10 ** 9 + pt.time_from_start.nanosec
-            out[t] = (np.asarray(pt.positions)[order], np.asarray(pt.velocities)[order])
-    return out
-
-
-def referenced_states(path, names, *fields):
-    """``joint_states`` of a recording at the stamps the reference covers: stamps [ns], one
-    array per field (:func:`_stamped`), then the reference positions and velocities."""
-    ts, *vals = _stamped(path, "/joint_states", names, *fields)
-    refs = _references(path, names)
-    keep = np.array([t in refs for t in ts])
-    ts = ts[keep]
-    return (ts, *(x[keep] for x in vals), np.array([refs[t][0] for t in ts]), np.array([refs[t][1] for t in ts]))
 
 
 def analyse(bag: str, names: list[str], phases: list[float]) -> dict:
     """Per-phase RMSE of position, velocity and torque-prediction errors, plus traces."""
     from ..evaluation.metrics import rmse
-    from ..evaluation.bags import resolve_bag
-    path = resolve_bag(bag)
-    ts, q, v, tau, Qd, Vd = referenced_states(path, names, "position", "velocity", "effort")
-    tp, pt = _stamped(path, "/adaptive/parametric_torque", names, "effort")
-    tf, fhat = _stamped(path, "/residual_learner/prediction", names, "effort")
-    eq, ev = Qd - q, Vd - v
+    from ..evaluation.streams import read_streams
+    rec = read_streams(bag, names, joints=["/joint_states", "/adaptive/parametric_torque",
+                                           "/residual_learner/prediction"])
+    st, ref = rec.referenced()
+    ts, tau = st.t_ns, st.effort
+    tp, pt = rec.joints("/adaptive/parametric_torque").t_ns, rec.joints("/adaptive/parametric_torque").effort
+    tf, fhat = rec.joints("/residual_learner/prediction").t_ns, rec.joints("/residual_learner/prediction").effort
+    eq, ev = ref.q - st.position, ref.qd - st.velocity
     # torque prediction on the monitor's stamps (every 10th): tau - (Y pi_hat + f_hat)
     idx_s = {t: i for i, t in enumerate(ts)}
     idx_p = {t: i for i, t in enumerate(tp)}

@@ -31,6 +31,8 @@ import time
 
 import numpy as np
 
+from ..evaluation.streams import read_streams
+
 __all__ = ["TOOL", "BASE_FREQUENCY", "BASELINE_PERIODS", "LEARNING_PERIODS", "TARGETS", "run", "tool_truth",
            "tracking_plots"]
 
@@ -64,16 +66,15 @@ def tool_truth(robot: str, link: str) -> dict:
 def _params_over_time(bag: str, link: str):
     """(t [s], [k x 4]: mass and first moments m, mx, my, mz of ``link``'s block) from
     ``/adaptive/parameters``."""
-    from ..evaluation.bags import read_messages
     keys = ["m", "mx", "my", "mz"]
     ts, rows = [], []
-    for _, _, msg in read_messages(bag, ["/adaptive/parameters"]):
-        names = list(msg.name)
+    for stamp, names, values in read_streams(bag, [], joints=[], reference=None,
+                                             vectors=["/adaptive/parameters"]).vectors["/adaptive/parameters"]:
         idx = [names.index(f"{link}.{k}") if f"{link}.{k}" in names else -1 for k in keys]
         if min(idx) < 0:
             continue
-        ts.append(msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
-        rows.append([msg.position[k] for k in idx])
+        ts.append(stamp * 1e-9)
+        rows.append([values[k] for k in idx])
     return np.asarray(ts), np.asarray(rows).reshape(-1, 4)
 
 
@@ -81,10 +82,10 @@ def run(robot: str = "panda", out: str = "out/demo", *, learner: str = LEARNER, 
         overrides: dict | None = None, echo: bool = False, joints=None, ee_frame: str | None = None) -> dict:
     """The two phases in one run of the graph; the summary (also ``out/demo.json``)."""
     from ..dynamics import RobotModel
-    from ..evaluation.bags import resolve_bag
     from ..launch_graph import build_graph
     from ..robot_setup import resolve_robot
-    from .consistency_online import PhaseDirector, referenced_states, run_directed
+    from ..launcher import run_to_end
+    from .clock_follower import PhaseDirector
 
     t0 = time.monotonic()
     os.makedirs(out, exist_ok=True)
@@ -112,10 +113,11 @@ def run(robot: str = "panda", out: str = "out/demo", *, learner: str = LEARNER, 
     director = PhaseDirector([t_switch], settings={
         1: {}, 2: {"adaptive_controller": {"law": "composite", "feedforward": True},
                    "residual_learner": {"learning": True}}})
-    run_directed(nodes, director, duration, echo=echo, timeout=max(300.0, 20 * duration))
+    run_to_end(nodes, timeout=max(300.0, 20 * duration), companions=[director], echo=echo,
+               what="the closed loop failed")
     names = list(spec.joint_names)
-    ts, q, tau, q_ref, _ = referenced_states(resolve_bag(bag), names, "position", "effort")
-    tr = {"t": ts * 1e-9, "q": q, "e": q_ref - q, "tau": tau}
+    st, ref = read_streams(bag, names).referenced()
+    tr = {"t": st.t, "q": st.position, "e": ref.q - st.position, "tau": st.effort}
     t, e = tr["t"], tr["e"]
     base = (t < t_switch)
     last = (t >= duration - period)

@@ -404,6 +404,13 @@ class RunMonitor(ClockFollower):
                 entry["acknowledged_s"] = round(self.last_clock, 4)
             fut.add_done_callback(done)
 
+    def problems(self) -> list[str]:
+        """Errors (refused actions, unreadable snapshots) and actions that did not happen."""
+        out = self.errors[:5]
+        if len(self.done) != len(self.actions):
+            out.append(f"only {len(self.done)} of {len(self.actions)} timed actions happened")
+        return out
+
     def _on_snapshot(self, raw: bytes) -> None:
         try:
             st = snapshot_stats(raw)
@@ -491,8 +498,8 @@ def run_graph(robot: str, spec: dict, bag: str, *, echo: bool = False, timeout: 
     ``learner`` (None, ``{"kind", "config"}`` or ``{"kind", "model_file"}`` for a frozen
     model), ``bridge`` (extra parameters), ``actions`` (timed SetBool calls)."""
     from ..launch_graph import build_graph
+    from ..launcher import run_to_end
     from ..robots import paper_config
-    from ..launcher import GraphProcess
 
     lrn = spec.get("learner")
     frozen = bool(lrn and lrn.get("model_file"))
@@ -528,21 +535,7 @@ def run_graph(robot: str, spec: dict, bag: str, *, echo: bool = False, timeout: 
     if timeout is None:   # generous: 0.05 sim-s per wall-s, plus start-up and shutdown
         timeout = 120.0 + 20.0 * float(spec["duration"])
     monitor = RunMonitor(spec.get("actions", ()))
-    t0 = time.monotonic()
-    g = None
-    try:
-        g = GraphProcess(nodes, echo=echo)
-        rc, why = g.wait(timeout=timeout)
-    finally:
-        monitor.close()
-    wall = time.monotonic() - t0
-    if rc != 0:
-        tail = {k: v[-12:] for k, v in g.logs.items()} if g is not None else {}
-        raise RuntimeError(f"the closed loop failed ({why}); last log lines: {json.dumps(tail, indent=1)}")
-    if monitor.errors:
-        raise RuntimeError(f"run monitor: {monitor.errors[:5]}")
-    if len(monitor.done) != len(spec.get("actions", ())):
-        raise RuntimeError(f"only {len(monitor.done)} of {len(spec.get('actions', ()))} timed actions happened")
+    wall = run_to_end(nodes, timeout=timeout, companions=[monitor], echo=echo, what="the closed loop failed").wall_s
     return {"wall_s": round(wall, 1), "sim_s": float(spec["duration"]),
             "sim_s_per_wall_s": round(float(spec["duration"]) / wall, 3),
             "actions": monitor.done, "snapshots": monitor.snapshots}
@@ -553,58 +546,15 @@ def load_bag(bag: str, names: list[str]) -> dict:
     """Arrays of one run: states (t, q, qd, tau) at 1 kHz with their references (q_d,
     qd_d, qdd_d), the learner's feed-forward at its stamps (every 10th reference point)
     and the last /diagnostics values of every node."""
-    from ..evaluation.bags import read_raw, resolve_bag
-    from ..evaluation.bags import TYPESTORE
-    from ..wire import NameCache, decode_joint_state, decode_trajectory
-
-    path = resolve_bag(bag)
-    cache = NameCache()
-    st_t, st_q, st_v, st_e = [], [], [], []
-    pr_t, pr_f = [], []
-    refs: dict[int, tuple] = {}
-    diag: dict[str, dict] = {}
-    q_index: dict[bytes, float] = {}
-    order = {}
-    for topic, msgtype, _, raw in read_raw(path, ["/joint_states", "/reference", "/learner/prediction",
-                                                  "/diagnostics"]):
-        if topic == "/joint_states" or topic == "/learner/prediction":
-            stamp, nm, q, v, e = decode_joint_state(raw, cache)
-            key = (topic, nm)
-            if key not in order:
-                order[key] = [list(nm).index(j) for j in names]
-            idx = order[key]
-            if topic == "/joint_states":
-                qi = q[idx]
-                q_index[qi.tobytes()] = stamp * 1e-9
-                st_t.append(stamp)
-                st_q.append(qi)
-                st_v.append(v[idx])
-                st_e.append(e[idx])
-            else:
-                pr_t.append(stamp)
-                pr_f.append(e[idx])
-        elif topic == "/reference":
-            b = decode_trajectory(raw)
-            idx = [list(b.names).index(j) for j in names]
-            for k, t in enumerate(b.t_ns):
-                refs[int(t)] = (b.Q[k, idx], b.QD[k, idx], b.QDD[k, idx])
-        else:
-            msg = TYPESTORE.deserialize_cdr(raw, msgtype)
-            for s in msg.status:
-                diag[s.name] = {kv.key: kv.value for kv in s.values}
-    t = np.array(st_t, dtype=np.int64)
-    keep = np.array([int(s) in refs for s in t], dtype=bool)
-    out = {"t_ns": t[keep], "q": np.array(st_q)[keep], "qd": np.array(st_v)[keep], "tau": np.array(st_e)[keep]}
-    R = [refs[int(s)] for s in out["t_ns"]]
-    out["q_d"] = np.array([r[0] for r in R])
-    out["qd_d"] = np.array([r[1] for r in R])
-    out["qdd_d"] = np.array([r[2] for r in R])
-    out["t"] = out["t_ns"] * 1e-9
-    out["pred_t_ns"] = np.array(pr_t, dtype=np.int64)
-    out["pred"] = np.array(pr_f).reshape(-1, len(names))
-    out["diagnostics"] = diag
-    out["q_index"] = q_index     # exact q bytes -> instant [s]: where a learner's sample came from
-    return out
+    from ..evaluation.streams import read_streams
+    rec = read_streams(bag, names, joints=["/joint_states", "/learner/prediction"], diagnostics=True)
+    st, ref = rec.referenced()
+    pred = rec.joint["/learner/prediction"]
+    return {"t_ns": st.t_ns, "q": st.position, "qd": st.velocity, "tau": st.effort,
+            "q_d": ref.q, "qd_d": ref.qd, "qdd_d": ref.qdd, "t": st.t,
+            "pred_t_ns": pred.t_ns, "pred": pred.effort, "diagnostics": rec.diagnostics,
+            # exact q bytes -> instant [s]: where a learner's sample came from (every state)
+            "q_index": {q.tobytes(): t for q, t in zip(rec.joints().position, rec.joints().t)}}
 
 
 def _num(d: dict, key: str):

@@ -49,7 +49,6 @@ adaptive steady-state error <= 1/4 of the non-adaptive one.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -263,7 +262,7 @@ def run_headline(st: Setup, out_dir: str, seconds: float, *, echo: bool = False,
     from ..dynamics import RobotModel
     from ..launch_graph import build_graph
     from ..robots import paper_config
-    from ..launcher import GraphProcess
+    from ..launcher import run_to_end
 
     model = RobotModel(st.robot)
     work = out_dir if keep_bag else tempfile.mkdtemp(prefix="thunder_")
@@ -295,13 +294,7 @@ def run_headline(st: Setup, out_dir: str, seconds: float, *, echo: bool = False,
     }
     nodes = build_graph("sim", robot=st.robot, controller="backstepping", duration=seconds, record=True, bag=bag,
                         overrides=overrides, param_files=paper_config(st.robot))
-    t0 = time.monotonic()
-    g = GraphProcess(nodes, echo=echo)
-    rc, why = g.wait(timeout=180.0 + 20.0 * seconds)
-    wall = time.monotonic() - t0
-    if rc != 0:
-        tail = {k: v[-12:] for k, v in g.logs.items()}
-        raise RuntimeError(f"the closed loop failed ({why}); last log lines: {json.dumps(tail, indent=1)}")
+    wall = run_to_end(nodes, timeout=180.0 + 20.0 * seconds, echo=echo, what="the closed loop failed").wall_s
     try:
         data = read_bag(bag, model)
     finally:
@@ -325,35 +318,17 @@ def run_headline(st: Setup, out_dir: str, seconds: float, *, echo: bool = False,
 def read_bag(bag: str, model) -> dict:
     """Task error over time (recorded states against the recorded task references), the
     estimate messages (names, theta) and the last diagnostics."""
-    from ..evaluation.bags import TYPESTORE, read_raw, resolve_bag
+    from ..evaluation.streams import read_streams
     from ..ros.task_references import quaternion_to_matrix
-    from ..wire import NameCache, decode_joint_state, decode_multidof
     import pinocchio as pin
 
-    cache = NameCache()
-    states, refs, params, diag = [], {}, [], {}
-    order = None
-    for topic, msgtype, _, raw in read_raw(resolve_bag(bag), ["/joint_states", "/task_reference",
-                                                              "/adaptive/parameters", "/diagnostics"]):
-        if topic == "/joint_states":
-            stamp, names, q, _v, _e = decode_joint_state(raw, cache)
-            if order is None:
-                order = [list(names).index(j) for j in model.joint_names]
-            states.append((stamp, q[order]))
-        elif topic == "/task_reference":
-            b = decode_multidof(raw, cache)
-            j = list(b.names).index(model.ee_frame)
-            for k, t in enumerate(b.t_ns):
-                refs[int(t)] = b.T[k, j].copy()
-        elif topic == "/adaptive/parameters":
-            stamp, names, q, _v, _e = decode_joint_state(raw, cache)
-            params.append((stamp, list(names), np.asarray(q, float).copy()))
-        else:
-            msg = TYPESTORE.deserialize_cdr(raw, msgtype)
-            for st in msg.status:
-                diag[st.name] = {kv.key: kv.value for kv in st.values}
+    rec = read_streams(bag, model.joint_names, reference=None, task_reference="/task_reference",
+                       frame=model.ee_frame, vectors=["/adaptive/parameters"], diagnostics=True)
+    st = rec.joints()
+    refs = dict(zip(rec.task_reference[0].tolist(), rec.task_reference[1]))
+    params, diag = rec.vectors["/adaptive/parameters"], rec.diagnostics
     t, err = [], []
-    for stamp, q in states:
+    for stamp, q in zip(st.t_ns, st.position):
         r = refs.get(int(stamp))
         if r is None:
             continue
@@ -363,7 +338,7 @@ def read_bag(bag: str, model) -> dict:
         t.append(stamp * 1e-9)
         err.append(float(np.linalg.norm(e)))
     return {"t": np.asarray(t), "err": np.asarray(err), "est_t": np.array([p[0] * 1e-9 for p in params]),
-            "params": [(names, values) for _, names, values in params], "states": len(states), "diagnostics": diag}
+            "params": [(names, values) for _, names, values in params], "states": len(st.t_ns), "diagnostics": diag}
 
 
 # ============================================================================ plots
