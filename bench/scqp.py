@@ -94,7 +94,7 @@ def closed_loop(solver: str, residual_bytes: bytes, rounds: int, steps: int):
         for k in range(steps):
             _, q, v, _ = plant.state()
             t = time.perf_counter_ns()
-            tau = ctrl.step(q, v, p0 + X[k], Xd[k], Xdd[k], R_d=R0)
+            tau = ctrl.compute(q, v, p0 + X[k], Xd[k], Xdd[k], R_d=R0)
             s_r.append(time.perf_counter_ns() - t)
             q_r.append(ctrl.last.solve_time_s * 1e9)
             fails += not ctrl.last.ok

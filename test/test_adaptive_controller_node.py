@@ -143,10 +143,10 @@ def test_live_tuning_law_switch_and_nan_state(ros):
     (res,) = set_params(Parameter("kd", value=[12.0, 6.0]))
     assert res.successful, res.reason
     np.testing.assert_array_equal(np.diag(node.core.kd), [12.0, 6.0])
-    np.testing.assert_array_equal(np.diag(node.fixed["pd"].kd), [12.0, 6.0])
+    np.testing.assert_array_equal(np.diag(node.fixed["sliding_pd"].kd), [12.0, 6.0])
 
-    # law pd: exactly -K_D s, the estimate untouched
-    (res,) = set_params(Parameter("law", value="pd"))
+    # law sliding_pd: exactly -K_D s, the estimate untouched
+    (res,) = set_params(Parameter("law", value="sliding_pd"))
     assert res.successful, res.reason
     theta = node.core.theta.copy()
     t, q, v, tau = loop.plant.state()
@@ -244,6 +244,7 @@ def test_autosave_writes_the_estimate_outside_the_callback_lock(ros, tmp_path):
     with a snapshot taken under the core lock and the file written with neither the
     callback lock nor the core lock held (a save never delays a control cycle)."""
     from adaptive_dynamics.control.adaptive import AdaptiveController
+    from adaptive_dynamics.control.law import read_npz
     path = str(tmp_path / "auto.npz")
     node = make_node(ros, estimate_file=path, autosave_period=0.2, diagnostics_period=0.05)
     held = []
@@ -259,7 +260,7 @@ def test_autosave_writes_the_estimate_outside_the_callback_lock(ros, tmp_path):
     ros.spin_for(0.6)
     assert held and not any(a or b for a, b in held), held
     theta = node.core.theta.copy()
-    saved = AdaptiveController._read(path)
+    saved = read_npz(path, "an adaptive-controller state file")
     np.testing.assert_array_equal(saved["theta"], theta)  # nothing learned after the last save
     assert int(saved["updates"]) == node.core.updates
     # a failed write leaves the estimate marked unsaved: the next period retries
@@ -275,7 +276,7 @@ def test_autosave_writes_the_estimate_outside_the_callback_lock(ros, tmp_path):
 
 
 def test_franka_mode_leaves_gravity_to_the_robot(ros):
-    node = make_node(ros, law="computed_torque", robot_compensates_gravity=True)
+    node = make_node(ros, law="slotine_li", robot_compensates_gravity=True)
     loop = Loop(ros, node, seconds=1.0)
     loop.run(50)
     t, q, v, tau = loop.plant.state()
@@ -298,7 +299,7 @@ def test_residual_wait_holds_the_state_until_its_residual_arrives(ros):
     came (it was lost: residuals come in stamp order); after the wait, the staleness rule."""
     import time as _time
 
-    node = make_node(ros, law="pd", residual_wait=0.8, residual_staleness=0.0)
+    node = make_node(ros, law="sliding_pd", residual_wait=0.8, residual_staleness=0.0)
     loop = Loop(ros, node, seconds=1.0)
     res_pub = loop.probe.node.create_publisher(JointState, "feedforward/residual", RELIABLE_STREAM_QOS)
     assert ros.spin_until(lambda: res_pub.get_subscription_count() >= 1)

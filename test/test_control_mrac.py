@@ -58,7 +58,7 @@ def test_ideal_init_without_adaptation_is_the_pd_law(reference):
     ctl = TaskSpaceMRAC(kp=kp, kd=kd, adapt=False, reference=reference, origin=[0.1, -0.2, 0.3])
     for _ in range(50):
         x, v, xd, vd, ad = (rng.normal(size=3) for _ in range(5))
-        out = ctl.step(x, v, xd, vd, ad, DT)
+        out = ctl.compute(x, v, xd, vd, ad, DT)
         pd = ad - kp * (x - xd) - kd * (v - vd)
         np.testing.assert_allclose(out, pd, rtol=1e-11, atol=1e-11)
     assert ctl.updates == 0 and np.array_equal(ctl.psi_zeta, ctl.psi_zeta_ideal)
@@ -68,7 +68,7 @@ def test_ideal_init_without_adaptation_is_the_pd_law(reference):
     x, v, xd, vd, ad = (rng.normal(size=3) for _ in range(5))
     for k in range(3):
         xk = x + 0.01 * k
-        out = ctl.step(xk, v, xd, vd, ad, DT)
+        out = ctl.compute(xk, v, xd, vd, ad, DT)
         deviation = np.abs(out - (ad - kp * (xk - xd) - kd * (v - vd))).max()
         assert (deviation < 1e-10) if k < 2 else (deviation > 1e-6)
     assert ctl.updates == 3
@@ -83,7 +83,7 @@ def test_reference_model_one_step_matches_independent_integration(hold):
     zr0 = np.array([0.1, -0.2, 0.3, 0.5, 0.0, -1.0])
     ctl.reset_reference(zr0)
     xd, vd, ad = np.array([0.2, 0.1, -0.1]), np.array([0.3, -0.4, 0.2]), np.array([1.0, 2.0, -3.0])
-    ctl.step(zr0[:3], zr0[3:], xd, vd, ad, dt)
+    ctl.compute(zr0[:3], zr0[3:], xd, vd, ad, dt)
     r0 = kp * xd + kd * vd
     rdot = (kp * vd + kd * ad) if hold == "foh" else np.zeros(3)
     A, B = ctl.A_r, ctl.B_r
@@ -107,7 +107,7 @@ def test_reference_model_stable_for_large_gain_and_period():
     ctl.reset_reference(np.zeros(6))
     norms = []
     for _ in range(100):
-        ctl.step(np.zeros(3), np.zeros(3), target, np.zeros(3), np.zeros(3), 0.01)
+        ctl.compute(np.zeros(3), np.zeros(3), target, np.zeros(3), np.zeros(3), 0.01)
         norms.append(np.abs(ctl.zeta_r[:3] - target).max())
     assert max(norms) <= np.abs(target).max() + 1e-12
     assert norms[-1] < 1e-12 and np.abs(ctl.zeta_r[3:]).max() < 1e-10
@@ -124,7 +124,7 @@ def test_paper_reference_lags_a_moving_target_trajectory_reference_does_not():
         err = []
         for k in range(int(6.0 / DT)):
             x, v, a = des(k * DT)
-            ctl.step(x, v, x, v, a, DT)  # plant exactly on the desired trajectory
+            ctl.compute(x, v, x, v, a, DT)  # plant exactly on the desired trajectory
             err.append(des((k + 1) * DT)[0][0] - ctl.zeta_r[0])
         lag[reference] = np.abs(err[-int(2.0 / DT):]).max()  # steady state (the transient decays as exp(-10 t))
     analytic = amp * w ** 2 / abs(complex(kp - w ** 2, kd * w))
@@ -142,7 +142,7 @@ def test_perfect_double_integrator_keeps_ideal_gains_with_trajectory_reference()
         E = []
         for k in range(int(10.0 / DT)):
             xd, vd, ad = des(k * DT)
-            u = ctl.step(x, v, xd, vd, ad, DT)
+            u = ctl.compute(x, v, xd, vd, ad, DT)
             x, v = x + v * DT + 0.5 * u * DT ** 2, v + u * DT  # exact ZOH double integrator
             E.append(np.abs(x - des((k + 1) * DT)[0]).max())
         res[reference] = (max(E[-1000:]), np.abs(ctl.psi_zeta - ctl.psi_zeta_ideal).max())
@@ -200,7 +200,7 @@ def _closed_loop(ctl, des, T):
     err = np.empty((N, 3))
     for k in range(N):
         xd, vd, ad = des(k * DT)
-        u = ctl.step(x, v, xd, vd, ad, DT)
+        u = ctl.compute(x, v, xd, vd, ad, DT)
         err[k] = x - xd
         x, v = _plant_step(x, v, u, DT)
     return err
@@ -267,7 +267,7 @@ def _lyapunov_run(dt, T=1.0, reference="trajectory"):
         Vs.append(V(e))
         if k == 0:
             assert V(e) == pytest.approx(ctl.lyapunov(e, psi_zeta_star, psi_r_star), rel=1e-12)
-        u = ctl.step(zeta[:3], zeta[3:], xd, vd, ad, dt)
+        u = ctl.compute(zeta[:3], zeta[3:], xd, vd, ad, dt)
         nu = u - ad if reference == "paper" else u
         diss.append(0.5 * e @ ctl.Q @ e * dt)
         zeta = Ad @ zeta + Bd @ nu
@@ -312,7 +312,7 @@ def test_bounds_respected_and_counted():
         zr = ctl.zeta_r.copy() if ctl.reference_initialized else np.concatenate([x, v])
         phi = ctl.basis(np.concatenate([x, v]) - zr)
         r = ctl.regulation(xd, vd)
-        u = ctl.step(x, v, xd, vd, np.zeros(3), DT)
+        u = ctl.compute(x, v, xd, vd, np.zeros(3), DT)
         # independent replica of one adaptation step (eq. 9) + clipping around the ideal gains
         s = ctl.B_r.T @ ctl.P @ (np.concatenate([x, v]) - zr)
         n_out = 0
@@ -331,20 +331,20 @@ def test_bounds_respected_and_counted():
     # "zero" init: the box is centred on zero
     z = TaskSpaceMRAC(init="zero", bound_zeta=1.0)
     assert np.array_equal(z.psi_zeta, np.zeros((3, 6))) and np.array_equal(z.center["psi_r"], np.zeros((3, 3)))
-    z.step(np.ones(3), np.zeros(3), np.zeros(3), np.zeros(3), np.zeros(3), DT)
-    z.step(np.zeros(3), np.ones(3), np.zeros(3), np.zeros(3), np.zeros(3), DT)
+    z.compute(np.ones(3), np.zeros(3), np.zeros(3), np.zeros(3), np.zeros(3), DT)
+    z.compute(np.zeros(3), np.ones(3), np.zeros(3), np.zeros(3), np.zeros(3), DT)
     assert np.abs(z.psi_zeta).max() <= 1.0
 
 
 def _snapshot(ctl):
-    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in ctl.get_state().items()}
+    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in ctl.state_dict().items()}
 
 
 def test_non_finite_input_raises_and_leaves_state_unchanged():
     ctl = TaskSpaceMRAC()
     rng = np.random.default_rng(7)
     for _ in range(20):
-        ctl.step(*(rng.normal(scale=0.1, size=3) for _ in range(5)), DT)
+        ctl.compute(*(rng.normal(scale=0.1, size=3) for _ in range(5)), DT)
     snap = _snapshot(ctl)
     good = [rng.normal(scale=0.1, size=3) for _ in range(5)]
     for i in range(5):
@@ -352,15 +352,15 @@ def test_non_finite_input_raises_and_leaves_state_unchanged():
             args = [g.copy() for g in good]
             args[i][1] = bad
             with pytest.raises(ValueError, match="not finite"):
-                ctl.step(*args, DT)
+                ctl.compute(*args, DT)
     for dt in (0.0, -1e-3, np.nan, np.inf, "x"):
         with pytest.raises(ValueError, match="dt"):
-            ctl.step(*good, dt)
+            ctl.compute(*good, dt)
     with pytest.raises(ValueError, match="overflow"):  # finite, but the update overflows (clip(inf) is finite!)
-        ctl.step(np.full(3, 1e300), *good[1:], DT)
+        ctl.compute(np.full(3, 1e300), *good[1:], DT)
     with pytest.raises(ValueError, match="not finite"):  # finite, but the output overflows
-        ctl.step(np.full(3, 1e307), *good[1:], DT)
-    after = ctl.get_state()
+        ctl.compute(np.full(3, 1e307), *good[1:], DT)
+    after = ctl.state_dict()
     for k, v in snap.items():
         assert np.array_equal(after[k], v), k
 
@@ -370,23 +370,23 @@ def test_state_round_trip_reproduces_outputs(tmp_path):
     inputs = [[rng.normal(scale=0.1, size=3) for _ in range(5)] for _ in range(150)]
     a = TaskSpaceMRAC(rbf_velocity=False, kp=[100.0, 150.0, 80.0])
     for args in inputs[:100]:
-        a.step(*args, DT)
-    state = a.get_state()
+        a.compute(*args, DT)
+    state = a.state_dict()
     assert all(isinstance(v, np.ndarray) for v in state.values())
     path = a.save(tmp_path / "mrac")
-    ref = [a.step(*args, DT) for args in inputs[100:]]
+    ref = [a.compute(*args, DT) for args in inputs[100:]]
     b = TaskSpaceMRAC(kp=[100.0, 150.0, 80.0])
-    b.set_state(state)
-    out = [b.step(*args, DT) for args in inputs[100:]]
+    b.load_state_dict(state)
+    out = [b.compute(*args, DT) for args in inputs[100:]]
     assert all(np.array_equal(x, y) for x, y in zip(ref, out))
     c = TaskSpaceMRAC(kp=[100.0, 150.0, 80.0])
     c.load_state(path, reference=True)
-    assert all(np.array_equal(x, c.step(*args, DT)) for x, args in zip(ref, inputs[100:]))
+    assert all(np.array_equal(x, c.compute(*args, DT)) for x, args in zip(ref, inputs[100:]))
     # a new episode: gains only -> the reference restarts at the first measured state (e = 0)
     d = TaskSpaceMRAC(kp=[100.0, 150.0, 80.0])
     d.load_state(path)
     assert np.array_equal(d.psi_phi, state["psi_phi"]) and not d.reference_initialized
-    d.step(*inputs[100], DT)
+    d.compute(*inputs[100], DT)
     assert np.array_equal(d.last_error, np.zeros(6))
 
 
@@ -394,26 +394,26 @@ def test_wrong_shapes_and_bad_parameters_raise():
     ctl = TaskSpaceMRAC()
     z3 = np.zeros(3)
     with pytest.raises(ValueError, match="x must have 3"):
-        ctl.step(np.zeros(2), z3, z3, z3, z3, DT)
+        ctl.compute(np.zeros(2), z3, z3, z3, z3, DT)
     with pytest.raises(ValueError, match="xdd_des must have 3"):
-        ctl.step(z3, z3, z3, z3, np.zeros((2, 3)), DT)
-    state = ctl.get_state()
+        ctl.compute(z3, z3, z3, z3, np.zeros((2, 3)), DT)
+    state = ctl.state_dict()
     for key, shape in (("psi_zeta", (3, 5)), ("psi_r", (2, 2)), ("psi_phi", (3, 9))):
         bad = dict(state)
         bad[key] = np.zeros(shape)
         with pytest.raises(ValueError, match=key):
-            ctl.set_state(bad)
+            ctl.load_state_dict(bad)
     bad = dict(state)
     bad["psi_r"] = np.full((3, 3), 5.0)  # outside the default box (|Psi_r - I| <= 1)
     with pytest.raises(ValueError, match="bound box"):
-        ctl.set_state(bad)
+        ctl.load_state_dict(bad)
     bad = dict(state)
     del bad["psi_zeta"]
     with pytest.raises(ValueError, match="missing"):
-        ctl.set_state(bad)
+        ctl.load_state_dict(bad)
     with pytest.raises(ValueError, match="zeta must be 6"):
         ctl.reset_reference(np.zeros(4))
-    assert np.array_equal(ctl.get_state()["psi_r"], np.eye(3))  # nothing changed
+    assert np.array_equal(ctl.state_dict()["psi_r"], np.eye(3))  # nothing changed
     for kw, msg in ((dict(kp=-1.0), "kp"), (dict(kp=[1.0, 2.0]), "kp"), (dict(kd=0.0), "kd"),
                     (dict(q_weight=[1.0, -1.0, 1.0, 1.0, 1.0, 1.0]), "q_weight"), (dict(init="pd"), "init"),
                     (dict(reference="x"), "reference"), (dict(hold="x"), "hold"), (dict(rate_phi=0.0), "rate_phi"),
@@ -424,7 +424,7 @@ def test_wrong_shapes_and_bad_parameters_raise():
     # a 2-D task works end to end
     two = TaskSpaceMRAC(dim=2, rbf_per_dim=5)
     assert two.psi_zeta.shape == (2, 4) and two.psi_phi.shape == (2, 25)
-    assert two.step([0.1, 0.2], [0, 0], [0, 0], [0, 0], [0, 0], DT).shape == (2,)
+    assert two.compute([0.1, 0.2], [0, 0], [0, 0], [0, 0], [0, 0], DT).shape == (2,)
 
 
 # ---------------------------------------------------------------------------- live tuning
@@ -434,7 +434,7 @@ def test_set_adaptation_rates_and_bounds_live():
     default = TaskSpaceMRAC()
     rng = np.random.default_rng(3)
     for k in range(200):   # a poor plant drives the gains away from the ideal ones
-        ctl.step(rng.normal(scale=0.05, size=3), rng.normal(scale=0.2, size=3), 0.1 * np.sin(k * DT + np.arange(3)),
+        ctl.compute(rng.normal(scale=0.05, size=3), rng.normal(scale=0.2, size=3), 0.1 * np.sin(k * DT + np.arange(3)),
                  np.zeros(3), np.zeros(3), DT)
     dev = np.abs(ctl.psi_zeta - ctl.center["psi_zeta"]).max()
     assert dev > 0.1
@@ -462,9 +462,9 @@ def test_transfer_gains_carries_what_was_adapted_to_new_reference_gains():
     a = TaskSpaceMRAC(kp=100.0, kd=20.0, rate_zeta=1e4, rate_phi=1e3)
     rng = np.random.default_rng(4)
     for k in range(100):
-        a.step(rng.normal(scale=0.05, size=3), rng.normal(scale=0.2, size=3), 0.1 * np.sin(k * DT + np.arange(3)),
+        a.compute(rng.normal(scale=0.05, size=3), rng.normal(scale=0.2, size=3), 0.1 * np.sin(k * DT + np.arange(3)),
                np.zeros(3), np.zeros(3), DT)
-    state = a.get_state()
+    state = a.state_dict()
     # same settings: the gains are taken over exactly (with the reference state)
     same = TaskSpaceMRAC(kp=100.0, kd=20.0)
     same.transfer_gains(state)

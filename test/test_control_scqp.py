@@ -101,7 +101,7 @@ def _episode(ctrl, plant, model, seconds=4.0):
         t = k * 0.005
         q, v = plant.true_state()
         x_d = x0 + [0.0, 0.0, 0.05 * np.sin(w * t)]
-        tau = ctrl.step(q, v, x_d, [0.0, 0.0, 0.05 * w * np.cos(w * t)], [0.0, 0.0, -0.05 * w * w * np.sin(w * t)],
+        tau = ctrl.compute(q, v, x_d, [0.0, 0.0, 0.05 * w * np.cos(w * t)], [0.0, 0.0, -0.05 * w * w * np.sin(w * t)],
                         R_d=R0)
         assert np.isfinite(tau).all()
         for _ in range(5):
@@ -175,16 +175,16 @@ def test_collect_off_and_angular_reference(panda):
     z = np.zeros(3)
     ctrl.collect = False
     for _ in range(5):
-        ctrl.step(Q0, np.zeros(7), x0, z, z)
+        ctrl.compute(Q0, np.zeros(7), x0, z, z)
     assert ctrl.residual.pending == 0
     ctrl.collect = True
     for _ in range(5):
-        ctrl.step(Q0, np.zeros(7), x0, z, z)
+        ctrl.compute(Q0, np.zeros(7), x0, z, z)
     assert ctrl.residual.pending == 1                   # every 5th of the 5 samples after the first cycle
     R0 = panda.frame_pose(Q0)[:3, :3]
     still = ctrl.qp.solve(Q0, np.zeros(7), z, R_des=R0)
     spin = ctrl.qp.solve(Q0, np.zeros(7), z, R_des=R0, w_des=[0.0, 0.0, 1.0], wdot_des=[0.0, 0.0, 2.0])
     J = panda.jacobian(Q0)
     assert (J[5] @ spin.qdd) > (J[5] @ still.qdd) + 1.0  # the angular task asks for a z rotation
-    tau = ctrl.step(Q0, np.zeros(7), x0, z, z, R_d=R0, w_d=[0.0, 0.0, 1.0], wdot_d=[0.0, 0.0, 2.0])
+    tau = ctrl.compute(Q0, np.zeros(7), x0, z, z, R_d=R0, w_d=[0.0, 0.0, 1.0], wdot_d=[0.0, 0.0, 2.0])
     assert np.isfinite(tau).all() and ctrl.last.ok

@@ -156,6 +156,7 @@ from typing import Any, Optional
 import numpy as np
 from scipy.linalg.lapack import dposv as _dposv
 
+from .law import NpzState, read_npz
 from .projection import consistency_margins, project_consistent
 
 __all__ = ["AdaptiveController", "LAWS", "spd_gain", "estimate_file"]
@@ -230,8 +231,9 @@ def _robot_name(model) -> str:
     return "unknown"
 
 
-class AdaptiveController:
-    """Direct / composite adaptive controller core (one :meth:`compute` per control period).
+class AdaptiveController(NpzState):
+    """Direct / composite adaptive controller core (one :meth:`compute` per control period;
+    the laws' protocol, :mod:`.law`).
 
     Parameters
     ----------
@@ -283,6 +285,8 @@ class AdaptiveController:
 
     LAWS = LAWS
     GAIN_NAMES = GAIN_NAMES
+
+    STATE_WHAT = "an adaptive-controller state file"
 
     def __init__(self, model, law: str = "composite", *, dt: float = 1e-3, lam=10.0, kd=20.0,
                  gamma=1.0, p0=1.0, r=1.0, filter_lambda: float = 20.0, lambda0: float = 0.1,
@@ -880,39 +884,13 @@ class AdaptiveController:
             **{f"gain_{k}": np.asarray(v) for k, v in g.items()},
         }
 
-    def save(self, path, state: Optional[dict] = None) -> str:
-        """Write the estimate, P, law, robot, parameter layout and gains to ``path``
-        (``.npz``; the suffix is added by numpy if missing).  Returns the path written.
-
-        ``state``: a :meth:`state_dict` snapshot taken earlier (a node takes it under its
-        lock and writes the file outside it, so a save never stalls the control cycle)."""
-        path = os.fspath(path)
-        if not path.endswith(".npz"):
-            path += ".npz"
-        tmp = path + ".tmp.npz"
-        np.savez(tmp, **(self.state_dict() if state is None else state))
-        os.replace(tmp, path)  # atomic: a crash never leaves a half-written estimate
-        return path
-
-    @staticmethod
-    def _read(path) -> dict:
-        try:
-            with np.load(os.fspath(path), allow_pickle=False) as f:
-                return {k: f[k] for k in f.files}
-        except FileNotFoundError:
-            raise
-        except Exception as exc:
-            raise ValueError(f"{os.fspath(path)}: not an adaptive-controller state file ({exc})") from None
-
-    def load_state(self, path, *, covariance: bool = True) -> None:
-        """Load theta_hat (and P, when ``covariance`` and the file has a matching one)
-        from a file written by :meth:`save`.
+    def load_state_dict(self, d: dict, *, covariance: bool = True, where: str = "state") -> None:
+        """Take theta_hat (and P, when ``covariance`` and ``d`` has a matching one) from a
+        :meth:`state_dict` (:meth:`load_state`: from a file written by :meth:`save`).
 
         The robot, joint names and parameter layout (coordinates + names) must match
         this controller; otherwise ``ValueError`` says what differs (nothing is changed).
         """
-        d = self._read(path)
-        where = os.fspath(path)
         for key in ("robot", "joint_names", "coordinates", "parameter_names", "theta"):
             if key not in d:
                 raise ValueError(f"{where}: missing {key!r}; not an adaptive-controller state file")
@@ -964,7 +942,7 @@ class AdaptiveController:
     def load(cls, path, model, **overrides) -> "AdaptiveController":
         """A controller for ``model`` with the law, gains, switches and state saved in
         ``path``; keyword ``overrides`` replace saved settings (e.g. ``kd=...``)."""
-        d = cls._read(path)
+        d = read_npz(path, cls.STATE_WHAT)
         try:
             kwargs: dict[str, Any] = {
                 "law": str(d["law"]),

@@ -31,6 +31,7 @@ from scipy.linalg.lapack import dpotrf as _dpotrf, dpotrs as _dpotrs, dsyev as _
 
 from ..validation import as_vector
 from .adaptive import AdaptiveController
+from .law import NpzState
 
 __all__ = ["TaskSpaceReference", "BacksteppingController", "orientation_error"]
 
@@ -168,7 +169,7 @@ class TaskSpaceReference:
         return qd_r, qdd_r
 
 
-class BacksteppingController:
+class BacksteppingController(NpzState):
     """(27)-(34): :class:`TaskSpaceReference` in front of an
     :class:`~adaptive_dynamics.control.adaptive.AdaptiveController` (``law`` "direct" or
     "composite", every option of the core: base parameters, friction, projection,
@@ -185,6 +186,15 @@ class BacksteppingController:
         self.core = AdaptiveController(model, law, **core)
         self.cross_torque = np.zeros(model.n)
         self._zero = np.zeros(model.n)
+
+    STATE_WHAT = "an adaptive-controller state file"
+
+    def state_dict(self) -> dict:
+        """The adaptive core's (estimate, covariance, gains): the same file as the joint-space laws'."""
+        return self.core.state_dict()
+
+    def load_state_dict(self, state: dict, **kwargs) -> None:
+        self.core.load_state_dict(state, **kwargs)
 
     def compute(self, q, v, p_d, R_d, v_d, a_d, tau_measured=None, learn: bool = True) -> np.ndarray:
         """The torque for this state and end-effector reference (model joint order, not

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..validation import as_vector
+from .law import NpzState
 
 
 def _gain(value, n: int, name: str, *, strictly_positive: bool) -> np.ndarray:
@@ -28,10 +29,11 @@ def _gain(value, n: int, name: str, *, strictly_positive: bool) -> np.ndarray:
     return arr
 
 
-class PDController:
+class PDController(NpzState):
     """Joint PD with optional gravity compensation from the nominal model."""
 
     law = "pd"
+    STATE_WHAT = "a baseline controller state file"
 
     def __init__(self, model, kp, kd, *, gravity_compensation: bool = False):
         self.model = model
@@ -44,6 +46,20 @@ class PDController:
         kp_new = self.kp if kp is None else _gain(kp, self.n, "kp", strictly_positive=False)
         kd_new = self.kd if kd is None else _gain(kd, self.n, "kd", strictly_positive=True)
         self.kp, self.kd = kp_new, kd_new
+
+    def state_dict(self) -> dict:
+        """The law and its gains (a baseline learns nothing)."""
+        return {"law": np.array(self.law), "kp": self.kp.copy(), "kd": self.kd.copy(),
+                "gravity_compensation": np.array(self.gravity_compensation)}
+
+    def load_state_dict(self, state: dict, *, where: str = "state") -> None:
+        if str(state.get("law", "")) != self.law:
+            raise ValueError(f"{where}: a {str(state.get('law', 'missing'))!r} state, this law is {self.law!r}")
+        try:
+            self.set_gains(kp=state["kp"], kd=state["kd"])
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        self.gravity_compensation = bool(state.get("gravity_compensation", self.gravity_compensation))
 
     def compute(self, q, v, q_d, qd_d, qdd_d) -> np.ndarray:
         tau = self.kp * (q_d - q) + self.kd * (qd_d - v)

@@ -64,7 +64,7 @@ symmetric positive definite) and diagonal ``Lambda_v = diag(rate_v)`` (scalar or
 values).  Afterwards every gain element is clipped to ``[init - bound, init + bound]``:
 the box is centred on the construction-time initial gains (the ideal double-integrator
 gains for ``init="ideal"``, zero for ``init="zero"``), fixed for the controller's life
-(gains carried over between episodes with :meth:`set_state` stay in the same box).
+(gains carried over between episodes with :meth:`load_state_dict` stay in the same box).
 Clipped elements are counted (:attr:`last_clipped`, :attr:`clip_counts`).
 
 Ideal gains (``init="ideal"``): for a perfect double integrator (A = [[0, I], [0, 0]],
@@ -157,7 +157,7 @@ Every input is checked (shape, finiteness, dt > 0) before any state changes; the
 gains and the reference state are computed into temporaries and committed only if all
 are finite, so a NaN input or an overflow never corrupts the gains (``ValueError``).
 
-Persistence: :meth:`get_state` / :meth:`set_state` (dict of plain arrays) and
+Persistence: :meth:`state_dict` / :meth:`load_state_dict` (dict of plain arrays) and
 :meth:`save` / :meth:`load_state` (``.npz``, no pickle).  Live tuning:
 :meth:`set_adaptation` (rates and bounds) and :meth:`transfer_gains` (a controller built
 with new ``kp``/``kd`` takes over what another one adapted, relative to each one's
@@ -167,11 +167,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from typing import Optional
 
 import numpy as np
 import scipy.linalg
+
+from .law import NpzState
 
 __all__ = ["TaskSpaceMRAC", "REFERENCES", "INITS", "HOLDS"]
 
@@ -215,8 +216,8 @@ def _bound(value, shape: tuple, name: str) -> np.ndarray:
     return out
 
 
-class TaskSpaceMRAC:
-    """Task-space MRAC of SCQP (one :meth:`step` per control period); see the module docstring.
+class TaskSpaceMRAC(NpzState):
+    """Task-space MRAC of SCQP (one :meth:`compute` per control period); see the module docstring.
 
     Parameters
     ----------
@@ -256,6 +257,8 @@ class TaskSpaceMRAC:
 
     REFERENCES = REFERENCES
     INITS = INITS
+
+    STATE_WHAT = "an MRAC state file"
 
     def __init__(self, dim: int = 3, *, kp=100.0, kd=None, q_weight=1.0, init: str = "ideal",
                  rate_zeta=None, rate_r=None, rate_phi=None, bound_zeta=None, bound_r=None, bound_phi=None,
@@ -447,8 +450,8 @@ class TaskSpaceMRAC:
 
     def reset_reference(self, zeta=None) -> None:
         """New episode: ``zeta_r`` = ``zeta`` (2l values, positions in the world frame
-        like :meth:`step`'s x) or, with ``None``, the first measured state of the next
-        :meth:`step`.  The gains are kept."""
+        like :meth:`compute`'s x) or, with ``None``, the first measured state of the next
+        :meth:`compute`.  The gains are kept."""
         if zeta is None:
             self.reference_initialized = False
             self.zeta_r = np.zeros(self.n)
@@ -459,7 +462,7 @@ class TaskSpaceMRAC:
         self.zeta_r = np.concatenate([z[:self.dim] - self.origin, z[self.dim:]])
         self.reference_initialized = True
 
-    def step(self, x, xd, x_des, xd_des, xdd_des, dt: float) -> np.ndarray:
+    def compute(self, x, xd, x_des, xd_des, xdd_des, dt: float) -> np.ndarray:
         """One control cycle: ``xdd_r`` (l values) for the measured position/velocity
         (``x``, ``xd``) and the desired ``x_des``, ``xd_des``, ``xdd_des``; then the
         gains adapt (9) and ``zeta_r`` advances by ``dt`` [s]."""
@@ -554,7 +557,7 @@ class TaskSpaceMRAC:
                 setattr(self, key, np.clip(G, lo[key], hi[key]))
 
     def transfer_gains(self, state: dict) -> None:
-        """Take over the adapted gains of another controller's :meth:`get_state` (e.g. one
+        """Take over the adapted gains of another controller's :meth:`state_dict` (e.g. one
         with other ``kp``/``kd`` or bounds, or saved by one): what it adapted -- its gains
         minus its initial gains (``init`` and the ``kp``/``kd`` in ``state``) -- is added to
         this controller's initial gains and clipped into this box.  Same task dimension and
@@ -635,7 +638,7 @@ class TaskSpaceMRAC:
                 "error_norm": float(np.linalg.norm(self.last_error)), "reference": self.reference}
 
     # ------------------------------------------------------------------ persistence
-    def get_state(self) -> dict:
+    def state_dict(self) -> dict:
         """Gains, reference state and layout as a dict of plain numpy arrays."""
         return {
             "format_version": np.array(FORMAT_VERSION),
@@ -649,13 +652,19 @@ class TaskSpaceMRAC:
             "steps": np.array(self.steps), "updates": np.array(self.updates),
         }
 
-    def set_state(self, state: dict) -> None:
+    def load_state(self, path, *, reference: bool = False) -> None:
+        """Load gains saved by :meth:`save` (``reference=True``: also zeta_r)."""
+        super().load_state(path, reference=reference)
+
+    def load_state_dict(self, state: dict, *, where: str = "state", reference: bool = True) -> None:
         """Restore gains (required) and, when present, ``zeta_r`` (otherwise the
         reference restarts at the next measured state: a new episode with the learned
         gains as initial guess).  Shapes, finiteness and the bound box are checked
         before anything changes (``ValueError``)."""
         if not isinstance(state, dict):
             raise ValueError(f"state must be a dict of arrays, got {type(state).__name__}")
+        if not reference:
+            state = {k: v for k, v in state.items() if k != "zeta_r"}
         l, n, p = self.dim, self.n, self.n_rbf
         shapes = {"psi_zeta": (l, n), "psi_r": (l, l), "psi_phi": (l, p)}
         new = {}
@@ -684,25 +693,3 @@ class TaskSpaceMRAC:
         self.zeta_r = zr if zr is not None else np.zeros(n)
         self.reference_initialized = init
 
-    def save(self, path) -> str:
-        """Write :meth:`get_state` to ``path`` (``.npz``, atomic).  Returns the path."""
-        path = os.fspath(path)
-        if not path.endswith(".npz"):
-            path += ".npz"
-        tmp = path + ".tmp.npz"
-        np.savez(tmp, **self.get_state())
-        os.replace(tmp, path)
-        return path
-
-    def load_state(self, path, *, reference: bool = False) -> None:
-        """Load gains saved by :meth:`save` (``reference=True``: also zeta_r)."""
-        try:
-            with np.load(os.fspath(path), allow_pickle=False) as f:
-                d = {k: f[k] for k in f.files}
-        except FileNotFoundError:
-            raise
-        except Exception as exc:
-            raise ValueError(f"{os.fspath(path)}: not an MRAC state file ({exc})") from None
-        if not reference:
-            d.pop("zeta_r", None)
-        self.set_state(d)

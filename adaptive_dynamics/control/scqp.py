@@ -40,6 +40,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from ..learning.gp import ExactGP
+from .law import NpzState
+from .mrac import TaskSpaceMRAC
 from .qp_id import QPInverseDynamics, QPResult
 
 MODES = ("scqp", "gp_pid", "mrac")
@@ -184,7 +186,7 @@ class RefitJob:
         return gp
 
 
-class SCQPController:
+class SCQPController(NpzState):
     """Algorithm 1: task-space feedback -> QP with the linearised residual -> torque.
 
     Parameters
@@ -205,10 +207,11 @@ class SCQPController:
         paper's ``"paper"`` lags a moving target) and :class:`ResidualModel`.
     """
 
+    STATE_WHAT = "an SCQP state file"
+
     def __init__(self, model, *, dt: float, mode: str = "scqp", kp_task: float = 400.0, kd_task: float = 40.0,
                  ki_task: float = 0.0, qp: Optional[Dict[str, Any]] = None, mrac: Optional[Dict[str, Any]] = None,
                  residual: Optional[Dict[str, Any]] = None):
-        from .mrac import TaskSpaceMRAC
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.model, self.dt, self.mode = model, float(dt), mode
@@ -217,8 +220,10 @@ class SCQPController:
         self.kp_task, self.kd_task, self.ki_task = float(kp_task), float(kd_task), float(ki_task)
         # reference "trajectory": r = B_r^+ (zeta_d_dot - A_r zeta_d), so the reference
         # model follows a moving target and the stability proof holds for any trajectory
-        self.mrac = TaskSpaceMRAC(**{"kp": kp_task, "kd": kd_task, "reference": "trajectory", **(mrac or {})})
-        self.residual = ResidualModel(model, **(residual or {}))
+        self._mrac_kwargs = {"kp": kp_task, "kd": kd_task, "reference": "trajectory", **(mrac or {})}
+        self._residual_kwargs = dict(residual or {})
+        self.mrac = TaskSpaceMRAC(**self._mrac_kwargs)
+        self.residual = ResidualModel(model, **self._residual_kwargs)
         self._prev = None            # (q, v, tau) of the previous cycle
         self._qdd = np.zeros(n)      # measured acceleration of the last period
         self._int = np.zeros(3)
@@ -245,7 +250,7 @@ class SCQPController:
         self._qdd = np.zeros(self.n)
         self._int = np.zeros(3)
 
-    def step(self, q, v, x_d, xd_d, xdd_d, R_d=None, w_d=None, wdot_d=None) -> np.ndarray:
+    def compute(self, q, v, x_d, xd_d, xdd_d, R_d=None, w_d=None, wdot_d=None) -> np.ndarray:
         """One control cycle: the torque for the state ``(q, v)`` and the task reference
         (position, velocity, acceleration; orientation ``R_d``, angular velocity ``w_d``
         and acceleration ``wdot_d`` in world axes, default: hold the current orientation)."""
@@ -261,7 +266,7 @@ class SCQPController:
         x, xd = T[:3, 3], J[:3] @ v
         x_d, xd_d, xdd_d = (np.asarray(a, dtype=float).reshape(3) for a in (x_d, xd_d, xdd_d))
         if self.uses_mrac:
-            xdd_r = self.mrac.step(x, xd, x_d, xd_d, xdd_d, self.dt)
+            xdd_r = self.mrac.compute(x, xd, x_d, xd_d, xdd_d, self.dt)
         else:
             e = x_d - x
             self._int += e * self.dt
@@ -275,10 +280,48 @@ class SCQPController:
         return out.tau
 
     def discard_last(self) -> None:
-        """The torque of the last :meth:`step` was not applied as computed (a safe command
+        """The torque of the last :meth:`compute` was not applied as computed (a safe command
         answered a control instant, or control instants were missed): the next step keeps
         no sample of that period and does not difference velocities across it."""
         self._prev = None
+
+    def snapshot(self, pending=None) -> dict:
+        """References to what :meth:`state_dict` writes, cheap to take under a lock (a
+        node takes it there and serialises outside): the GP, the samples not in it yet
+        (``pending``: arrays to put in front of the model's own, e.g. those of a refit in
+        flight) and the MRAC's state."""
+        pX, pY = self.residual.pending_arrays()
+        if pending is not None:
+            pX, pY = np.vstack([pending[0], pX]), np.vstack([pending[1], pY])
+        return {"gp": self.residual.gp, "pending_X": pX, "pending_Y": pY, "mrac": self.mrac.state_dict(),
+                "mode": self.mode}
+
+    def state_dict(self, snapshot: Optional[dict] = None) -> dict:
+        """The GP residual (its bytes), the samples not in it yet and the MRAC's gains
+        (``mrac_*``), as plain arrays."""
+        snap = self.snapshot() if snapshot is None else snapshot
+        return {"mode": np.array(snap["mode"]), "gp": np.frombuffer(snap["gp"].to_bytes(), dtype=np.uint8),
+                "pending_X": snap["pending_X"], "pending_Y": snap["pending_Y"],
+                **{f"mrac_{k}": v for k, v in snap["mrac"].items()}}
+
+    def load_state_dict(self, state: dict, *, where: str = "state", residual: Optional[Dict[str, Any]] = None,
+                        mrac: Optional[Dict[str, Any]] = None) -> None:
+        """Take the GP, its pending samples and the MRAC's gains of a :meth:`state_dict`
+        (a new episode starts from the arm's state: the MRAC reference is not taken);
+        ``residual`` / ``mrac``: the settings to rebuild them with (default: this
+        controller's).  Nothing changes unless all of it reads."""
+        try:
+            res = ResidualModel(self.model, **(self._residual_kwargs if residual is None else residual))
+            res.load_bytes(np.asarray(state["gp"]).tobytes())
+            if residual is not None and "max_points" in residual:
+                res.gp.max_points = int(residual["max_points"])   # a cap, not a hyperparameter: the caller's
+            res.restore_pending(state["pending_X"], state["pending_Y"])
+            ctl = TaskSpaceMRAC(**(self._mrac_kwargs if mrac is None else mrac))
+            gains = {k[len("mrac_"):]: v for k, v in state.items() if k.startswith("mrac_") and k != "mrac_zeta_r"}
+            ctl.transfer_gains(gains)
+        except KeyError as exc:
+            raise ValueError(f"{where}: missing {exc}; not {self.STATE_WHAT}") from None
+        self.residual, self.mrac = res, ctl
 
     def end_episode(self) -> int:
         """Refit the residual GP on everything collected (Algorithm 1, line 12)."""

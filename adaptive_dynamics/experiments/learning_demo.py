@@ -7,7 +7,7 @@ trajectory node's Fourier excitation at :data:`BASE_FREQUENCY`), two phases in o
 ``launch sim --controller composite --learner gmm``, switched through ``SetParameters``
 at sim time :data:`BASELINE_PERIODS` periods:
 
-1. **baseline** -- ``adaptive_controller`` with ``law: computed_torque``: the same
+1. **baseline** -- ``adaptive_controller`` with ``law: slotine_li``: the same
    Slotine-Li feedback (``lam``, ``kd``) on the URDF's model, nothing learned, no
    feed-forward of the residual learner;
 2. **learning** -- ``law: composite`` from the same URDF model: the last link's block
@@ -100,15 +100,15 @@ def run(robot: str = "panda", out: str = "out/demo", *, learner: str = LEARNER, 
     ov = {"mujoco_bridge": {"payload_mass": TOOL["mass"], "payload_com": list(TOOL["com"]), "payload_enabled": True,
                             "stats_file": stats_file},
           "trajectory": {"base_frequency": BASE_FREQUENCY},
-          "adaptive_controller": {"law": "computed_torque", "initial_estimate": "nominal", "friction": True,
+          "adaptive_controller": {"law": "slotine_li", "initial_estimate": "nominal", "friction": True,
                                   "adapted_links": [link], "feedforward": False},
           "residual_learner": {"learning": False, "friction": True}}
     for node, params in (overrides or {}).items():
         ov.setdefault(node, {}).update(params)
     nodes = build_graph("sim", robot=robot, joints=joints, ee_frame=ee_frame, controller="composite", learner=learner,
                         duration=duration, record=True, bag=bag, overrides=ov)
-    print(f"demo: {spec.label}, an unmodelled {TOOL['mass']:g} kg tool + joint friction; {t_switch:g} s computed"
-          f" torque on the URDF's model, then {duration - t_switch:g} s composite adaptive control + {learner}"
+    print(f"demo: {spec.label}, an unmodelled {TOOL['mass']:g} kg tool + joint friction; {t_switch:g} s the URDF's"
+          f" model (Slotine-Li, not adapted), then {duration - t_switch:g} s composite adaptive control + {learner}"
           f" residual, lockstep over DDS; nodes {[s.name for s in nodes]}", flush=True)
     director = PhaseDirector([t_switch], settings={
         1: {}, 2: {"adaptive_controller": {"law": "composite", "feedforward": True},
@@ -176,7 +176,7 @@ def _plots(out, label, names, tr, t_switch, duration, period, tp, est_mass, true
     ax[0].plot(t, np.sqrt(np.mean(e ** 2, axis=1)), lw=0.8, color="C0", label="RMS over the joints")
     ax[0].axvspan(0, t_switch, color="0.85", lw=0)
     ax[0].axvspan(duration - period, duration, color="C2", alpha=0.12, lw=0)
-    ax[0].text(0.1, 0.03, "baseline:\ncomputed torque\n(URDF model)", transform=ax[0].get_xaxis_transform(),
+    ax[0].text(0.1, 0.03, "baseline:\nURDF model\n(not adapted)", transform=ax[0].get_xaxis_transform(),
                va="bottom", fontsize=8)
     ax[0].text(t_switch + 0.2, 0.03, "learning: composite adaptive control + residual", va="bottom", fontsize=8,
                transform=ax[0].get_xaxis_transform())

@@ -755,7 +755,7 @@ class Runner:
         shutil.rmtree(self.files_dir, ignore_errors=True)
 
     def controller(self, mode: str, estimate_file: str = "") -> dict:
-        p = {"law": "direct" if mode == "rbd" else "pd", "learning": False, "feedforward": mode == "learned",
+        p = {"law": "direct" if mode == "rbd" else "sliding_pd", "learning": False, "feedforward": mode == "learned",
              "friction": True, "initial_estimate": "zero", "autosave_period": 0.0, **self.gains}
         if mode == "rbd":
             p["estimate_file"] = estimate_file

@@ -137,7 +137,7 @@ def run_replicate(robot: str, task_name: str, method: str, seed: int, episodes: 
             if keep_traces:
                 xs[k] = x
             _, q, v, _ = plant.state()                             # the controller: noisy sensors
-            tau = ctrl.step(q, v, p0 + X[k], Xd[k], Xdd[k], R_d=R0)
+            tau = ctrl.compute(q, v, p0 + X[k], Xd[k], Xdd[k], R_d=R0)
             for _ in range(SUBSTEPS):
                 plant.step(tau)
         errors.append(float(np.mean(se)))

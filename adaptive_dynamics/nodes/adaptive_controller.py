@@ -5,11 +5,13 @@ Thin adapter over :class:`adaptive_dynamics.control.AdaptiveController` (Slotine
 (:class:`~adaptive_dynamics.nodes.controller.JointControllerShell`: joints by name,
 stamp-matched references, safe command, saturation, watchdog, zero on shutdown).
 
-Laws (``law``, live): ``pd`` (tau = -K_D s = K_D (e_dot + Lambda e)), ``computed_torque``
-(tau = Y(q, qd, qd_r, qdd_r) pi_nominal - K_D s: the nominal URDF model), ``direct`` and
-``composite`` (tau = Y pi_hat - K_D s with the estimate learned online; the composite law
-uses the measured torque in ``joint_states.effort``).  All four share Lambda and K_D, so
-switching law live keeps the feedback identical.  The estimate persists across law
+Laws (``law``, live): ``sliding_pd`` (tau = -K_D s = K_D (e_dot + Lambda e): PD on the
+sliding variable, no model), ``slotine_li`` (tau = Y(q, qd, qd_r, qdd_r) pi_URDF - K_D s:
+Slotine and Li's law on the URDF's model, not adapted), ``direct`` and ``composite`` (tau
+= Y pi_hat - K_D s with the estimate learned online; the composite law uses the measured
+torque in ``joint_states.effort``).  All four share Lambda and K_D, so switching law live
+keeps the feedback identical.  (``pd`` and ``computed_torque`` are other formulas, the
+baseline ``controller`` node's: :mod:`adaptive_dynamics.control.baseline`.)  The estimate persists across law
 switches, ``learning`` toggles, and node restarts (``estimate_file``).
 
 Feed-forward: any ``feedforward/residual`` (stamped vector, JointState ``effort`` by
@@ -49,7 +51,7 @@ law the filter): otherwise every cycle is refused (safe command, error log, coun
 stamp only, at most ``reference_wait``, or until a newer state supersedes it); none
 arrived -> safe command, ``regressor_missing``.  Malformed messages (shape, NaN) ->
 ``regressor_rejected`` and the safe command for that stamp; late ones ->
-``regressor_stale``.  ``pd`` needs no regressor and never waits.
+``regressor_stale``.  ``sliding_pd`` needs no regressor and never waits.
 
 Task space: ``law: backstepping`` (Thunder Dynamics' adaptive backstepping,
 :mod:`adaptive_dynamics.control.backstepping`, chosen at start) tracks the end effector
@@ -97,7 +99,7 @@ from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, bas
 from .common import armature_of, shutdown_save, trigger_save
 from .controller import JointControllerShell, shell_specs
 
-LAWS = ("pd", "computed_torque", "direct", "composite", "backstepping")
+LAWS = ("sliding_pd", "slotine_li", "direct", "composite", "backstepping")
 REGRESSOR_SOURCES = ("inprocess", "topics")
 _BAD = object()  # a regressor message for this stamp was rejected: safe command for it
 _ZERO6 = np.zeros(6)
@@ -108,9 +110,10 @@ _GAIN_PARAMS = ("lam", "kd", "gamma", "p0", "r", "filter_lambda", "lambda0", "k0
 
 def specs() -> list[ParamSpec]:
     return shell_specs() + [
-        ParamSpec("law", "composite", "pd | computed_torque (nominal model) | direct | composite (joint space,"
-                  " on `reference`; switchable live) | backstepping (task space, on `task_reference`; chosen at"
-                  " start)", choices=list(LAWS)),
+        ParamSpec("law", "composite", "sliding_pd (-K_D s) | slotine_li (the URDF's model, not adapted) |"
+                  " direct | composite (joint space, on `reference`; switchable live) | backstepping (task space,"
+                  " on `task_reference`; chosen at start); pd and computed_torque are the controller node's",
+                  choices=list(LAWS)),
         ParamSpec("adaptation", "direct", "law backstepping: the parameter update, direct (Thunder's (34):"
                   " -Gamma Y^T s) or composite (+ the filtered prediction error, gains p0, r, ...)",
                   choices=["direct", "composite"]),
@@ -281,11 +284,12 @@ class AdaptiveControllerNode(JointControllerShell):
             self.get_logger().info(f"initial estimate loaded from {src}")
             self._check_estimate(src)
         self._theta0 = self.core.theta.copy()
-        # pd / computed torque: the same sliding variables and K_D with a fixed estimate
+        # sliding_pd / slotine_li: the same sliding variables and K_D with a fixed estimate
         fixed_gains = {k: self._gains[k] for k in ("lam", "kd")}
         self.fixed = {} if self.task else {
-            "pd": AdaptiveController(self.model, "direct", pi0=np.zeros_like(nominal), **common, **fixed_gains),
-            "computed_torque": AdaptiveController(self.model, "direct", pi0=nominal, **common, **fixed_gains),
+            "sliding_pd": AdaptiveController(self.model, "direct", pi0=np.zeros_like(nominal), **common,
+                                             **fixed_gains),
+            "slotine_li": AdaptiveController(self.model, "direct", pi0=nominal, **common, **fixed_gains),
         }
         self._task_err: list[float] = []
         self.model.warm_up()
@@ -582,7 +586,7 @@ class AdaptiveControllerNode(JointControllerShell):
         """What the state ``stamp`` is still waiting for from the regressor node (None:
         nothing -- either here, refused at once, or not needed)."""
         law = self.p["law"]
-        if law == "pd":
+        if law == "sliding_pd":
             return None
         if self._reg_meta is None:
             return "regressor/columns (the regressor node's settings)"
@@ -697,7 +701,7 @@ class AdaptiveControllerNode(JointControllerShell):
             learn = False
             self.counters.inc("no_measured_torque")
         ext = {}
-        if self._topics and law != "pd":
+        if self._topics and law != "sliding_pd":
             ext = self._external_regressors(stamp, law, effort)
             if ext is None:
                 return None

@@ -64,7 +64,7 @@ from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from ..control.baseline import saturate
 from ..control.mrac import REFERENCES, TaskSpaceMRAC
-from ..control.scqp import MODES, ResidualModel, SCQPController
+from ..control.scqp import MODES, SCQPController
 from ..files import atomic_write
 from ..ros.joint_states import joint_state_msg
 from ..ros.node_base import run_node
@@ -275,7 +275,7 @@ class SCQPControllerNode(JointControllerShell):
                 # a new reference model; what was adapted is carried over onto its ideal gains
                 old = self.ctrl.mrac
                 new = TaskSpaceMRAC(**self._mrac_kwargs())
-                new.transfer_gains(old.get_state())
+                new.transfer_gains(old.state_dict())
                 self.ctrl.mrac = new
 
     def _on_adapt(self, _name, value) -> None:
@@ -356,7 +356,7 @@ class SCQPControllerNode(JointControllerShell):
             tw = ref.twist if ref.twist is not None else np.zeros(6)
             acc = ref.accel if ref.accel is not None else np.zeros(6)
             try:
-                tau = ctrl.step(q, v, ref.position, tw[:3], acc[:3], R_d=ref.rotation, w_d=tw[3:], wdot_d=acc[3:])
+                tau = ctrl.compute(q, v, ref.position, tw[:3], acc[:3], R_d=ref.rotation, w_d=tw[3:], wdot_d=acc[3:])
             except ValueError as exc:   # non-finite reference model / gains: nothing changed
                 self.counters.inc("rejected_inputs")
                 if self.log_throttle("core"):
@@ -455,20 +455,13 @@ class SCQPControllerNode(JointControllerShell):
             return None
         with self._save_lock:
             with self._lock:   # references and small copies only: the cycle waits microseconds
-                res = self.ctrl.residual
-                gp = res.gp
-                pX, pY = res.pending_arrays()
-                job = self._refit_job
-                if job is not None:   # a refit in flight: its new samples are not in the GP yet
-                    pX, pY = np.vstack([job.new_X, pX]), np.vstack([job.new_Y, pY])
-                mrac = self.ctrl.mrac.get_state()
+                job = self._refit_job   # a refit in flight: its new samples are not in the GP yet
+                snap = self.ctrl.snapshot(None if job is None else (job.new_X, job.new_Y))
                 episode = self.episode
             arrays = {"format": np.array(STATE_FORMAT), "version": np.array(STATE_VERSION),
                       "robot": np.array(self.p["robot"]), "joints": np.array(list(self.model.joint_names)),
                       "frame": np.array(self.model.ee_frame), "world_frame": np.array(self.world_frame),
-                      "mode": np.array(self.p["mode"]), "episode": np.array(episode),
-                      "gp": np.frombuffer(gp.to_bytes(), dtype=np.uint8), "pending_X": pX, "pending_Y": pY}
-            arrays.update({f"mrac_{k}": v for k, v in mrac.items()})
+                      "episode": np.array(episode), **self.ctrl.state_dict(snap)}
             atomic_write(path, lambda fh: np.savez(fh, **arrays))
             return path
 
@@ -501,16 +494,11 @@ class SCQPControllerNode(JointControllerShell):
             raise ValueError(f"saved for joints {joints}, frame {frame!r} in {str(d['world_frame'])!r}; this"
                              f" node controls {list(self.model.joint_names)}, {self.model.ee_frame!r} in"
                              f" {self.world_frame!r}")
-        residual = ResidualModel(self.model, **self._gp_kwargs())
-        residual.load_bytes(d["gp"].tobytes())
-        residual.gp.max_points = int(self.p["gp_max_points"])   # a cap, not a hyperparameter: this node's
-        residual.restore_pending(d["pending_X"], d["pending_Y"])
-        mrac = TaskSpaceMRAC(**self._mrac_kwargs())
-        state = {k[len("mrac_"):]: v for k, v in d.items() if k.startswith("mrac_")}
-        state.pop("zeta_r", None)      # a new episode starts from the arm's state
-        mrac.transfer_gains(state)
-        episode = int(d["episode"])
-        self.ctrl.residual, self.ctrl.mrac, self.episode = residual, mrac, episode
+        # the GP (this node's cap on its points), its pending samples, the MRAC's gains (a new
+        # episode starts from the arm's state)
+        self.ctrl.load_state_dict(d, where=path, residual=self._gp_kwargs(), mrac=self._mrac_kwargs())
+        residual, episode = self.ctrl.residual, int(d["episode"])
+        self.episode = episode
         self.counters.set("state_file", f"loaded ({episode} episodes)")
         self.get_logger().info(f"state loaded from {path}: episode {episode}, GP {residual.n_points} points"
                                f" (+{residual.pending} pending samples), MRAC gains of mode {str(d['mode'])}")
