@@ -51,3 +51,19 @@ def test_stamped_matrix_and_vector_conventions():
     p = stamped_vector_msg(3, ["m1", "m2"], [1.5, np.inf], field="position")
     with pytest.raises(NonFiniteError, match="m2=inf"):
         vector_from_msg(p, field="position")
+
+
+def test_vector_buffer_exact_then_newest_older_within_staleness():
+    from adaptive_dynamics.ros.stamped import VectorBuffer
+    b = VectorBuffer(capacity=4)
+    assert b.get(5) is None and b.newest is None and not b
+    for t in (10, 30, 20):
+        b.add(t, np.full(2, float(t)))
+    assert b.newest == 30 and 20 in b and len(b) == 3
+    np.testing.assert_array_equal(b.get(20), [20.0, 20.0])
+    assert b.get(25, staleness_ns=4) is None                            # 20 is 5 ns older
+    np.testing.assert_array_equal(b.get(25, staleness_ns=5), [20.0, 20.0])
+    assert b.get(5, staleness_ns=100) is None                           # nothing older
+    b.add(40, np.zeros(2))
+    b.add(50, np.ones(2))                                                # over capacity: the oldest half goes
+    assert len(b) == 3 and 10 not in b and 20 not in b and b.newest == 50

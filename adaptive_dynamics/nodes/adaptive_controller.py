@@ -75,8 +75,6 @@ link's block.  ``initial_estimate: file`` also reads a Thunder Dynamics
 """
 from __future__ import annotations
 
-import bisect
-import json
 import math
 import os
 import threading
@@ -88,20 +86,20 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import MultiDOFJointTrajectory
 
-from ..control.adaptive import AdaptiveController, spd_gain
-from ..control.backstepping import BacksteppingController
+from ..control.adaptive import spd_gain
+from ..control.adaptive_setup import build_laws, derived_kd, estimate_over_limits, is_thunder_file
 from ..ros.joint_states import joint_state_msg, state_stamp
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stream_qos
-from ..ros.stamped import MATRIX_STAMP_OFFSET, matrix_from_msg, vector_from_msg
+from ..ros.regressor_topics import RegressorTopics
+from ..ros.stamped import VectorBuffer, vector_from_msg
 from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
-from .common import armature_of, shutdown_save, trigger_save
+from .common import shutdown_save, trigger_save
 from .controller import JointControllerShell, shell_specs
 
 LAWS = ("sliding_pd", "slotine_li", "direct", "composite", "backstepping")
 REGRESSOR_SOURCES = ("inprocess", "topics")
-_BAD = object()  # a regressor message for this stamp was rejected: safe command for it
 _ZERO6 = np.zeros(6)
 #: controller/tracking_error names of the backstepping law: position, then orientation error
 TASK_ERROR_NAMES = ("x", "y", "z", "rx", "ry", "rz")
@@ -206,91 +204,21 @@ class AdaptiveControllerNode(JointControllerShell):
         return TaskReferenceBuffer(self.world_frame, self.model.ee_frame, capacity=4096,
                                    max_staleness_ns=int(self.p["reference_staleness"] * 1e9))
 
-    def _initial_pi(self, links) -> np.ndarray:
-        """The start estimate (full pi) of ``initial_estimate``; with ``adapted_links`` the
-        other links' entries are the URDF's."""
-        p, nominal = self.p, self.pi_nominal
-        kind = p["initial_estimate"]
-        if kind == "nominal":
-            pi0 = nominal.copy()
-        elif kind == "scaled":
-            pi0 = p["nominal_scale"] * nominal
-        elif kind == "file" and _is_thunder_file(p["initial_estimate_file"]):
-            pi0 = self._thunder_file(p["initial_estimate_file"])
-        else:
-            pi0 = np.zeros_like(nominal)
-        if links:
-            pi0 = self._urdf_outside(pi0, AdaptiveController._adapted_columns(self.model, links)[1])
-        return pi0
-
-    def _urdf_outside(self, pi, cols) -> np.ndarray:
-        """``pi`` on the adapted columns ``cols``, the URDF's values elsewhere."""
-        out = self.pi_nominal.copy()
-        out[cols] = np.asarray(pi)[cols]
-        return out
-
-    def _thunder_file(self, src) -> np.ndarray:
-        """The full pi of a Thunder ``*_inertial_REG.yaml`` (the model keeps the URDF's)."""
-        if not os.path.exists(src):
-            raise ValueError(f"initial_estimate=file needs an existing initial_estimate_file, got {src!r}")
-        nominal = self.model.parameters.copy()
-        try:
-            info = self.model.load_thunder_yaml(src)
-            pi = self.model.parameters.copy()
-        finally:
-            self.model.set_parameters(nominal, check=False)
-        self.get_logger().info(f"initial estimate from the Thunder parameter file {src}"
-                               + (f" (not read: {info['ignored']})" if info["ignored"] else ""))
-        return pi
-
     def _setup_law(self) -> None:
         p = self.p
-        self.task = p["law"] == "backstepping"
-        if self.task and p["regressor_source"] == "topics":
+        if p["law"] == "backstepping" and p["regressor_source"] == "topics":
             raise ValueError("law backstepping computes its regressor in the cycle (its q_dot_r comes from the"
                              " task-space reference, which the regressor node does not see): set"
                              " regressor_source: inprocess")
-        self._gains = self._gain_kwargs(p)
-        nominal = self.model.parameters.copy()
-        self.pi_nominal = nominal
-        links = [str(x) for x in p["adapted_links"] if str(x)] or None
-        pi0 = self._initial_pi(links)
-        common = dict(dt=1.0 / p["rate_hz"], base_parameters=p["base_parameters"], friction=p["friction"],
-                      projection=p["projection"], robot_compensates_gravity=p["robot_compensates_gravity"])
-        law = p["adaptation"] if self.task else p["law"] if p["law"] in ("direct", "composite") else "composite"
         self._gscale = None
-        if self.task:
-            self.bs = BacksteppingController(
-                self.model, law, kp_task=np.asarray(p["kp_task"], dtype=float), damping=p["singular_damping"],
-                singular_threshold=p["singular_threshold"], k_posture=p["k_posture"], pi0=pi0,
-                adapted_links=links, **common, **self._gains)
-            self.core = self.bs.core
-        else:
-            self.bs = None
-            self.core = AdaptiveController(self.model, law, pi0=pi0, adapted_links=links, **common, **self._gains)
+        self._gains = self._gain_kwargs(p)
+        laws = build_laws(self.model, p, self._gains, gamma_scale=self._gamma_scale, log=self.get_logger().info)
+        self.laws, self.task, self.core, self.bs, self.fixed = laws, laws.task, laws.core, laws.bs, laws.fixed
         self._gscale = self._gamma_scale(self.core)
-        if self._gscale is not None:
-            self._gains = self._gain_kwargs(p)
-            self.core.set_gains(gamma=self._gains["gamma"])
-        src = p["initial_estimate_file"]
-        if p["initial_estimate"] == "file" and not _is_thunder_file(src):
-            if not src or not os.path.exists(src):
-                raise ValueError(f"initial_estimate=file needs an existing initial_estimate_file (.npz, or a"
-                                 f" Thunder *_inertial_REG.yaml), got {src!r}")
-            self.core.load_state(src, covariance=False)  # the estimate; P stays this node's p0
-                                                         # (raises with what differs: friction, base parameters)
-            if links:   # the links not adapted keep the URDF's values
-                self.core.set_estimate(pi=self._urdf_outside(self.core.pi, self.core.columns))
-            self.get_logger().info(f"initial estimate loaded from {src}")
-            self._check_estimate(src)
-        self._theta0 = self.core.theta.copy()
-        # sliding_pd / slotine_li: the same sliding variables and K_D with a fixed estimate
-        fixed_gains = {k: self._gains[k] for k in ("lam", "kd")}
-        self.fixed = {} if self.task else {
-            "sliding_pd": AdaptiveController(self.model, "direct", pi0=np.zeros_like(nominal), **common,
-                                             **fixed_gains),
-            "slotine_li": AdaptiveController(self.model, "direct", pi0=nominal, **common, **fixed_gains),
-        }
+        self._gains = self._gain_kwargs(p)
+        if p["initial_estimate"] == "file" and not is_thunder_file(p["initial_estimate_file"]):
+            self._check_estimate(p["initial_estimate_file"])
+        self._theta0 = laws.theta0
         self._task_err: list[float] = []
         self.model.warm_up()
         self.p.add_validator(self._validate)
@@ -303,8 +231,7 @@ class AdaptiveControllerNode(JointControllerShell):
         if self.task:
             self.counters.warn_on += ("reference_refused_cycles",)
             self.counters.set("reference_refused_cycles", 0)
-        self.residuals: dict[int, np.ndarray] = {}
-        self._res_keys: list[int] = []  # sorted stamps of self.residuals
+        self.residuals = VectorBuffer(4096)
         self._waiting_for_residual = None  # stamp of the state waiting for its residual
         self._dpi_acc = np.zeros(self.core.model.n_params)
         self._acc_n = 0
@@ -315,10 +242,7 @@ class AdaptiveControllerNode(JointControllerShell):
         self._timing_us: list[float] = []
         # regressor_source: topics -- per-stamp buffers, the regressor node's settings
         self._topics = p["regressor_source"] == "topics"
-        self._reg_y: dict = {}      # stamp -> Y (n x n_params) or _BAD
-        self._reg_w: dict = {}      # stamp -> (W, tau_f) or _BAD
-        self._reg_meta = None       # {"columns": [...], "settings": {...}} from regressor/columns
-        self._reg_check = None      # cached {"Y": error | None, "W": error | None}
+        self.regs = RegressorTopics(self.n, p["rate_hz"])
         self.counters.set("regressor_source", p["regressor_source"])
         if self._topics:  # shown from the start; their increase raises the diagnostics level
             self.counters.warn_on += ("regressor_missing", "regressor_rejected", "regressor_stale")
@@ -333,24 +257,13 @@ class AdaptiveControllerNode(JointControllerShell):
 
     def _check_estimate(self, src: str) -> None:
         """WARN when an estimate loaded from a file asks more torque than a joint's effort
-        limit to hold the arm against gravity somewhere in the joint ranges (256 poses):
-        a file of another robot or payload, or an estimate that diverged -- the command
-        would saturate (the watchdog's business) from the first cycle."""
-        from ..dynamics.effort_check import describe, over_limit, range_poses, worst_torques
-        zero = np.zeros(self.model.n)
-        pi = self.core.pi
-        Q = range_poses(self.model.lower, self.model.upper)
-        worst, k = worst_torques(lambda q: self.model.regressor(q, zero, zero).dot(pi), Q)
-        bad = over_limit(worst, self.model.effort_limit)
-        if bad.size:
-            urdf, _ = worst_torques(self.model.gravity, Q)
-            self.counters.set("estimate_over_limit_joints", int(bad.size))
-            self.get_logger().warning(
-                f"the estimate loaded from {src} needs more than the effort limits to hold the arm against"
-                " gravity: " + describe(self.model.joint_names, worst, [f"q={np.round(Q[i], 2).tolist()}" for i in k],
-                                        self.model.effort_limit, bad, "gravity torque")
-                + f" (the URDF's model: {', '.join(f'{urdf[j]:.3g}' for j in bad)} N m) -- another robot's or"
-                " payload's file, or a diverged estimate? The command will saturate there.")
+        limit to hold the arm against gravity somewhere in the joint ranges: a file of
+        another robot or payload, or an estimate that diverged -- the command would
+        saturate (the watchdog's business) from the first cycle."""
+        bad, why = estimate_over_limits(self.model, self.core.pi)
+        if bad:
+            self.counters.set("estimate_over_limit_joints", bad)
+            self.get_logger().warning(f"the estimate loaded from {src} {why}")
 
     def _setup_topics(self) -> None:
         self.pub_ptorque = self.create_publisher(JointState, "adaptive/parametric_torque", PUBLISHER_STREAM_QOS)
@@ -391,14 +304,7 @@ class AdaptiveControllerNode(JointControllerShell):
         kd = np.asarray(value, dtype=float)
         if kd.size == 1 and kd[0] == 0.0:
             if getattr(self, "_kd_model", None) is None:
-                from ..control.gains import default_gains
-                try:
-                    self._kd_model = np.asarray(default_gains(
-                        self.model, dt=1.0 / self.p["rate_hz"], armature=armature_of(self.p, self.model.n))["kd"],
-                        dtype=float)
-                except ValueError as exc:
-                    raise ValueError(f"kd [0] derives K_D from the model, which cannot here ({exc}): set kd"
-                                     " explicitly") from None
+                self._kd_model = derived_kd(self.model, self.p["rate_hz"], self.p["armature"])
                 self.get_logger().info(f"kd: derived from the model (adaptive_dynamics.control.gains):"
                                        f" {self._kd_model.tolist()} N m s/rad")
             return self._kd_model
@@ -433,12 +339,9 @@ class AdaptiveControllerNode(JointControllerShell):
     def _on_gain(self, name, _value) -> None:
         g = self._gain_kwargs(self.p)
         with self._lock:
-            self.core.set_gains(**{name: g[name]})
-            if name in ("lam", "kd"):
-                for core in self.fixed.values():
-                    core.set_gains(**{name: g[name]})
+            self.laws.set_gains(**{name: g[name]})
         if name in ("lam", "filter_lambda"):
-            self._reg_check = None  # re-check against the regressor node's settings
+            self.regs.invalidate()  # re-check against the regressor node's settings
 
     def _on_law(self, _name, value) -> None:
         with self._lock:
@@ -466,39 +369,20 @@ class AdaptiveControllerNode(JointControllerShell):
                 self.get_logger().error(f"feedforward/residual rejected: {exc}")
             return
         with self._cb_lock:
-            if stamp not in self.residuals:
-                bisect.insort(self._res_keys, stamp)
-            self.residuals[stamp] = tau
-            if len(self._res_keys) > 4096:
-                for k in self._res_keys[:2048]:
-                    del self.residuals[k]
-                del self._res_keys[:2048]
+            self.residuals.add(stamp, tau)
             if self._pending is not None and self._pending[0] == stamp:
                 self._try_pending()
 
     def _residual(self, stamp: int):
         """The residual stamped for ``stamp``, else the newest older one within
         ``residual_staleness``, else None."""
-        r = self.residuals.get(stamp)
-        if r is not None:
-            return r
-        i = bisect.bisect_right(self._res_keys, stamp)
-        if i and stamp - self._res_keys[i - 1] <= self.p["residual_staleness"] * 1e9:
-            return self.residuals[self._res_keys[i - 1]]
-        return None
+        return self.residuals.get(stamp, self.p["residual_staleness"] * 1e9)
 
     # ------------------------------------------------- regressor_source: topics
     def _on_columns(self, msg: JointState) -> None:
-        try:
-            settings = json.loads(msg.header.frame_id) if msg.header.frame_id else None
-            if settings is not None and not isinstance(settings, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as exc:
-            settings = {"error": f"unreadable settings in header.frame_id ({exc})"}
         with self._cb_lock:
-            self._reg_meta = {"columns": list(msg.name), "settings": settings}
-            self._reg_check = None
-            errs = self._regressor_check()
+            settings = self.regs.on_columns(msg)
+            errs = self.regs.check(self.core)
             for key, err in errs.items():
                 if err and (key == "Y" or self.p["law"] == "composite"):
                     self.get_logger().error(f"regressor_source=topics: {err}; cycles needing it get the safe"
@@ -509,63 +393,12 @@ class AdaptiveControllerNode(JointControllerShell):
             if self._pending is not None:
                 self._try_pending()
 
-    def _regressor_check(self) -> dict:
-        """Does the regressor node compute what this controller would?  ``{"Y": reason or
-        None, "W": reason or None}`` (W: the composite law's filter), cached until the
-        columns message or lam / filter_lambda change."""
-        chk = self._reg_check
-        if chk is not None:
-            return chk
-        meta = self._reg_meta
-        core = self.core
-        chk = {"Y": None, "W": None}
-        if meta is None:
-            return chk  # not cached: nothing received yet (cycles wait)
-        names, want = meta["columns"], core.full_parameter_names
-        st = meta["settings"]
-        if names != want:
-            diff = [f"{a!r} != {b!r}" for a, b in zip(names, want) if a != b][:3]
-            chk["Y"] = chk["W"] = (
-                f"the regressor node's {len(names)} columns differ from this controller's {len(want)} full"
-                f" parameters{' with friction columns' if core.friction else ''} (set base_parameters: false"
-                f" and friction: {str(core.friction).lower()} on the regressor node)"
-                + (f"; first differences: {', '.join(diff)}" if diff else ""))
-        elif st is None or "error" in st or "lam" not in st:
-            chk["Y"] = chk["W"] = ("regressor/columns carries no settings (" + (st or {}).get("error", "no lam")
-                                   + "): cannot check its Lambda against lam; refusing")
-        else:
-            lam = np.asarray(st["lam"], dtype=float).reshape(-1)
-            mine = core.lam
-            theirs = np.diag(np.full(self.n, lam[0]) if lam.size == 1 else lam) if lam.size in (1, self.n) \
-                else None
-            if theirs is None or not np.allclose(theirs, mine, rtol=1e-12, atol=0.0):
-                shown = np.diag(mine).tolist() if np.array_equal(mine, np.diag(np.diag(mine))) \
-                    else f"a non-diagonal {self.n}x{self.n} matrix (the regressor node's is diagonal)"
-                chk["Y"] = chk["W"] = (f"the regressor node's Lambda (lam = {lam.tolist()}) differs from this"
-                                       f" controller's lam = {shown}: its q_dr, q_ddr would not be this"
-                                       " controller's; set the same lam on both nodes")
-            else:
-                fl, rate = st.get("filter_lambda"), st.get("rate_hz")
-                if fl is None or not np.isclose(float(fl), core.filter_lambda, rtol=1e-12, atol=0.0):
-                    chk["W"] = (f"the regressor node's filter_lambda = {fl} differs from this controller's"
-                                f" {core.filter_lambda}: its W, tau_f are not this law's; set the same on both")
-                elif rate is None or not np.isclose(float(rate), self.p["rate_hz"], rtol=1e-12, atol=0.0):
-                    chk["W"] = (f"the regressor node's rate_hz = {rate} differs from this controller's"
-                                f" {self.p['rate_hz']} (filter step); set the same on both")
-        self._reg_check = chk
-        return chk
-
     def _on_regressor(self, msg: Float64MultiArray, kind: str) -> None:
-        n, P = self.n, self.core.model.n_params
-        where = f"regressor/{kind}"
-        try:
-            stamp, M = matrix_from_msg(msg, expected_shape=(n, P if kind == "slotine_li" else P + 1), where=where)
-            val = M if kind == "slotine_li" else (np.ascontiguousarray(M[:, :-1]), M[:, -1].copy())
-        except ValueError as exc:
-            stamp, val = _matrix_stamp(msg), _BAD
+        stamp, val, err = RegressorTopics.parse(msg, kind, self.n, self.core.model.n_params)
+        if err is not None:
             self.counters.inc("regressor_rejected")
             if self.log_throttle("reg_bad"):
-                self.get_logger().error(f"{where} rejected ({exc}); the safe command answers its state")
+                self.get_logger().error(f"regressor/{kind} rejected ({err}); the safe command answers its state")
             if stamp is None:
                 return
         with self._cb_lock:
@@ -574,36 +407,18 @@ class AdaptiveControllerNode(JointControllerShell):
             if last is not None and (stamp < last or (stamp == last and (pend is None or pend[0] != stamp))):
                 self.counters.inc("regressor_stale")  # its state was answered already (or superseded)
                 return
-            buf = self._reg_y if kind == "slotine_li" else self._reg_w
-            buf[stamp] = val
-            if len(buf) > 1024:  # nobody consumes them (no joint_states here?): keep the newest
-                for k in sorted(buf)[:512]:
-                    del buf[k]
+            self.regs.store(kind, stamp, val)
             if pend is not None and pend[0] == stamp:
                 self._try_pending()
 
     def _regressor_wait(self, stamp: int, effort) -> str | None:
         """What the state ``stamp`` is still waiting for from the regressor node (None:
         nothing -- either here, refused at once, or not needed)."""
-        law = self.p["law"]
-        if law == "sliding_pd":
-            return None
-        if self._reg_meta is None:
-            return "regressor/columns (the regressor node's settings)"
-        chk = self._regressor_check()
-        need_w = law == "composite" and effort is not None
-        if chk["Y"] or (need_w and chk["W"]):
-            return None  # refused in _control
-        if stamp not in self._reg_y:
-            return "regressor/slotine_li"
-        if need_w and stamp not in self._reg_w:
-            return "regressor/filtered"
-        return None
+        return self.regs.waiting_for(stamp, self.p["law"], effort, self.core)
 
     def _give_up_regressor(self, pend, why: str) -> None:
         self._pending = None
-        self._reg_y.pop(pend[0], None)
-        self._reg_w.pop(pend[0], None)
+        self.regs.drop(pend[0])
         self.counters.inc("regressor_missing")
         if self.log_throttle("reg_miss"):
             self.get_logger().warning(f"no {why} for the state t={pend[0] * 1e-9:.4f} s: safe command sent")
@@ -612,9 +427,9 @@ class AdaptiveControllerNode(JointControllerShell):
     def _residual_wait(self, stamp: int, allow_stale: bool) -> bool:
         """Whether the pending state still waits for its residual (``residual_wait``)."""
         wait = self.p["residual_wait"]
-        if wait <= 0 or allow_stale or not self.p["feedforward"] or not self._res_keys or stamp in self.residuals:
+        if wait <= 0 or allow_stale or not self.p["feedforward"] or not self.residuals or stamp in self.residuals:
             return False
-        if self._res_keys[-1] > stamp:   # residuals come in stamp order: this one was lost
+        if self.residuals.newest > stamp:   # residuals come in stamp order: this one was lost
             return False
         if time.monotonic() - self._pending_since > wait:
             self.counters.inc("residual_wait_expired")
@@ -665,37 +480,20 @@ class AdaptiveControllerNode(JointControllerShell):
     def _external_regressors(self, stamp: int, law: str, effort) -> dict | None:
         """This stamp's regressors from the topics as ``compute`` keyword arguments, or
         None (refused: logged and counted; the caller sends the safe command)."""
-        Y = self._reg_y.pop(stamp, None)
-        Wt = self._reg_w.pop(stamp, None)
-        for buf in (self._reg_y, self._reg_w):  # leftovers of older stamps (given up / superseded)
-            if len(buf) > 8:
-                for k in [k for k in buf if k < stamp]:
-                    del buf[k]
-        chk = self._regressor_check()
-        need_w = law == "composite" and effort is not None
-        err = chk["Y"] or (chk["W"] if need_w else None)
-        if self._reg_meta is None:
-            err = "no regressor/columns received"
-        if err:
+        kw, why = self.regs.take(stamp, law, effort, self.core)
+        if why is not None and why.startswith("mismatch"):
             self.counters.inc("regressor_mismatch")
             if self.log_throttle("reg_mismatch"):
-                self.get_logger().error(f"regressor_source=topics refused: {err}; safe command")
-            return None
-        if Y is None or (need_w and Wt is None):  # pragma: no cover - _try_pending waits for them
+                self.get_logger().error(f"regressor_source=topics refused: {why[len('mismatch: '):]}; safe command")
+        elif why == "missing":  # pragma: no cover - _try_pending waits for them
             self.counters.inc("regressor_missing")
-            return None
-        if Y is _BAD or (need_w and Wt is _BAD):
-            return None  # counted and logged on reception
-        kw = {"Y": Y}
-        if need_w:
-            kw["W"], kw["tau_f"] = Wt
         return kw
 
     def _control(self, stamp, q, v, effort, ref, qd, qdd):
         t0 = time.perf_counter()
         law = self.p["law"]
         adaptive = law in ("direct", "composite", "backstepping")
-        core = self.core if adaptive else self.fixed[law]
+        core = self.laws.law_core(law)
         learn = adaptive and self.p["learning"]
         if learn and core.law == "composite" and effort is None:
             learn = False
@@ -805,9 +603,7 @@ class AdaptiveControllerNode(JointControllerShell):
     def _diagnostics(self) -> None:
         if self._topics:
             with self._cb_lock:
-                chk = self._regressor_check()
-                err = "no regressor/columns received" if self._reg_meta is None else (
-                    chk["Y"] or (chk["W"] if self.p["law"] == "composite" else None))
+                err = self.regs.refusal(self.core, self.p["law"])
             self.counters.set("regressor_config", err or "ok")
         d = self.core.diagnostics()
         for k in ("updates", "frozen_cycles", "rejected_inputs", "projections", "p_norm", "forgetting"):
@@ -839,23 +635,6 @@ class AdaptiveControllerNode(JointControllerShell):
 
     def _shutdown(self) -> None:
         shutdown_save(self, self.save_estimate, "estimate")
-
-
-def _is_thunder_file(path) -> bool:
-    """An ``initial_estimate_file`` in Thunder's YAML layout (else a state file, ``.npz``)."""
-    return str(path).endswith((".yaml", ".yml"))
-
-
-def _matrix_stamp(msg: Float64MultiArray) -> int | None:
-    """The stamp of a stamped matrix whose content was rejected (None: unreadable)."""
-    try:
-        sec, nsec = float(msg.data[0]), float(msg.data[1])
-        if msg.layout.data_offset == MATRIX_STAMP_OFFSET and sec == int(sec) and nsec == int(nsec) \
-                and sec >= 0 and 0 <= nsec < 1e9:
-            return int(sec) * 1_000_000_000 + int(nsec)
-    except (IndexError, ValueError, OverflowError):
-        pass
-    return None
 
 
 def main(args=None) -> int:

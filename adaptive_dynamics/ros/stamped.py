@@ -29,6 +29,7 @@ subscribers read ``(stamp_ns, values)`` with :func:`matrix_from_msg` /
 from __future__ import annotations
 
 import array
+import bisect
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
@@ -47,6 +48,7 @@ __all__ = [
     "matrix_labels",
     "stamped_vector_msg",
     "vector_from_msg",
+    "VectorBuffer",
 ]
 
 MATRIX_STAMP_OFFSET = 2
@@ -156,3 +158,45 @@ def vector_from_msg(msg: JointState, expected_names: Optional[Sequence[str]] = N
         out = np.array(src, dtype=np.float64)
         check_finite(out, names, field, where)
     return to_ns(msg.header.stamp), out
+
+
+class VectorBuffer:
+    """Stamped vectors by stamp (a consumer's buffer of, e.g., ``feedforward/residual``):
+    :meth:`get` the exact stamp, else the newest older one within a staleness.  Holds at
+    most ``capacity`` stamps (the oldest half goes when it is full).  Not thread-safe."""
+
+    def __init__(self, capacity: int = 4096):
+        self.capacity = int(capacity)
+        self._items: dict = {}
+        self._keys: list = []   # sorted stamps
+
+    def add(self, stamp: int, value) -> None:
+        if stamp not in self._items:
+            bisect.insort(self._keys, stamp)
+        self._items[stamp] = value
+        if len(self._keys) > self.capacity:
+            half = self.capacity // 2
+            for k in self._keys[:half]:
+                del self._items[k]
+            del self._keys[:half]
+
+    def get(self, stamp: int, staleness_ns: float = 0):
+        """The vector stamped ``stamp``, else the newest older one at most
+        ``staleness_ns`` older, else None."""
+        r = self._items.get(stamp)
+        if r is not None:
+            return r
+        i = bisect.bisect_right(self._keys, stamp)
+        if i and stamp - self._keys[i - 1] <= staleness_ns:
+            return self._items[self._keys[i - 1]]
+        return None
+
+    @property
+    def newest(self) -> Optional[int]:
+        return self._keys[-1] if self._keys else None
+
+    def __contains__(self, stamp) -> bool:
+        return stamp in self._items
+
+    def __len__(self) -> int:
+        return len(self._keys)
