@@ -86,7 +86,7 @@ def _cmd_demo(args) -> int:
 
     from .evaluation.bags import controller_saturation, diagnostic_value, watchdog_trips
     from .evaluation.streams import read_streams
-    from .launch_graph import build_graph
+    from .scenarios import build_graph
     from .robot_setup import resolve_robot
     from .launcher import GraphFailed, run_to_end
 
@@ -230,7 +230,7 @@ def _robot_spec(args):
 
 
 def _add_graph_args(p, *, sim_default=True) -> None:
-    from .launch_graph import CONTROLLERS, LEARNERS, MODES, REAL_PRESETS
+    from .scenarios import CONTROLLERS, LEARNERS, MODES, REAL_PRESETS
     _add_robot_args(p)
     p.add_argument("--controller", default="computed_torque", choices=CONTROLLERS,
                    help="pd | computed_torque (node controller) | direct | composite (adaptive_controller) |"
@@ -254,12 +254,12 @@ def _add_graph_args(p, *, sim_default=True) -> None:
 
 
 def _overrides(items) -> dict:
-    from .launch_graph import parse_overrides
+    from .scenarios import parse_overrides
     return parse_overrides(items)
 
 
 def _graph_from_args(args, scenario):
-    from .launch_graph import build_graph
+    from .scenarios import build_graph
     ust = None if args.use_sim_time is None else args.use_sim_time == "true"
     return build_graph(scenario, robot=args.robot, joints=[j for j in (args.joints or "").split(",") if j] or None,
                        ee_frame=args.ee_frame, controller=args.controller, learner=args.learner,
@@ -527,7 +527,7 @@ def _cmd_replay(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .launch_graph import JOINT_CONTROLLERS
+    from .scenarios import JOINT_CONTROLLERS
 
     ap = argparse.ArgumentParser(prog="adaptive-dynamics",
                                  description="Learn a torque-controlled robot's dynamics online while controlling it.")

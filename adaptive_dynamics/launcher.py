@@ -1,4 +1,4 @@
-"""Pip-path launcher: start a :mod:`launch_graph` as separate node processes.
+"""Pip-path launcher: start a scenario of :mod:`.scenarios` as separate node processes.
 
 The same node list and parameter files as ``ros2 launch adaptive_dynamics ...``:
 each node runs as ``python -m adaptive_dynamics.nodes.<exe> --ros-args -r __node:=...
@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .launch_graph import NodeSpec
+from .scenarios import NodeSpec
 
 # stop order: the loop's driver first, the recorder last
 _STOP_RANK = {"mujoco_bridge": 0, "trajectory": 1, "controller": 1, "recorder": 9}

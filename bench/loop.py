@@ -24,7 +24,7 @@ nodes as separate processes over DDS (started like `adaptive-dynamics launch sim
       ``realtime_command_timeouts``: steps run with the safe action because no command
       arrived for ``command_timeout`` (50 ms).
     As ``adaptive-dynamics launch sim mode:=realtime`` does, the bridge and the
-    controller run SCHED_FIFO (``launch_graph.REALTIME_PRIORITY``; ``realtime_sched``
+    controller run SCHED_FIFO (``scenarios.REALTIME_PRIORITY``; ``realtime_sched``
     says whether it was permitted).
     The controller subscribes ``joint_states`` best effort with depth 1 here, the
     real-time setting the README documents (``config/sim.yaml`` sets
@@ -99,7 +99,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine_unit import MachineUnit  # noqa: E402
 
-from adaptive_dynamics.launch_graph import build_graph  # noqa: E402
+from adaptive_dynamics.scenarios import build_graph  # noqa: E402
 from adaptive_dynamics.launcher import GraphFailed, GraphProcess, run_to_end  # noqa: E402
 
 #: issue 16: misses <= 1 % in every run, lockstep >= 1.5 sim-s/wall-s (median over the runs),
@@ -307,8 +307,8 @@ def floor_echo(seconds: float, n_joints: int, out: str | None = None) -> int:
 
 
 def _floor_sched() -> str:
-    """Both floor processes get the loop's scheduling (launch_graph.REALTIME_PRIORITY)."""
-    from adaptive_dynamics.launch_graph import REALTIME_PRIORITY
+    """Both floor processes get the loop's scheduling (scenarios.REALTIME_PRIORITY)."""
+    from adaptive_dynamics.scenarios import REALTIME_PRIORITY
     from adaptive_dynamics.realtime import set_fifo_priority
     ok, _msg = set_fifo_priority(REALTIME_PRIORITY)
     return f"SCHED_FIFO {REALTIME_PRIORITY}" if ok else "normal (SCHED_FIFO not permitted)"

@@ -1,10 +1,10 @@
-"""Shared helper of the launch files: turn adaptive_dynamics.launch_graph into Node actions."""
+"""Shared helper of the launch files: turn adaptive_dynamics.scenarios into Node actions."""
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from adaptive_dynamics.launch_graph import build_graph
+from adaptive_dynamics.scenarios import build_graph
 
 ARGS = {
     "robot": ("panda", "panda | iiwa14 | planar2"),

@@ -243,7 +243,6 @@ def test_autosave_writes_the_estimate_outside_the_callback_lock(ros, tmp_path):
     """autosave_period: the estimate is written while learning, from the watchdog timer,
     with a snapshot taken under the core lock and the file written with neither the
     callback lock nor the core lock held (a save never delays a control cycle)."""
-    from adaptive_dynamics.control.adaptive import AdaptiveController
     from adaptive_dynamics.control.law import read_npz
     path = str(tmp_path / "auto.npz")
     node = make_node(ros, estimate_file=path, autosave_period=0.2, diagnostics_period=0.05)

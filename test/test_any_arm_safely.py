@@ -237,7 +237,7 @@ def test_shipped_iiwa_defaults_hold_its_wrist_where_the_paper_set_up_stick_slips
     armature) the composite controller tracks every joint within 5 mrad; the set-up of the
     paper reproductions (``config/iiwa14.paper.yaml``: K_D 0.2 N m s/rad on joint 7, no
     friction columns) stick-slips there, its wrist error several times larger."""
-    from adaptive_dynamics.launch_graph import _resolved, build_graph
+    from adaptive_dynamics.scenarios import _resolved, build_graph
     from adaptive_dynamics.robots import paper_config, robot_config
     from adaptive_dynamics.robot_setup import controller_gains
 

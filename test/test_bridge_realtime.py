@@ -18,7 +18,7 @@ import pytest
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
-from adaptive_dynamics.nodes.common import resolve_urdf
+from adaptive_dynamics.nodes.robot_params import resolve_urdf
 from adaptive_dynamics.nodes.mujoco_bridge import MujocoBridgeNode, reality_from_store
 from adaptive_dynamics.ros.commands import stamped_command_msg
 from adaptive_dynamics.ros.qos import COMMAND_QOS, RELIABLE_STREAM_QOS

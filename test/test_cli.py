@@ -68,7 +68,7 @@ def test_demo_shows_learning(tmp_path):
 def test_demo_takes_set_overrides_as_launch(monkeypatch, tmp_path):
     """`demo --set NODE.PARAM=VALUE` reaches the graph's parameter overrides like `launch`'s
     (the graph builder is stopped before any process starts)."""
-    from adaptive_dynamics import cli, launch_graph
+    from adaptive_dynamics import cli, scenarios
 
     seen = {}
 
@@ -76,7 +76,7 @@ def test_demo_takes_set_overrides_as_launch(monkeypatch, tmp_path):
         seen.update(kw)
         raise SystemExit(0)
 
-    monkeypatch.setattr(launch_graph, "build_graph", fake)
+    monkeypatch.setattr(scenarios, "build_graph", fake)
     args = cli.build_parser().parse_args(["demo", "--controller", "pd", "--out", str(tmp_path),
                                           "--set", "controller.kd=[30.0]",
                                           "--set", "trajectory.speed=0.5"])

@@ -386,7 +386,7 @@ def test_compiled_rnea_derivatives_match_pinocchio(which):
 def test_shifted_parameter_change_starts_at_zero(robot):
     """Before any set(), the change is zero on either path (the first-use cross-check of
     the compiled kernel leaves nothing behind)."""
-    from adaptive_dynamics.dynamics.model import ShiftedParameterChange
+    from adaptive_dynamics.dynamics.parameter_change import ShiftedParameterChange
 
     q, v, a = robot.random_state(np.random.default_rng(3))
     for compiled in (True, False):
@@ -396,7 +396,7 @@ def test_shifted_parameter_change_starts_at_zero(robot):
 
 def test_shifted_parameter_change_compiled_equals_pinocchio_path(robot):
     """Non-physical dpi: the compiled evaluation equals the ball-shifted pinocchio pair."""
-    from adaptive_dynamics.dynamics.model import ShiftedParameterChange
+    from adaptive_dynamics.dynamics.parameter_change import ShiftedParameterChange
 
     fast = ShiftedParameterChange(robot.model, robot.n)
     slow = ShiftedParameterChange(robot.model, robot.n, compiled=False)

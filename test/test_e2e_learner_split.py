@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from adaptive_dynamics.evaluation.bags import read_messages, resolve_bag
-from adaptive_dynamics.launch_graph import build_graph
+from adaptive_dynamics.scenarios import build_graph
 from adaptive_dynamics.launcher import GraphProcess
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]

@@ -15,7 +15,7 @@ import pytest
 from mcap_ros2.reader import read_ros2_messages
 
 from adaptive_dynamics.dynamics import RobotModel
-from adaptive_dynamics.launch_graph import build_graph, config_path
+from adaptive_dynamics.scenarios import build_graph, config_path
 from adaptive_dynamics.ros.params import load_param_file
 from adaptive_dynamics.launcher import GraphProcess
 from adaptive_dynamics.robots import friction

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from adaptive_dynamics import launcher
-from adaptive_dynamics.launch_graph import NodeSpec
+from adaptive_dynamics.scenarios import NodeSpec
 
 SLOW_SHUTDOWN = """
 import signal, sys, time

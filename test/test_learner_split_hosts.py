@@ -53,7 +53,7 @@ from typing import Optional
 
 import pytest
 
-from adaptive_dynamics.launch_graph import NodeSpec
+from adaptive_dynamics.scenarios import NodeSpec
 from adaptive_dynamics.launcher import command_line
 
 HERE = Path(__file__).resolve().parent

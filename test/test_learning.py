@@ -144,7 +144,7 @@ def test_bytes_roundtrip_and_malformed_buffers(kind):
 
 
 def test_registry_and_config_validation():
-    from adaptive_dynamics.launch_graph import LEARNERS as LAUNCH_LEARNERS
+    from adaptive_dynamics.scenarios import LEARNERS as LAUNCH_LEARNERS
 
     assert set(LEARNERS) == {"gmm", "rbfn", "gp", "pgpol", "sgpol"}
     assert set(LAUNCH_LEARNERS) == {"none"} | set(LEARNERS)  # launch choices follow the registry

@@ -20,7 +20,7 @@ from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 
-from adaptive_dynamics.launch_graph import build_graph
+from adaptive_dynamics.scenarios import build_graph
 from adaptive_dynamics.launcher import GraphProcess
 from adaptive_dynamics.ros.qos import CLOCK_QOS
 

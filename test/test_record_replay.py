@@ -30,7 +30,7 @@ from mcap_ros2.decoder import DecoderFactory
 
 from adaptive_dynamics import cli
 from adaptive_dynamics.evaluation.bags import BagWriter, bag_info, read_raw
-from adaptive_dynamics.launch_graph import build_graph
+from adaptive_dynamics.scenarios import build_graph
 from adaptive_dynamics.launcher import GraphProcess
 
 pytestmark = [pytest.mark.ros, pytest.mark.filterwarnings("ignore::DeprecationWarning:lark.*")]

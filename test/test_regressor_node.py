@@ -18,7 +18,7 @@ from adaptive_dynamics.nodes.regressor import RegressorNode
 from adaptive_dynamics.ros import joint_state_msg
 from adaptive_dynamics.ros.qos import LATCHED_QOS, RELIABLE_STREAM_QOS
 from adaptive_dynamics.ros.references import reference_batch_msg
-from adaptive_dynamics.ros.stamped import matrix_from_msg, matrix_labels
+from adaptive_dynamics.ros.arrays import matrix_from_msg, matrix_labels
 from adaptive_dynamics.robots import urdf_path
 from adaptive_dynamics.trajectories import ModifiedFourier
 from test_node_safety import Probe

@@ -31,7 +31,7 @@ from adaptive_dynamics.ros import joint_state_msg
 from adaptive_dynamics.ros.commands import command_stamp
 from adaptive_dynamics.ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE_STREAM_QOS
 from adaptive_dynamics.ros.references import reference_batch_msg
-from adaptive_dynamics.ros.stamped import stamped_matrix_msg
+from adaptive_dynamics.ros.arrays import stamped_matrix_msg
 from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
 from adaptive_dynamics.trajectories import ModifiedFourier
 from test_node_safety import Probe
@@ -271,8 +271,8 @@ def test_mismatch_malformed_missing_and_stale_regressors(ros):
     assert _diag_text(probe, "/adaptive_controller", "regressor_source") == "topics"
 
 
-def test_launch_graph_starts_a_matching_regressor_node():
-    from adaptive_dynamics.launch_graph import build_graph
+def test_the_scenario_starts_a_matching_regressor_node():
+    from adaptive_dynamics.scenarios import build_graph
 
     def by_name(**kw):
         return {s.name: s for s in build_graph(**kw)}

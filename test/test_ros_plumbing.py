@@ -1,6 +1,6 @@
 """Tests of adaptive_dynamics.ros: QoS (with the stamped messages over real DDS), parameters,
 node helper.  The message modules have their own files (test_ros_joint_states.py,
-test_ros_references.py, test_ros_commands.py, test_ros_stamped.py, test_ros_stamps.py).
+test_ros_references.py, test_ros_commands.py, test_ros_arrays.py, test_ros_stamps.py).
 
 Everything that claims DDS behaviour is checked over real DDS on localhost
 (./dev test sets ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a random
@@ -369,7 +369,7 @@ def test_sample_ring_matches_a_bounded_deque(capacity):
     """SampleRing (the bridge's latency store) keeps what ``deque(maxlen=capacity)``
     keeps, in the same order, at every fill level including wrap-around."""
     import collections
-    from adaptive_dynamics.nodes.common import SampleRing
+    from adaptive_dynamics.nodes.housekeeping import SampleRing
     ring, ref = SampleRing(capacity), collections.deque(maxlen=capacity)
     rng = np.random.default_rng(3)
     assert len(ring) == 0 and ring.all().size == 0 and ring.recent(5).size == 0

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from adaptive_dynamics import launcher
-from adaptive_dynamics.launch_graph import NodeSpec
+from adaptive_dynamics.scenarios import NodeSpec
 from adaptive_dynamics.launcher import GraphFailed, run_to_end
 
 SCRIPTS = {"ok": "print('working'); print('done')", "fails": "print('something broke'); raise SystemExit(3)",

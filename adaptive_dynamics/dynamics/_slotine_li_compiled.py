@@ -33,7 +33,7 @@ The same module compiles ``rnea_derivatives``: the RNEA torque and its derivativ
 with respect to (q, v, a) for *arbitrary* inertial parameters (a parameter change dpi:
 Y(q, v, a) dpi and its Jacobians, consistency paper eq. 18) at K points in one call --
 pinocchio's computeRNEADerivatives algorithm with each inertia kept as its 10 linear
-parameters (see :class:`~adaptive_dynamics.dynamics.model.ShiftedParameterChange`).
+parameters (see :class:`~adaptive_dynamics.dynamics.parameter_change.ShiftedParameterChange`).
 
 This is *not* the Niemeyer-Slotine split ``V x* I Vr`` (another skew-admissible C);
 with V = Vr it reduces to pinocchio's standard regressor.

@@ -223,7 +223,7 @@ def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: floa
     from ..control.gains import working_configuration
     from ..dynamics import RobotModel
     from ..evaluation.bags import controller_saturation, watchdog_trips
-    from ..launch_graph import build_graph
+    from ..scenarios import build_graph
     from ..robots import armature, friction
     from ..robot_setup import controller_gains, resolve_robot
     from .closed_loop_regions import tracking
@@ -347,7 +347,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown arms {unknown}; choose from {names}")
     duration = args.duration or (QUICK_DURATION_S if args.quick else DURATION_S)
     tail = min(QUICK_TAIL_S if args.quick else TAIL_S, duration / 2)
-    from ..launch_graph import parse_overrides
+    from ..scenarios import parse_overrides
     extra = parse_overrides(args.set)
     base = robots_dir()
     work = args.out if args.keep_bags else tempfile.mkdtemp(prefix="ad_arms_")

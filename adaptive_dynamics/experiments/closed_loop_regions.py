@@ -109,7 +109,7 @@ def bridge_reality(robot: str) -> dict:
 
 def _run(robot: str, learner: str, bag: str, duration: float, overrides: dict, freeze_at: float | None,
          echo: bool, timeout: float) -> dict:
-    from ..launch_graph import build_graph
+    from ..scenarios import build_graph
 
     nodes = build_graph("sim", robot=robot, controller="composite", learner=learner, duration=duration,
                         record=True, bag=bag, overrides=overrides)

@@ -73,7 +73,7 @@ def learner_settings(learner: str, phases: list[float], trajectory: dict | None)
         return {"learner_config": json.dumps({"full_novelty": None})}
     if learner != "rbfn":
         return {}
-    from ..launch_graph import config_path
+    from ..scenarios import config_path
     from ..ros.params import load_param_file
     sim = config_path("sim.yaml")   # the learning rate the graph runs at
     rate = (load_param_file(sim, "mujoco_bridge")["rate_hz"]
@@ -89,7 +89,7 @@ def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float
                    learner_config: str = "", timeout: float = 3600.0, echo: bool = False,
                    controller: dict | None = None, trajectory: dict | None = None) -> dict:
     """One closed-loop run; returns the director's switch log and the run's wall time."""
-    from ..launch_graph import build_graph
+    from ..scenarios import build_graph
     from ..robots import paper_config
 
     duration = float(sum(phases))

@@ -82,7 +82,7 @@ def run(robot: str = "panda", out: str = "out/demo", *, learner: str = LEARNER, 
         overrides: dict | None = None, echo: bool = False, joints=None, ee_frame: str | None = None) -> dict:
     """The two phases in one run of the graph; the summary (also ``out/demo.json``)."""
     from ..dynamics import RobotModel
-    from ..launch_graph import build_graph
+    from ..scenarios import build_graph
     from ..robot_setup import resolve_robot
     from ..launcher import run_to_end
     from .clock_follower import PhaseDirector

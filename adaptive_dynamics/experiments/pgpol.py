@@ -497,7 +497,7 @@ def run_graph(robot: str, spec: dict, bag: str, *, echo: bool = False, timeout: 
     ``trajectory`` (node parameters), ``controller`` (adaptive_controller parameters),
     ``learner`` (None, ``{"kind", "config"}`` or ``{"kind", "model_file"}`` for a frozen
     model), ``bridge`` (extra parameters), ``actions`` (timed SetBool calls)."""
-    from ..launch_graph import build_graph
+    from ..scenarios import build_graph
     from ..launcher import run_to_end
     from ..robots import paper_config
 

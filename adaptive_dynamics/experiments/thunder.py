@@ -260,7 +260,7 @@ def run_headline(st: Setup, out_dir: str, seconds: float, *, echo: bool = False,
     """The node graph in lockstep (module docstring); returns arrays read from its bag."""
     from ..control.adaptive import AdaptiveController
     from ..dynamics import RobotModel
-    from ..launch_graph import build_graph
+    from ..scenarios import build_graph
     from ..robots import paper_config
     from ..launcher import run_to_end
 

@@ -17,7 +17,7 @@ of the recursive least squares, not of the model).
 
 How ``J`` is evaluated: with numba, one compiled call of pinocchio's RNEA-derivatives
 algorithm for all component means at once, ``dpi`` used as it is (inertias kept as
-their linear parameters; :class:`~adaptive_dynamics.dynamics.model.ShiftedParameterChange`).
+their linear parameters; :class:`~adaptive_dynamics.dynamics.parameter_change.ShiftedParameterChange`).
 Without numba, per point through pinocchio on the ball-shifted model pair, the
 unit-ball terms cached per point while a component mean does not move.  Both are
 checked against ``regressor_derivatives`` and finite differences in the tests.
@@ -30,7 +30,7 @@ from typing import Callable, Tuple
 import numpy as np
 import pinocchio as pin
 
-from ..dynamics.model import ShiftedParameterChange
+from ..dynamics.parameter_change import ShiftedParameterChange
 
 
 __all__ = ["ParameterChange", "transform_gaussians"]
@@ -41,7 +41,7 @@ class ParameterChange:
 
     ``dpi`` may be any finite vector (negative or zero "masses" included).  The Jacobians
     come from :meth:`ShiftedParameterChange.evaluate
-    <adaptive_dynamics.dynamics.model.ShiftedParameterChange.evaluate>` (compiled), or
+    <adaptive_dynamics.dynamics.parameter_change.ShiftedParameterChange.evaluate>` (compiled), or
     without numba from the ball-shifted pinocchio models
 
         g(x; dpi) = s * [ g(x; dpi / s + r) - g(x; r) ]

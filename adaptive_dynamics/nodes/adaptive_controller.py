@@ -2,7 +2,7 @@
 
 Thin adapter over :class:`adaptive_dynamics.control.AdaptiveController` (Slotine & Li
 1987/1989, ARDL Listing 1), on the shell shared with the baseline ``controller`` node
-(:class:`~adaptive_dynamics.nodes.controller.JointControllerShell`: joints by name,
+(:class:`~adaptive_dynamics.nodes.controller_shell.JointControllerShell`: joints by name,
 stamp-matched references, safe command, saturation, watchdog, zero on shutdown).
 
 Laws (``law``, live): ``sliding_pd`` (tau = -K_D s = K_D (e_dot + Lambda e): PD on the
@@ -93,10 +93,10 @@ from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stream_qos
 from ..ros.regressor_topics import RegressorTopics
-from ..ros.stamped import VectorBuffer, vector_from_msg
+from ..ros.arrays import VectorBuffer, vector_from_msg
 from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
-from .common import shutdown_save, trigger_save
-from .controller import JointControllerShell, shell_specs
+from .housekeeping import shutdown_save, trigger_save
+from .controller_shell import JointControllerShell, shell_specs
 
 LAWS = ("sliding_pd", "slotine_li", "direct", "composite", "backstepping")
 REGRESSOR_SOURCES = ("inprocess", "topics")

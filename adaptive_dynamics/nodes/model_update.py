@@ -4,7 +4,7 @@
 
 It consumes what ``residual_learner`` consumes and runs the same core
 (:class:`~adaptive_dynamics.learning.OnlineResidual` on a worker thread; the samples
-are assembled by :class:`.learner_common.SampleAssembler`), but publishes no
+are assembled by :class:`.learner_streams.SampleAssembler`), but publishes no
 feed-forward: it publishes the learner itself, as versioned snapshots on
 ``learner/model``, for the ``prediction`` node(s) -- which may run on another host.
 
@@ -82,8 +82,9 @@ from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
-from .common import Throttle, load_robot, robot_specs, trigger_save
-from .learner_common import (SampleAssembler, final_save, learner_config, learner_specs, make_core,
+from .housekeeping import Throttle, trigger_save
+from .robot_params import load_robot, robot_specs
+from .learner_streams import (SampleAssembler, final_save, learner_config, learner_specs, make_core,
                              snapshot_bytes_spec, stream_specs)
 
 

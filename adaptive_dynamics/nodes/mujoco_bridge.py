@@ -66,8 +66,8 @@ from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..realtime import OverloadTracker, raise_thread_priority
 from ..ros.qos import CLOCK_QOS, LOCKSTEP_COMMAND_QOS, REALTIME_COMMAND_QOS, PUBLISHER_STREAM_QOS
-from .common import (SampleRing, StallInjector, Throttle, apply_realtime_priority, realtime_spec, resolve_urdf,
-                     robot_specs, stall_spec)
+from .housekeeping import SampleRing, StallInjector, Throttle, apply_realtime_priority, realtime_spec, stall_spec
+from .robot_params import resolve_urdf, robot_specs
 
 
 #: wall seconds the bridge waits at the end for reliable readers to acknowledge the last states

@@ -3,7 +3,7 @@
 :data:`adaptive_dynamics.learning.LEARNERS`.
 
 It publishes ``feedforward/residual`` exactly as ``residual_learner`` does (the same
-:class:`.learner_common.ResidualOutput`): on each ``joint_states`` stamp ``t`` one
+:class:`.learner_streams.ResidualOutput`): on each ``joint_states`` stamp ``t`` one
 ``sensor_msgs/JointState`` (``effort`` by joint name) per reference point stamped in
 ``(last published, t + prediction_lead]`` and not before ``t``, predicted from the
 *reference* state ``(q_d, qd_d, qdd_d)`` and stamped with the instant it applies to --
@@ -93,9 +93,10 @@ from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import LATCHED_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
-from .common import Throttle, load_robot, robot_specs, trigger_save
+from .housekeeping import Throttle, trigger_save
+from .robot_params import load_robot, robot_specs
 from ..wire import WireError, decode_bytes
-from .learner_common import (ResidualOutput, final_save, output_specs, reference_input, snapshot_bytes_spec,
+from .learner_streams import (ResidualOutput, final_save, output_specs, reference_input, snapshot_bytes_spec,
                              stream_specs)
 
 #: how many of the last applied versions ``versions_applied`` lists

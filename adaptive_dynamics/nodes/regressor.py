@@ -46,8 +46,9 @@ from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
-from ..ros.stamped import stamped_matrix_msg
-from .common import Throttle, apply_realtime_priority, load_robot, realtime_spec, robot_specs
+from ..ros.arrays import stamped_matrix_msg
+from .housekeeping import Throttle, apply_realtime_priority, realtime_spec
+from .robot_params import load_robot, robot_specs
 
 
 def specs() -> list[ParamSpec]:

@@ -2,7 +2,7 @@
 ARDL §3.1) next to the adaptive controller.
 
 Thin adapter over :class:`adaptive_dynamics.learning.OnlineResidual` (no ROS in there);
-the sample assembly and the stamped residual stream are :mod:`.learner_common`'s,
+the sample assembly and the stamped residual stream are :mod:`.learner_streams`'s,
 shared with the PGPOL split (``model_update`` + ``prediction``), which runs the same
 learning and the same output in two processes.
 
@@ -65,8 +65,9 @@ from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
 from ..ros.qos import DEEP_RELIABLE_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
-from .common import Throttle, load_robot, robot_specs, trigger_save
-from .learner_common import (ResidualOutput, SampleAssembler, final_save, learner_config, learner_specs, make_core,
+from .housekeeping import Throttle, trigger_save
+from .robot_params import load_robot, robot_specs
+from .learner_streams import (ResidualOutput, SampleAssembler, final_save, learner_config, learner_specs, make_core,
                              output_specs, stream_specs)
 
 

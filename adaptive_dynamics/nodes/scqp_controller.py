@@ -3,7 +3,7 @@ Billard) of the end effector -> ``effort_controller/commands``.
 
 Thin adapter over :class:`adaptive_dynamics.control.scqp.SCQPController` (task-space MRAC
 or PID -> QP inverse dynamics with the GP residual, linearised) on the shell shared with
-the joint controllers (:class:`~adaptive_dynamics.nodes.controller.JointControllerShell`:
+the joint controllers (:class:`~adaptive_dynamics.nodes.controller_shell.JointControllerShell`:
 joints by name, stamp-matched references, safe command, saturation counted, watchdog,
 zero command on shutdown, commands stamped with the state they answer so the lockstep
 bridge steps on them).
@@ -70,8 +70,8 @@ from ..ros.joint_states import joint_state_msg
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
-from .common import shutdown_save, trigger_save
-from .controller import JointControllerShell, shell_specs
+from .housekeeping import shutdown_save, trigger_save
+from .controller_shell import JointControllerShell, shell_specs
 
 STATE_FORMAT = "adaptive_dynamics.scqp_state"
 STATE_VERSION = 1

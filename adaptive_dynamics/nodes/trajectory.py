@@ -51,7 +51,8 @@ from ..trajectories import (
     square_circle,
     z_sine,
 )
-from .common import discovery_hint, load_robot, robot_specs
+from .housekeeping import discovery_hint
+from .robot_params import load_robot, robot_specs
 
 TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous", "lissajous3d", "square_circle", "z_sine"]
 #: end-effector paths: the types ``space: task`` can publish

@@ -12,7 +12,7 @@ declaration/validation, node entry helper.
   ``task_reference_msg``.
 * :mod:`.commands` -- effort commands stamped with the state they answer:
   ``encode_stamped_command``, ``split_command`` / ``command_values``.
-* :mod:`.stamped` -- stamped vectors (``JointState``) and matrices
+* :mod:`.arrays` -- stamped vectors (``JointState``) and matrices
   (``Float64MultiArray`` with ``data_offset = 2`` holding the stamp).
 * :mod:`.stamps` -- ``to_ns`` / ``from_ns``; :mod:`.fields` -- the by-name matching,
   finiteness and float64-field rules the modules above share.
@@ -28,7 +28,7 @@ from .node_base import Counters, diagnostic_array, run_node
 from .params import ParamSpec, ParamStore, declare_params, load_param_file, to_parameters
 from .qos import CLOCK_QOS, COMMAND_QOS, LATCHED_QOS, STREAM_QOS
 from .references import Reference, ReferenceBuffer, reference_msg
-from .stamped import matrix_from_msg, matrix_labels, stamped_matrix_msg, stamped_vector_msg, vector_from_msg
+from .arrays import matrix_from_msg, matrix_labels, stamped_matrix_msg, stamped_vector_msg, vector_from_msg
 from .stamps import from_ns, to_ns
 
 __all__ = [

@@ -24,7 +24,7 @@ Serialized messages
     what that fast path does not handle (big-endian, ...).
 
 This module holds no topic of its own: :mod:`.joint_states`, :mod:`.references`,
-:mod:`.commands` and :mod:`.stamped` build on it.
+:mod:`.commands` and :mod:`.arrays` build on it.
 """
 
 from __future__ import annotations

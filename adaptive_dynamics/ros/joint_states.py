@@ -9,7 +9,7 @@ with a command carrying that stamp (:mod:`.commands`).
 Entry point: :meth:`JointStateMapper.map` -- a message or its serialized bytes (a
 ``raw=True`` subscription) -> ``(stamp_ns, q, v, effort)``.  :func:`state_stamp` gives
 the stamp of a state the mapper rejected (to answer it anyway); :func:`joint_state_msg`
-builds the message (also the carrier of stamped vectors, :mod:`.stamped`).
+builds the message (also the carrier of stamped vectors, :mod:`.arrays`).
 """
 
 from __future__ import annotations

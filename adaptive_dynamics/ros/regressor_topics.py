@@ -18,7 +18,7 @@ import numpy as np
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
-from .stamped import MATRIX_STAMP_OFFSET, matrix_from_msg
+from .arrays import MATRIX_STAMP_OFFSET, matrix_from_msg
 
 __all__ = ["RegressorTopics", "BAD", "matrix_stamp"]
 

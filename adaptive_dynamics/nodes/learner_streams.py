@@ -31,10 +31,10 @@ from sensor_msgs.msg import JointState
 from ..learning import LEARNERS, OnlineResidual
 from ..ros.joint_states import JointStateMapper, joint_state_msg
 from ..ros.params import ParamSpec
-from .common import shutdown_save
+from .housekeeping import shutdown_save
 from ..ros.qos import PUBLISHER_STREAM_QOS
 from ..ros.references import ReferenceBuffer
-from ..ros.stamped import vector_from_msg
+from ..ros.arrays import vector_from_msg
 
 __all__ = ["learner_specs", "output_specs", "stream_specs", "snapshot_bytes_spec", "learner_config", "make_core",
            "reference_input", "SampleAssembler", "ResidualOutput", "BUFFER", "MAX_SNAPSHOT_BYTES"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adaptive_dynamics.launch_graph import CONTROLLERS, build_graph, config_path
+from adaptive_dynamics.scenarios import CONTROLLERS, build_graph, config_path
 from adaptive_dynamics.launcher import command_line
 from adaptive_dynamics.ros.params import load_param_file
 
@@ -63,7 +63,7 @@ def test_sim_graph_nodes_and_controller_selection(controller):
 
 
 def test_scqp_graph_keeps_a_cartesian_trajectory_type_and_refuses_a_learner():
-    from adaptive_dynamics.launch_graph import CARTESIAN_TYPES
+    from adaptive_dynamics.scenarios import CARTESIAN_TYPES
     from adaptive_dynamics.nodes.trajectory import CARTESIAN_TYPES as NODE_TYPES
     assert CARTESIAN_TYPES == NODE_TYPES
     for kind in CARTESIAN_TYPES:
@@ -145,7 +145,7 @@ def test_graph_process_exit_rules(monkeypatch):
     import sys
 
     from adaptive_dynamics import launcher
-    from adaptive_dynamics.launch_graph import NodeSpec
+    from adaptive_dynamics.scenarios import NodeSpec
 
     def fake(spec, workdir=None):  # node "<name>" sleeps <params['t']> s and exits with <params['rc']>
         return [sys.executable, "-c", f"import time, sys; time.sleep({spec.params['t']}); sys.exit({spec.params['rc']})"]
@@ -169,7 +169,7 @@ def test_realtime_puts_the_critical_path_on_fifo():
     """Real time: bridge, controller (and the regressor node it consumes) get
     REALTIME_PRIORITY; the trajectory and every node of a lockstep graph stay normally
     scheduled; an override still wins."""
-    from adaptive_dynamics.launch_graph import REALTIME_PRIORITY
+    from adaptive_dynamics.scenarios import REALTIME_PRIORITY
     assert 1 <= REALTIME_PRIORITY <= 98
     rt = {k: resolved(v).get("realtime_priority", 0) for k, v in by_name(build_graph(
         "sim", mode="realtime", controller="composite",
@@ -185,7 +185,7 @@ def test_realtime_puts_the_critical_path_on_fifo():
 def test_realtime_decimates_clock():
     """Real time publishes /clock at 20 Hz (see REALTIME_CLOCK_DECIMATION); lockstep keeps
     config/sim.yaml's value; an override still wins."""
-    from adaptive_dynamics.launch_graph import REALTIME_CLOCK_DECIMATION
+    from adaptive_dynamics.scenarios import REALTIME_CLOCK_DECIMATION
     rt = resolved(by_name(build_graph("sim", mode="realtime"))["mujoco_bridge"])
     ls = resolved(by_name(build_graph("sim", mode="lockstep"))["mujoco_bridge"])
     assert rt["clock_decimation"] == REALTIME_CLOCK_DECIMATION == 50
@@ -269,7 +269,7 @@ def test_without_leaves_nodes_to_another_host():
 def test_set_overrides_give_ros_parameter_arrays_one_type():
     """`--set adaptive_controller.kd=[1, 2.5]`: YAML reads an int and a float, a ROS 2
     parameter array must have one type (rcl refuses the file otherwise): floats."""
-    from adaptive_dynamics.launch_graph import parse_overrides
+    from adaptive_dynamics.scenarios import parse_overrides
     got = parse_overrides(["adaptive_controller.kd=[1, 2.5]", "trajectory.seed=3", "x.names=[a, b]",
                            "x.ints=[1, 2]"])
     assert got == {"adaptive_controller": {"kd": [1.0, 2.5]}, "trajectory": {"seed": 3},

@@ -1,4 +1,4 @@
-"""adaptive_dynamics.ros.stamped: the stamped matrix and vector conventions (over DDS:
+"""adaptive_dynamics.ros.arrays: the stamped matrix and vector conventions (over DDS:
 test_ros_plumbing.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from adaptive_dynamics.ros.fields import JointMismatchError, NonFiniteError
-from adaptive_dynamics.ros.stamped import matrix_from_msg, stamped_matrix_msg, stamped_vector_msg, vector_from_msg
+from adaptive_dynamics.ros.arrays import matrix_from_msg, stamped_matrix_msg, stamped_vector_msg, vector_from_msg
 
 
 def test_stamped_matrix_and_vector_conventions():
@@ -54,7 +54,7 @@ def test_stamped_matrix_and_vector_conventions():
 
 
 def test_vector_buffer_exact_then_newest_older_within_staleness():
-    from adaptive_dynamics.ros.stamped import VectorBuffer
+    from adaptive_dynamics.ros.arrays import VectorBuffer
     b = VectorBuffer(capacity=4)
     assert b.get(5) is None and b.newest is None and not b
     for t in (10, 30, 20):
