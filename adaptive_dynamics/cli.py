@@ -28,15 +28,15 @@ import time
 def _cmd_info(args) -> int:
     import numpy as np
 
-    from .dynamics import RobotModel
+    from .dynamics import RobotModel  # lazy: the CLI starts fast
 
     spec = _robot_spec(args)
     rm = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=args.friction)
     print(f"robot {spec.label}: {rm.n} joints, {rm.n_params} parameters, end effector {rm.ee_frame!r}"
           + (f" (end-effector bodies {rm.end_effector_links})" if rm.end_effector_links else ""))
-    from .control.gains import DEFAULT_DT, gain_margins
-    from .robots import armature
-    from .robot_setup import controller_gains
+    from .control.gains import DEFAULT_DT, gain_margins  # lazy: the CLI starts fast
+    from .robots import armature  # lazy: the CLI starts fast
+    from .robot_setup import controller_gains  # lazy: the CLI starts fast
     name = spec.label if spec.shipped else spec.urdf     # what the parameter file is found by
     ia = armature(name)
     kd = controller_gains(name).get("kd")
@@ -68,7 +68,7 @@ def _cmd_demo(args) -> int:
     import numpy as np
 
     if args.controller is None:
-        from .experiments import learning_demo
+        from .experiments import learning_demo  # lazy: the CLI starts fast
         kw = {} if args.learning_periods is None else {"learning_periods": args.learning_periods}
         try:
             summary = learning_demo.run(args.robot, args.out, overrides=_overrides(args.set), echo=args.verbose,
@@ -84,11 +84,11 @@ def _cmd_demo(args) -> int:
         print(json.dumps(summary))
         return 0
 
-    from .evaluation.bags import controller_saturation, diagnostic_value, watchdog_trips
-    from .evaluation.streams import read_streams
-    from .scenarios import build_graph
-    from .robot_setup import resolve_robot
-    from .launcher import GraphFailed, run_to_end
+    from .evaluation.bags import controller_saturation, diagnostic_value, watchdog_trips  # lazy: the CLI starts fast
+    from .evaluation.streams import read_streams  # lazy: the CLI starts fast
+    from .scenarios import build_graph  # lazy: the CLI starts fast
+    from .robot_setup import resolve_robot  # lazy: the CLI starts fast
+    from .launcher import GraphFailed, run_to_end  # lazy: the CLI starts fast
 
     os.makedirs(args.out, exist_ok=True)
     bag = os.path.join(args.out, time.strftime("bag_%Y%m%d_%H%M%S"))
@@ -129,7 +129,7 @@ def _cmd_demo(args) -> int:
     print(f"\n{'joint':16s} {'RMSE [rad]':>11s} {'max |e| [rad]':>14s} {'RMS tau [Nm]':>13s}")
     for j, nm in enumerate(names):
         print(f"{nm:16s} {rmse[j]:11.5f} {emax[j]:14.5f} {np.sqrt(np.mean(TAU[:, j] ** 2)):13.3f}")
-    from .experiments.learning_demo import tracking_plots
+    from .experiments.learning_demo import tracking_plots  # lazy: the CLI starts fast
     p1, p2 = tracking_plots(args.out, f"{args.robot}: {args.controller} tracking (lockstep MuJoCo, unmodelled friction)",
                             names, tsec, Q, QD, TAU)
     summary = {"robot": args.robot, "controller": args.controller, "sim_time_s": float(tsec[-1] + 1e-3),
@@ -150,7 +150,7 @@ def _cmd_demo(args) -> int:
 def _cmd_selfcheck(args) -> int:
     import numpy as np
 
-    from .dynamics import RobotModel
+    from .dynamics import RobotModel  # lazy: the CLI starts fast
 
     t0 = time.perf_counter()
     rm = RobotModel(args.robot)
@@ -224,13 +224,13 @@ def _add_robot_args(p) -> None:
 
 
 def _robot_spec(args):
-    from .robot_setup import resolve_robot
+    from .robot_setup import resolve_robot  # lazy: the CLI starts fast
     joints = [j for j in (args.joints or "").split(",") if j] or None
     return resolve_robot(args.robot, joints, args.ee_frame)
 
 
 def _add_graph_args(p, *, sim_default=True) -> None:
-    from .scenarios import CONTROLLERS, LEARNERS, MODES, REAL_PRESETS
+    from .scenarios import CONTROLLERS, LEARNERS, MODES, REAL_PRESETS  # lazy: the CLI starts fast
     _add_robot_args(p)
     p.add_argument("--controller", default="computed_torque", choices=CONTROLLERS,
                    help="pd | computed_torque (node controller) | direct | composite (adaptive_controller) |"
@@ -254,12 +254,12 @@ def _add_graph_args(p, *, sim_default=True) -> None:
 
 
 def _overrides(items) -> dict:
-    from .scenarios import parse_overrides
+    from .scenarios import parse_overrides  # lazy: the CLI starts fast
     return parse_overrides(items)
 
 
 def _graph_from_args(args, scenario):
-    from .scenarios import build_graph
+    from .scenarios import build_graph  # lazy: the CLI starts fast
     ust = None if args.use_sim_time is None else args.use_sim_time == "true"
     return build_graph(scenario, robot=args.robot, joints=[j for j in (args.joints or "").split(",") if j] or None,
                        ee_frame=args.ee_frame, controller=args.controller, learner=args.learner,
@@ -269,7 +269,7 @@ def _graph_from_args(args, scenario):
 
 
 def _cmd_launch(args) -> int:
-    from .launcher import run_graph
+    from .launcher import run_graph  # lazy: the CLI starts fast
     nodes = _graph_from_args(args, args.scenario)
     print("[launch] " + ", ".join(f"{s.name} ({s.executable})" for s in nodes), flush=True)
     if args.scenario == "real" and args.duration > 0:   # wall seconds: a robot that never answers cannot hold it
@@ -278,7 +278,7 @@ def _cmd_launch(args) -> int:
 
 
 def _cmd_experiment(args) -> int:
-    from .experiments import EXPERIMENTS, run
+    from .experiments import EXPERIMENTS, run  # lazy: the CLI starts fast
 
     if args.list or not args.name:
         for name, (_, what) in EXPERIMENTS.items():
@@ -322,9 +322,9 @@ def _cmd_record(args) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    from .evaluation.bags import bag_info, ros_type_name
-    from .nodes.recorder import RecorderNode, _msg_class
-    from .ros.params import to_parameters
+    from .evaluation.bags import bag_info, ros_type_name  # lazy: the CLI starts fast
+    from .nodes.recorder import RecorderNode, _msg_class  # lazy: the CLI starts fast
+    from .ros.params import to_parameters  # lazy: the CLI starts fast
 
     if args.duration < 0 or args.discovery < 0:
         raise ValueError("--duration and --discovery must be >= 0")
@@ -431,7 +431,7 @@ _DDS_OPTIONS = {"fast": "--fast", "topics": "--topics", "no_clock": "--no-clock"
 def _cmd_replay_offline(args) -> int:
     """``replay BAG --learner KIND``: offline prequential evaluation of a residual learner
     (``evaluation.offline``, no DDS, no rclpy): per-joint table, JSON last line."""
-    from .evaluation.offline import DEFAULTS, evaluate_learner, format_table
+    from .evaluation.offline import DEFAULTS, evaluate_learner, format_table  # lazy: the CLI starts fast
 
     used = [flag for key, flag in _DDS_OPTIONS.items()
             if getattr(args, key) is not None and (key == "wait_for_subscribers" or getattr(args, key))]
@@ -476,8 +476,8 @@ def _cmd_replay(args) -> int:
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
-    from .nodes.replay import ReplayNode, _match_topic, plan_replay
-    from .ros.params import to_parameters
+    from .nodes.replay import ReplayNode, _match_topic, plan_replay  # lazy: the CLI starts fast
+    from .ros.params import to_parameters  # lazy: the CLI starts fast
 
     rate = 0.0 if args.fast else args.rate
     if not (0.0 <= rate <= 1000.0):
@@ -527,7 +527,7 @@ def _cmd_replay(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .scenarios import JOINT_CONTROLLERS
+    from .scenarios import JOINT_CONTROLLERS  # lazy: the CLI starts fast
 
     ap = argparse.ArgumentParser(prog="adaptive-dynamics",
                                  description="Learn a torque-controlled robot's dynamics online while controlling it.")
@@ -660,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--learner-config", default=None, metavar="JSON",
                    help="learner constructor arguments, e.g. '{\"n_basis\": 1024}' or '{\"max_components\": 32}'")
     p.set_defaults(fn=_cmd_replay)
-    from .evaluation import identify as _identify
+    from .evaluation import identify as _identify  # lazy: the CLI starts fast
     p = sub.add_parser("identify", help="identify the rigid-body model (+ friction) from a recorded bag or CSV,"
                        " evaluated on held-out data; writes estimate files the adaptive controller loads",
                        description=_identify.DESCRIPTION)

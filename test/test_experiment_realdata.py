@@ -86,7 +86,7 @@ def test_closed_loop_proxy_reality_is_the_offline_proxy():
     trajectory node's limits, on the other side of the middle joint by joint."""
     from adaptive_dynamics.dynamics import RobotModel
     from adaptive_dynamics.experiments.closed_loop_regions import CENTRE_SHIFT, bridge_reality, run_robot, trajectory_b
-    from adaptive_dynamics.experiments.realdata import REALITY, SECOND_PROXY
+    from adaptive_dynamics.experiments.proxies import REALITY, SECOND_PROXY
     from adaptive_dynamics.nodes.mujoco_bridge import specs
     from adaptive_dynamics.robots import friction
 

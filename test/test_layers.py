@@ -115,3 +115,91 @@ def test_the_check_sees_an_upward_import(tmp_path, edge, monkeypatch):
     assert (low, f"adaptive_dynamics.{high}") in [(u, n) for u, n, _, _ in imports()]
     with pytest.raises(AssertionError, match=f"{low} .layer {table[low]}. imports adaptive_dynamics.{high}"):
         test_imports_point_down_only()
+
+
+def test_package_imports_sit_at_the_top_or_say_why_not():
+    """A package import inside a function hides a tie from a reader: it is allowed only
+    with a comment on its line saying why it is lazy (start-up time, a ROS-free module)."""
+    hidden = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        src = path.read_text(encoding="utf-8")
+        lines = src.splitlines()
+        for node in ast.walk(ast.parse(src)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.ImportFrom) and (sub.level or (sub.module or "").startswith("adaptive_dynamics")):
+                    if "#" not in "".join(lines[sub.lineno - 1: sub.end_lineno]):
+                        hidden.append(f"{path.relative_to(ROOT)}:{sub.lineno}")
+    assert not hidden, "move to the module's top, or say why it is lazy: " + ", ".join(sorted(set(hidden)))
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """module -> the package modules its top-level imports load (``from X import y``
+    loads X, and X.y when that is a module)."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        deps = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                cands = [target] + [f"{target}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                cands = [a.name for a in node.names]
+            else:
+                continue
+            for c in cands:
+                while c and c not in modules and "." in c:
+                    c = c.rsplit(".", 1)[0]
+                if c in modules and c != name and not name.startswith(c + "."):   # (its own packages: begun)
+                    deps.add(c)
+                    parent = c   # importing a.b.c runs a/__init__ and a/b/__init__ first
+                    while "." in parent:
+                        parent = parent.rsplit(".", 1)[0]
+                        if parent in modules and parent != name and not name.startswith(parent + "."):
+                            deps.add(parent)
+        graph[name] = deps
+    return graph
+
+
+def test_no_import_cycle_between_modules():
+    """No cycle among the package's modules through their top-level imports: every
+    module imports on its own, whichever is imported first."""
+    graph = _module_graph()
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+
+    def strong(v):   # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    assert not cycles, cycles

@@ -156,6 +156,8 @@ from typing import Any, Optional
 import numpy as np
 from scipy.linalg.lapack import dposv as _dposv
 
+from ..dynamics.model import RobotModel
+from ..validation import as_vector
 from .law import NpzState, read_npz
 from .projection import consistency_margins, project_consistent
 
@@ -298,7 +300,6 @@ class AdaptiveController(NpzState):
             raise ValueError(f"unknown adaptive law {law!r}; available: {list(LAWS)}")
         self.robot_name = _robot_name(model)
         if friction is not None and bool(friction) != bool(model.friction):
-            from ..dynamics.model import RobotModel
             model = RobotModel(model.model, friction=bool(friction), coulomb_smoothing=model.coulomb_smoothing,
                                gravity=np.array(model.model.gravity.linear))
         self.model = model
@@ -573,7 +574,6 @@ class AdaptiveController(NpzState):
 
     # ------------------------------------------------------------------ control
     def _reject(self, q, v, q_d, v_d, a_d, tau_measured):
-        from ..validation import as_vector
         self.rejected_inputs += 1
         n = self.n
         for name, val in (("q", q), ("v", v), ("q_d", q_d), ("v_d", v_d), ("a_d", a_d),

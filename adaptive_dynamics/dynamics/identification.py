@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import numpy as np
+from .inertial import pseudo_inertias
 
 __all__ = ["Identification", "prepare", "segments", "identify", "identify_consistent", "nmse"]
 
@@ -228,7 +229,6 @@ def identify(model, q, qd, qdd, tau, *, weighted: bool = True, offset: bool = Fa
 
 def _pseudo_inertia_basis() -> np.ndarray:
     """E (10 x 4 x 4) with J(pi10) = sum_k pi10[k] E[k] (the pseudo-inertia is linear)."""
-    from .inertial import pseudo_inertias
     return pseudo_inertias(np.eye(10))
 
 
@@ -289,7 +289,6 @@ def identify_consistent(model, q, qd, qdd, tau, *, weights=None, offset: bool = 
     sol = np.asarray(xs.value, dtype=float) / scale
     pi = sol[:nP].copy()
     pi[P:] = np.maximum(pi[P:], 0.0)
-    from .inertial import pseudo_inertias
     eig = np.linalg.eigvalsh(pseudo_inertias(pi[:P].reshape(n, 10)))[:, 0]
     base = model.base_parameters()
     theta = base.to_base(pi)

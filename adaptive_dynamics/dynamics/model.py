@@ -31,15 +31,15 @@ from dataclasses import dataclass
 import numpy as np
 import pinocchio as pin
 
-from .inertial import (
-    PINOCCHIO_ORDER,
-    PhysicalConsistencyError,
-    check_physical_consistency,
-    transform_matrix,
-)
-from .continuous import is_continuous, unbind_continuous
-from .parameter_change import ShiftedParameterChange, _LinearInertias
+from ..robots import default_ee_frame, end_effector_links, strip_inertials, urdf_path
 from ..validation import as_vector, valid_vectors
+from . import _slotine_li_compiled as slc
+from .base_parameters import BaseParameters
+from .continuous import is_continuous, unbind_continuous
+from .filtered import FilteredRegressor
+from .inertial import check_physical_consistency, PhysicalConsistencyError, PINOCCHIO_ORDER, transform_matrix
+from .parameter_change import _LinearInertias, ShiftedParameterChange
+from .thunder_params import load_thunder_parameters, save_thunder_parameters
 
 _REFERENCE_FRAMES = {
     "world": pin.ReferenceFrame.WORLD,
@@ -138,7 +138,6 @@ class RobotModel:
         self._probes = self._choose_probes()
 
         if ee_frame is None and isinstance(urdf, (str, os.PathLike)) and text is None:
-            from ..robots import default_ee_frame  # a shipped robot's or resolved URDF's parameter file
             ee_frame = default_ee_frame(os.fspath(urdf))
         if ee_frame is None:
             ee_frame = model.frames[model.nframes - 1].name
@@ -239,12 +238,10 @@ class RobotModel:
         """Link parameters from a Thunder Dynamics ``*_inertial_REG.yaml`` file (its
         ``load_conf``); see :mod:`~adaptive_dynamics.dynamics.thunder_params` (``frames``:
         the frame a link's block is expressed in, where Thunder's differs)."""
-        from .thunder_params import load_thunder_parameters
         return load_thunder_parameters(self, path, check=check, frames=frames)
 
     def save_thunder_yaml(self, path, comment: str = "", *, frames=None) -> str:
         """The link parameters as a Thunder ``*_inertial_REG.yaml`` file (its ``save_par_REG``)."""
-        from .thunder_params import save_thunder_parameters
         return save_thunder_parameters(self, path, comment, frames=frames)
 
     def set_friction(self, viscous, coulomb) -> None:
@@ -259,7 +256,6 @@ class RobotModel:
         """Separate the end-effector bodies (fixed after the last moving joint) from the
         last link: the URDF built without their inertials gives the links alone, the
         difference (in the last joint's frame) is the end effector's 10 parameters."""
-        from ..robots import end_effector_links, strip_inertials
         self.end_effector_links: list[str] = []
         self._ee_pi = np.zeros(10)
         if text is None and self.urdf_path is not None:
@@ -505,7 +501,6 @@ class RobotModel:
         Y = np.empty((K, n, self.n_params))
         batch = None
         if self._sl_impl == "compiled":
-            from . import _slotine_li_compiled as slc
             batch = slc.load_regressor_batch()
         if batch is not None:
             batch(Q, V, V, A, self._sl_geo, self._sl_work, Y)
@@ -649,7 +644,6 @@ class RobotModel:
         """The single-pass compiled Slotine-Li regressor as a closure, or ``None``
         (numba unavailable or disabled, a joint type the kernel does not know, or a
         construction-time cross-check against ``reference`` failing)."""
-        from . import _slotine_li_compiled as slc
 
         kernel = slc.load_kernel()
         if kernel is None:
@@ -699,7 +693,6 @@ class RobotModel:
         calls :meth:`regressor`)."""
         if self.slotine_li_implementation != "compiled":
             return None
-        from . import _slotine_li_compiled as slc
 
         step = slc.load_filtered_step()
         return None if step is None else (step, self._sl_geo, self._sl_work)
@@ -741,12 +734,10 @@ class RobotModel:
 
     def filtered_regressor(self, lam: float, dt: float):
         """A :class:`~adaptive_dynamics.dynamics.filtered.FilteredRegressor` for this model."""
-        from .filtered import FilteredRegressor
         return FilteredRegressor(self, lam, dt)
 
     def base_parameters(self, **kwargs):
         """Numerically identified base parameters (see :mod:`.base_parameters`)."""
-        from .base_parameters import BaseParameters
         return BaseParameters(self, **kwargs)
 
     # ----------------------------------------------------------------- sampling
@@ -780,7 +771,6 @@ def _load_pinocchio_model(urdf):
         if s.lstrip().startswith("<"):
             return None, pin.buildModelFromXML(unbind_continuous(s)[0])
         if not os.path.exists(s):
-            from ..robots import urdf_path  # robot name
             s = urdf_path(s)
         with open(s, encoding="utf-8") as fh:
             text, names = unbind_continuous(fh.read())

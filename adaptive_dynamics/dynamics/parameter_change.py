@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 
-from .inertial import UNIT_BALL, ball_shift_scale, pseudo_inertias
+from . import _slotine_li_compiled as slc
+from .inertial import ball_shift_scale, pseudo_inertias, UNIT_BALL
 
 
 class _LinearInertias:
@@ -151,7 +152,6 @@ class ShiftedParameterChange:
     def _compiled(self):
         if self._kernel is None:
             self._kernel = False
-            from . import _slotine_li_compiled as slc
             kernel = slc.load_kernel() and slc.rnea_derivatives_kernel
             geo = slc.geometry(self.a) if kernel else None
             if geo is not None:

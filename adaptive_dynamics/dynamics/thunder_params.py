@@ -39,7 +39,7 @@ import numpy as np
 import yaml
 
 from ..files import atomic_write
-from .inertial import check_physical_consistency, convert_order
+from .inertial import check_physical_consistency, convert_order, transform_matrix
 
 __all__ = ["THUNDER_REG_KEYS", "THUNDER_FRAMES", "load_thunder_parameters", "save_thunder_parameters",
            "thunder_frames"]
@@ -65,7 +65,6 @@ def thunder_frames(model, frames=None) -> dict:
     """``{link index: 10x10 L}`` with ``pi_link = L @ pi_thunder`` for the links whose Thunder
     frame is another frame of the model (``frames``: link name -> frame name; default
     :data:`THUNDER_FRAMES` where it applies)."""
-    from .inertial import transform_matrix
     if frames is None:
         frames = {k: v for k, v in THUNDER_FRAMES.items()
                   if k in model.link_names and model.model.existFrame(v)}

@@ -39,6 +39,12 @@ import time
 
 import numpy as np
 
+from ..control.adaptive import estimate_file
+from ..dynamics import RobotModel
+from ..dynamics.identification import identify, identify_consistent, nmse, prepare, segments
+from ..learning import make_learner
+from ..robot_setup import resolve_robot
+from .recordings import load_recording
 from .regions import REGION_RADIUS, region_summary, split_nmse
 
 __all__ = ["add_arguments", "run", "main", "main_args", "split_prepared", "prepared_pieces", "DESCRIPTION"]
@@ -85,7 +91,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def prepared_pieces(pieces, cutoff_hz: float, decimate: int = 0):
     """Clean pieces (:func:`segments`) filtered and differentiated into one ``(q, qd,
     qdd, tau)`` (``decimate`` 0: to ~200 Hz); None when no piece is long enough."""
-    from ..dynamics.identification import prepare
     out = []
     for t, q, qd, tau in pieces:
         h = float(np.median(np.diff(t)))
@@ -104,7 +109,6 @@ def split_prepared(t, q, qd, tau, train: float, cutoff_hz: float = 20.0, decimat
     part cut into segments, filtered and differentiated into ``(q, qd, qdd, tau)``
     (``decimate`` 0: to ~200 Hz); ``counts`` per part as :func:`segments` gives them.
     ValueError when a part has no usable segment."""
-    from ..dynamics.identification import segments
     t_split = t.min() + train * (t.max() - t.min())
     parts, counts = {}, {}
     for name, sel in (("train", t < t_split), ("test", t >= t_split)):
@@ -116,15 +120,10 @@ def split_prepared(t, q, qd, tau, train: float, cutoff_hz: float = 20.0, decimat
 
 
 def run(args) -> dict:
-    from ..dynamics import RobotModel
-    from ..control.adaptive import estimate_file
-    from ..dynamics.identification import identify, identify_consistent, nmse
-    from .recordings import load_recording
 
     t0 = time.perf_counter()
     if not 0.05 <= args.train <= 0.95:
         raise ValueError(f"--train must be in [0.05, 0.95], got {args.train}")
-    from ..robot_setup import resolve_robot
     joints = [j for j in (getattr(args, "joints", None) or "").split(",") if j] or None
     spec = resolve_robot(args.robot, joints, getattr(args, "ee_frame", None))
     model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=True)
@@ -162,7 +161,6 @@ def run(args) -> dict:
     np.savez(path, X=X, Y=resid, joint_names=np.array(model.joint_names), target=np.array("tau - Y theta_ls"))
     files["warmstart"] = path
     if args.learner:
-        from ..learning import make_learner
         L = make_learner(args.learner, input_dim=3 * model.n, output_dim=model.n,
                          prior=offsets if np.size(offsets) == model.n else "zero",
                          **_learner_defaults(args.learner, X))

@@ -81,9 +81,12 @@ from typing import Optional
 
 import numpy as np
 
+from ..dynamics import RobotModel
+from ..learning import LEARNERS, make_learner
+from ..robots import ROBOT_NAMES
 from .bags import open_bag, read_raw
 from .metrics import nmse, running_nmse
-from .regions import REGION_RADIUS, GrowingNearest, check_radius, split_nmse
+from .regions import check_radius, GrowingNearest, REGION_RADIUS, split_nmse
 from .streams import FastReader, find_topics
 
 __all__ = ["ReplayData", "load_samples", "evaluate_learner", "format_table", "ACCELERATIONS", "TARGETS",
@@ -149,8 +152,6 @@ def _gather(names_seq, values_seq, jmap: "_JointMap") -> np.ndarray:
 
 def _detect_robot(names) -> Optional[str]:
     """The shipped robot whose joints all appear in ``names`` (the one with most joints)."""
-    from ..dynamics import RobotModel
-    from ..robots import ROBOT_NAMES
     names = set(names)
     best = None
     for robot in ROBOT_NAMES:
@@ -225,7 +226,6 @@ def load_samples(bag, *, robot=None, acceleration: str = "desired", target: str 
     if with_updates:
         wanted[topics["update"]] = "update"
 
-    from ..dynamics import RobotModel
     # collect first (references usually precede the first state), map joints afterwards
     states, refs, ptorque = [], [], []
     up_t, up_v, up_names = [], [], None
@@ -373,7 +373,6 @@ def _per_joint(values, joints) -> dict:
 def _transform_model(robot: str, names: list):
     """The RobotModel whose ``parameter_names`` hold the update's names, and the index of
     each update entry in them."""
-    from ..dynamics import RobotModel
     friction = any(nm.endswith((".fv", ".fc")) for nm in names)
     model = RobotModel(robot, friction=friction)
     pos = {nm: k for k, nm in enumerate(model.parameter_names)}
@@ -385,7 +384,6 @@ def _transform_model(robot: str, names: list):
 
 
 def _make(kind: str, data: ReplayData, cfg: dict, margin: float, n_params: int):
-    from ..learning import make_learner
     n = data.n
     cfg = dict(cfg)
     for key, want in (("input_dim", 3 * n), ("output_dim", n)):
@@ -445,7 +443,6 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
     Returns the JSON summary as a dict."""
     from threadpoolctl import threadpool_limits
 
-    from ..learning import LEARNERS
     if learner not in LEARNERS:
         raise ValueError(f"unknown learner {learner!r}; available: {sorted(LEARNERS)}")
     if int(decimation) != decimation or decimation < 1:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .bags import open_bag
-from .streams import TOPIC_ROLES, find_topics, read_streams
+from .streams import find_topics, read_streams, TOPIC_ROLES
 
 __all__ = ["Recording", "load_recording"]
 

@@ -36,8 +36,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import wire  # numpy + struct only: no ROS import
-from .bags import TYPESTORE, open_bag, read_raw
+from .. import wire
+from .bags import open_bag, read_raw, TYPESTORE
 
 __all__ = ["JointStream", "ReferenceStream", "Streams", "read_streams", "FastReader", "decode", "find_topics",
            "TOPIC_ROLES"]

@@ -91,8 +91,15 @@ from typing import Any
 
 import numpy as np
 
+from ..control.adaptive import AdaptiveController
+from ..control.baseline import ComputedTorqueController, PDController
+from ..dynamics import RobotModel
+from ..evaluation.metrics import phase_rmse
+from ..robots import friction
+from ..sim.plant import MujocoPlant, RealityConfig, SimulationDiverged
+from ..trajectories import ModifiedFourier
 from . import save_plot, write_result
-from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
+from .robot_choice import add_robot_args, chosen_robots, gains, is_shipped, label
 
 TARGETS = {"composite_vs_pd_rmse_ratio": 0.2, "base_param_rel_error": 0.05}
 PHASES = (("feedback", 0.0, 16.0), ("learning", 16.0, 96.0), ("off", 96.0, 112.0))
@@ -136,7 +143,6 @@ def robot_gains(robot: str) -> dict:
     reference around the middle of the joint ranges."""
     if robot in GAINS:
         return GAINS[robot]
-    from .robot_choice import gains
     g = gains(robot)
     return {**GENERATED, "lam": float(g["lam"][0]), "kd": g["kd"]}
 
@@ -148,8 +154,6 @@ def phases(scale: float) -> list[tuple[str, float, float]]:
 
 def reference(robot: str, scale: float, gains: dict):
     """The Modified Fourier reference (deterministic, seed 0) and its period."""
-    from ..dynamics import RobotModel
-    from ..trajectories import ModifiedFourier
 
     m = RobotModel(robot)
     period = max(2.0, min(PERIOD, 16.0 * scale))  # the feedback phase holds >= 1 whole period
@@ -190,8 +194,6 @@ def direct_gamma(ctl, model, g: dict) -> np.ndarray:
 
 
 def reality(robot: str, case: str):
-    from ..robots import friction
-    from ..sim.plant import RealityConfig
 
     if case == "ideal":
         return RealityConfig()
@@ -204,10 +206,6 @@ def simulate(spec: dict) -> dict:
     """One closed-loop run.  ``spec``: robot, case ("reality" | "ideal"), controller
     ("pd" | "computed_torque" | "direct" | "composite"), nominal ("zero" | "wrong50"),
     scale, gains.  Returns arrays for the metrics and plots."""
-    from ..control.adaptive import AdaptiveController
-    from ..control.baseline import ComputedTorqueController, PDController
-    from ..dynamics import RobotModel
-    from ..sim.plant import MujocoPlant, SimulationDiverged
 
     robot, case, ctl_name, nominal = spec["robot"], spec["case"], spec["controller"], spec["nominal"]
     scale, g = spec["scale"], spec["gains"]
@@ -296,7 +294,6 @@ def simulate(spec: dict) -> dict:
 
 # ----------------------------------------------------------------------------- metrics, plots
 def phase_table(res: dict, scale: float) -> dict:
-    from ..evaluation.metrics import phase_rmse
 
     ts = np.arange(res["steps"]) * DT
     win = {name: (t0, t1) for name, t0, t1 in phases(scale)}

@@ -39,7 +39,17 @@ from typing import Any
 
 import numpy as np
 
+from ..control.gains import working_configuration
+from ..dynamics import RobotModel
+from ..dynamics.continuous import working_range
+from ..evaluation.bags import controller_saturation, watchdog_trips
+from ..launcher import run_to_end
+from ..robot_setup import controller_gains, resolve_robot
+from ..robots import armature, friction
+from ..scenarios import build_graph, parse_overrides
+from ..trajectories import ACCELERATION_LIMIT, ModifiedFourier
 from . import save_plot, write_result
+from .closed_loop_regions import tracking
 
 #: (label, URDF path under example-robot-data's robots/, joints to keep or None = all moving joints,
 #:  end-effector frame or None = resolve_robot's: the link the last kept joint moves)
@@ -123,7 +133,6 @@ def reference_samples(model, centre, amplitude: float, n: int = 256, derivatives
     ``derivatives``: ``(Q, V, A)``, the velocities and accelerations too."""
     import math
 
-    from ..trajectories import ACCELERATION_LIMIT, ModifiedFourier
     t = TRAJECTORY
     traj = ModifiedFourier.random(model.n, np.random.default_rng(t["seed"]), q_center=centre, amplitude=amplitude,
                                   w_f=2 * math.pi * t["base_frequency"], L=t["harmonics"], lower=model.lower,
@@ -184,8 +193,6 @@ def trajectory_centre(model, amplitude: float, candidates: int = 100, seed: int 
     the pose of ``candidates`` drawn from the middle half of each range whose reference it
     holds the largest payload along (a humanoid's arm raised to the middle of its ranges
     cannot hold itself; hanging down it can).  The capacity returned keeps the headroom."""
-    from ..control.gains import working_configuration
-    from ..dynamics.continuous import working_range
     lo, hi = working_range(model.lower, model.upper)
     mid = working_configuration(model)
     rng = np.random.default_rng(seed)
@@ -220,14 +227,6 @@ def trajectory_plan(model, friction=None) -> tuple[np.ndarray, float]:
 def run_arm(label: str, urdf: str, joints, ee_frame, duration: float, tail: float, work: str,
             echo: bool = False, extra: dict | None = None) -> dict:
     """One arm through ``demo``'s graph; its row of the table (or ``refused`` with why)."""
-    from ..control.gains import working_configuration
-    from ..dynamics import RobotModel
-    from ..evaluation.bags import controller_saturation, watchdog_trips
-    from ..scenarios import build_graph
-    from ..robots import armature, friction
-    from ..robot_setup import controller_gains, resolve_robot
-    from .closed_loop_regions import tracking
-    from ..launcher import run_to_end
 
     try:
         spec = resolve_robot(urdf, joints=joints, ee_frame=ee_frame)
@@ -347,7 +346,6 @@ def main(argv=None) -> int:
         ap.error(f"unknown arms {unknown}; choose from {names}")
     duration = args.duration or (QUICK_DURATION_S if args.quick else DURATION_S)
     tail = min(QUICK_TAIL_S if args.quick else TAIL_S, duration / 2)
-    from ..scenarios import parse_overrides
     extra = parse_overrides(args.set)
     base = robots_dir()
     work = args.out if args.keep_bags else tempfile.mkdtemp(prefix="ad_arms_")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import threading
 from typing import Any
+from ..ros.params import to_parameters
+from ..ros.qos import CLOCK_QOS
 
 
 class ClockFollower:
@@ -35,7 +37,6 @@ class ClockFollower:
         from rclpy.executors import SingleThreadedExecutor
         from rosgraph_msgs.msg import Clock
 
-        from ..ros.qos import CLOCK_QOS
 
         self.node.create_subscription(Clock, "/clock", self._on_clock, CLOCK_QOS)
         self.executor = SingleThreadedExecutor(context=self.ctx)
@@ -80,7 +81,6 @@ class PhaseDirector(ClockFollower):
     def __init__(self, boundaries: list[float], settings: dict[int, dict[str, dict[str, Any]]], namespace: str = ""):
         from rcl_interfaces.srv import SetParameters
 
-        from ..ros.params import to_parameters
 
         super().__init__("phase_director", namespace)
         self._to_parameters = to_parameters

@@ -47,10 +47,15 @@ from typing import Any
 
 import numpy as np
 
-from . import save_plot
+from ..dynamics import RobotModel
+from ..evaluation.regions import nearest_distance, REGION_RADIUS
 from ..evaluation.streams import read_streams
 from ..launcher import run_to_end
+from ..robots import friction, robot_config, robot_label
+from ..scenarios import build_graph
+from . import save_plot
 from .clock_follower import PhaseDirector
+from .proxies import proxy_reality
 
 #: sim s of learning on trajectory A, then of evaluation on A and on B
 LEARN_S, EVAL_S = 30.0, 10.0
@@ -78,7 +83,6 @@ RECORDED = ["joint_states", "reference", "residual_learner/prediction"]
 
 def trajectory_b(robot: str, seed: int) -> dict:
     """Trajectory-node parameters of B (seed and centre) for ``robot``."""
-    from ..dynamics import RobotModel
     m = RobotModel(robot)
     half = 0.5 * (m.upper - m.lower)
     signs = np.where(np.arange(m.n) % 2 == 0, 1.0, -1.0)
@@ -89,9 +93,6 @@ def trajectory_b(robot: str, seed: int) -> dict:
 def bridge_reality(robot: str) -> dict:
     """``mujoco_bridge`` parameters of the robot's realistic proxy (``experiment realdata``'s
     training reality: friction beyond viscous + Coulomb, sensor bias and noise, a payload)."""
-    from ..dynamics import RobotModel
-    from ..robots import friction
-    from .realdata import proxy_reality
     r, _ = proxy_reality(robot, RobotModel(robot).effort_limit)
     fv, fc = friction(robot)
     coulomb = r["coulomb_scale"] * fc
@@ -109,7 +110,6 @@ def bridge_reality(robot: str) -> dict:
 
 def _run(robot: str, learner: str, bag: str, duration: float, overrides: dict, freeze_at: float | None,
          echo: bool, timeout: float) -> dict:
-    from ..scenarios import build_graph
 
     nodes = build_graph("sim", robot=robot, controller="composite", learner=learner, duration=duration,
                         record=True, bag=bag, overrides=overrides)
@@ -147,8 +147,6 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
     :data:`PROXY_CONTROLLER`)."""
     if reality not in REALITIES:
         raise ValueError(f"reality must be one of {REALITIES}, got {reality!r}")
-    from ..evaluation.regions import REGION_RADIUS, nearest_distance
-    from ..robots import robot_config, robot_label
 
     names = robot_config(robot)["joint_names"]
     name = robot_label(robot)

@@ -88,7 +88,13 @@ from typing import Any
 
 import numpy as np
 
-from . import save_plot, write_result
+from adaptive_dynamics.control.baseline import ComputedTorqueController
+from adaptive_dynamics.dynamics import RobotModel
+from adaptive_dynamics.evaluation.metrics import rmse
+from adaptive_dynamics.learning import IncrementalGMM, RBFNetwork
+from adaptive_dynamics.sim.plant import MujocoPlant
+from adaptive_dynamics.trajectories import ModifiedFourier
+from . import consistency_online as co, save_plot, write_result
 from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
 
 TARGET_RATIO = 0.15
@@ -121,10 +127,6 @@ def _threads1() -> None:
 
 def simulate(robot: str, *, dt: float, period: float, amplitude: float, seed: int) -> dict:
     """Run the seven trajectories on the MuJoCo plant; arrays (T, n)."""
-    from adaptive_dynamics.control.baseline import ComputedTorqueController
-    from adaptive_dynamics.dynamics import RobotModel
-    from adaptive_dynamics.sim.plant import MujocoPlant
-    from adaptive_dynamics.trajectories import ModifiedFourier
 
     model = RobotModel(robot)
     n = model.n
@@ -154,9 +156,6 @@ def run_robot(spec: dict) -> dict:
     """Simulate, train both learners, evaluate (a), (b), (c).  Returns JSON-able results
     plus a few traces for the plots."""
     _threads1()
-    from adaptive_dynamics.dynamics import RobotModel
-    from adaptive_dynamics.evaluation.metrics import rmse
-    from adaptive_dynamics.learning import IncrementalGMM, RBFNetwork
 
     robot = spec["robot"]
     t0 = time.perf_counter()
@@ -337,7 +336,6 @@ def run_virtual(args) -> dict:
 
 def run_online(args) -> dict:
     """The 4-phase closed-loop runs over DDS (see :mod:`.consistency_online`)."""
-    from . import consistency_online as co
     traj = {"base_frequency": 0.25, "harmonics": 3} if args.quick else {}
     out: dict[str, Any] = {"online": {}}
     for robot in args.online_robots:

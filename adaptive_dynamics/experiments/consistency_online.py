@@ -42,8 +42,13 @@ from typing import Any
 
 import numpy as np
 
-from . import save_plot
+from ..evaluation.metrics import rmse
+from ..evaluation.streams import read_streams
 from ..launcher import run_to_end
+from ..robots import paper_config, robot_config, robot_label
+from ..ros.params import load_param_file
+from ..scenarios import build_graph, config_path
+from . import save_plot
 from .clock_follower import PhaseDirector
 
 # phase -> parameter changes at its start (phase 1's are the nodes' start parameters)
@@ -73,8 +78,6 @@ def learner_settings(learner: str, phases: list[float], trajectory: dict | None)
         return {"learner_config": json.dumps({"full_novelty": None})}
     if learner != "rbfn":
         return {}
-    from ..scenarios import config_path
-    from ..ros.params import load_param_file
     sim = config_path("sim.yaml")   # the learning rate the graph runs at
     rate = (load_param_file(sim, "mujoco_bridge")["rate_hz"]
             / load_param_file(sim, "residual_learner")["learn_decimation"])
@@ -89,8 +92,6 @@ def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float
                    learner_config: str = "", timeout: float = 3600.0, echo: bool = False,
                    controller: dict | None = None, trajectory: dict | None = None) -> dict:
     """One closed-loop run; returns the director's switch log and the run's wall time."""
-    from ..scenarios import build_graph
-    from ..robots import paper_config
 
     duration = float(sum(phases))
     boundaries = list(np.cumsum(phases)[:3])
@@ -117,8 +118,6 @@ def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float
 
 def analyse(bag: str, names: list[str], phases: list[float]) -> dict:
     """Per-phase RMSE of position, velocity and torque-prediction errors, plus traces."""
-    from ..evaluation.metrics import rmse
-    from ..evaluation.streams import read_streams
     rec = read_streams(bag, names, joints=["/joint_states", "/adaptive/parametric_torque",
                                            "/residual_learner/prediction"])
     st, ref = rec.referenced()
@@ -217,7 +216,6 @@ def run(robot: str = "panda", learner: str = "gmm", phases=(20.0, 20.0, 30.0, 30
     """Both runs (with / without the transform), metrics, plots; JSON-able summary."""
     import shutil
 
-    from ..robots import robot_config, robot_label
     phases = [float(p) for p in phases]
     names = robot_config(robot)["joint_names"]
     name = robot_label(robot)

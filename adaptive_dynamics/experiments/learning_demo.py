@@ -31,7 +31,13 @@ import time
 
 import numpy as np
 
+from ..dynamics import RobotModel
+from ..dynamics.inertial import from_mass_com_inertia
 from ..evaluation.streams import read_streams
+from ..launcher import run_to_end
+from ..robot_setup import resolve_robot
+from ..scenarios import build_graph
+from .clock_follower import PhaseDirector
 
 __all__ = ["TOOL", "BASE_FREQUENCY", "BASELINE_PERIODS", "LEARNING_PERIODS", "TARGETS", "run", "tool_truth",
            "tracking_plots"]
@@ -50,8 +56,6 @@ def tool_truth(robot: str, link: str) -> dict:
     """Mass [kg] and centre of mass [m] (``link``'s frame) of the tool alone and of the
     block ``link`` + end effector + tool, from the URDF model with the simulator's
     payload attached (``RobotModel.set_payload``, the frame the bridge puts it on)."""
-    from ..dynamics import RobotModel
-    from ..dynamics.inertial import from_mass_com_inertia
 
     m = RobotModel(robot)
     i = m.link_block(link)
@@ -81,11 +85,6 @@ def _params_over_time(bag: str, link: str):
 def run(robot: str = "panda", out: str = "out/demo", *, learner: str = LEARNER, learning_periods: int = LEARNING_PERIODS,
         overrides: dict | None = None, echo: bool = False, joints=None, ee_frame: str | None = None) -> dict:
     """The two phases in one run of the graph; the summary (also ``out/demo.json``)."""
-    from ..dynamics import RobotModel
-    from ..scenarios import build_graph
-    from ..robot_setup import resolve_robot
-    from ..launcher import run_to_end
-    from .clock_follower import PhaseDirector
 
     t0 = time.monotonic()
     os.makedirs(out, exist_ok=True)

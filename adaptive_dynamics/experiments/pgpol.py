@@ -127,11 +127,21 @@ from typing import Any
 
 import numpy as np
 
+from ..control.adaptive import estimate_file
+from ..dynamics import RobotModel
+from ..dynamics.identification import identify, prepare
+from ..evaluation.streams import read_streams
+from ..launcher import run_to_end
+from ..learning import make_learner
 from ..learning.pgpol import CHANGE_DEFAULTS, CHANGE_PAPER, ChangeTest
+from ..learning.snapshot import encode_snapshot, read_header, write_snapshot_file
+from ..robots import friction, paper_config, robot_config
+from ..ros.qos import LATCHED_QOS
+from ..scenarios import build_graph
+from ..trajectories import ACCELERATION_LIMIT, CartesianTrajectory, square_circle
 from . import save_plot, write_result
 from .clock_follower import ClockFollower
-from ..trajectories import ACCELERATION_LIMIT
-from .robot_choice import add_robot_args, chosen_robots, gains, is_shipped, label
+from .robot_choice import add_robot_args, chosen_robots, gains, is_shipped, label, task_configuration
 
 #: per robot: the task's start pose, the pick-and-place base pose and offsets, the payload
 #: (``q_pp``: the pick-and-place base pose, default ``q_task``; ``pp_centre``: the circle's
@@ -210,8 +220,6 @@ def robot_settings(robot: str) -> dict:
 def _task_pose(robot: str) -> list:
     """The most manipulable pose from which the Experiment I path and both pick-and-place
     circles stay within the limits the trajectory node checks."""
-    from ..dynamics import RobotModel
-    from .robot_choice import task_configuration
     m = RobotModel(robot)
 
     acc = np.full(m.n, ACCELERATION_LIMIT)   # the trajectory node's check
@@ -236,8 +244,6 @@ def reality(robot: str, kind: str) -> dict:
     or ``unmodelled`` (plus :data:`UNMODELLED`'s ripple and Stribeck friction)."""
     if kind == "model":
         return {}
-    from ..dynamics import RobotModel
-    from ..robots import friction
     lim = RobotModel(robot).effort_limit
     _, fc = friction(robot)
     u = UNMODELLED
@@ -258,12 +264,10 @@ def task_params(robot: str) -> dict:
 
 def task_trajectory(robot: str):
     """The Experiment I reference as the trajectory node builds it (start pose, IK)."""
-    from ..dynamics import RobotModel
     return _task_trajectory(RobotModel(robot), robot_settings(robot)["q_task"], task_params(robot))
 
 
 def _task_trajectory(m, q_task, task: dict, dt: float = 1e-3):
-    from ..trajectories import CartesianTrajectory, square_circle
     per = task["cartesian_period"]
     path = square_circle(task["cartesian_size"], per / 7.0, 3.0 * per / 7.0, 0.0, task["cartesian_plane"])
     return CartesianTrajectory(m, np.asarray(q_task, float), path, dt=dt)
@@ -305,7 +309,6 @@ def pick_place_waypoints(robot: str, which: str = "test") -> np.ndarray:
     visit is a vertical descent ``A_k -> D_k``; waypoint 0 is the first pick.
     ``which``: "test" (six points on a circle, Fig. 3c) or "train" (twelve points in a
     star, alternately on two radii and slightly higher, Fig. 3b)."""
-    from ..dynamics import RobotModel
     return _waypoints(RobotModel(robot), robot_settings(robot), pp_settings(robot), which)
 
 
@@ -371,7 +374,6 @@ class RunMonitor(ClockFollower):
         from std_msgs.msg import UInt8MultiArray
         from std_srvs.srv import SetBool
 
-        from ..ros.qos import LATCHED_QOS
 
         super().__init__("pgpol_monitor", namespace)
         self.actions = sorted(actions)
@@ -453,7 +455,6 @@ def snapshot_stats(raw: bytes) -> dict:
     count, refits, clears and the sequence number of the last one."""
     import zipfile
 
-    from ..learning.snapshot import read_header
     data = _cdr_uint8_array_data(raw)
     header, payload = read_header(data, max_bytes=None)
     out = {"version": int(header["version"]), "kind": header["kind"], "bytes": len(data)}
@@ -497,9 +498,6 @@ def run_graph(robot: str, spec: dict, bag: str, *, echo: bool = False, timeout: 
     ``trajectory`` (node parameters), ``controller`` (adaptive_controller parameters),
     ``learner`` (None, ``{"kind", "config"}`` or ``{"kind", "model_file"}`` for a frozen
     model), ``bridge`` (extra parameters), ``actions`` (timed SetBool calls)."""
-    from ..scenarios import build_graph
-    from ..launcher import run_to_end
-    from ..robots import paper_config
 
     lrn = spec.get("learner")
     frozen = bool(lrn and lrn.get("model_file"))
@@ -546,7 +544,6 @@ def load_bag(bag: str, names: list[str]) -> dict:
     """Arrays of one run: states (t, q, qd, tau) at 1 kHz with their references (q_d,
     qd_d, qdd_d), the learner's feed-forward at its stamps (every 10th reference point)
     and the last /diagnostics values of every node."""
-    from ..evaluation.streams import read_streams
     rec = read_streams(bag, names, joints=["/joint_states", "/learner/prediction"], diagnostics=True)
     st, ref = rec.referenced()
     pred = rec.joint["/learner/prediction"]
@@ -701,7 +698,6 @@ def replay_prequential(X: np.ndarray, Y: np.ndarray, kind: str, config: dict, ba
     change test), the stream fed in batches of ``batch`` with the next sample as the
     hint; change detection off (a clear would change later predictions: the sweep
     below neglects that feedback)."""
-    from ..learning import make_learner
     cfg = {k: v for k, v in config.items() if k not in CHANGE_KEYS}
     L = make_learner(kind, input_dim=X.shape[1], output_dim=Y.shape[1], change_threshold=None, **cfg)
     P = np.zeros_like(Y)
@@ -719,7 +715,6 @@ def detect_changes(E2: np.ndarray, Y: np.ndarray, threshold: float, horizon: int
     """The indices of the samples at which PGPOL's test (eq. 7-9,
     :class:`adaptive_dynamics.learning.pgpol.ChangeTest`) clears the database, from the
     prequential squared errors ``E2`` and the targets ``Y`` (N x outputs)."""
-    from ..learning.pgpol import ChangeTest
     test = ChangeTest(Y.shape[1], threshold, horizon, warmup, lag)
     return [i for i in range(len(Y)) if test.update(E2[i], Y[i])]
 
@@ -736,7 +731,6 @@ class Runner:
 
     def __init__(self, robot: str, out_dir: str, *, keep_bags: bool, echo: bool, quick: bool,
                  reality_kind: str = "unmodelled", max_speed: float = 0.0):
-        from ..robots import robot_config
         self.robot, self.out_dir, self.keep, self.echo, self.quick = robot, out_dir, keep_bags, echo, quick
         self.label = label(robot)
         self.reality = reality(robot, reality_kind)
@@ -793,10 +787,6 @@ class Runner:
 
 def identification(R: Runner) -> tuple[dict, str]:
     """Excitation run, least squares, the controller's estimate file; JSON summary."""
-    from ..dynamics import RobotModel
-    from ..control.adaptive import estimate_file
-    from ..dynamics.identification import identify, prepare
-    from ..robots import friction
 
     dur = 5.0 if R.quick else 40.0
     data = R.run("excitation", {"duration": dur, "trajectory": dict(EXCITATION), "controller": R.controller("noff")})
@@ -858,8 +848,6 @@ def offline_gp(R: Runner, estimate: str) -> tuple[dict, str]:
     """Training run (twelve star points at rising speed, tracked with the identified
     rigid-body feed-forward so the arm stays on its reference), one sparse GP fitted once
     on its samples (the online learners' input: q, qd, low-passed measured qdd)."""
-    from ..learning import make_learner
-    from ..learning.snapshot import encode_snapshot, write_snapshot_file
 
     per = pick_place_period(R.robot, "train")
     speeds = PICK_PLACE["speeds"]

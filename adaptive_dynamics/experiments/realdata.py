@@ -13,11 +13,11 @@ part of the workspace; RMSE with the residual over without it, on both).
 Real recordings are not shipped, so MuJoCo arms are made to look like them.  Two proxies
 made differently, so that no default is tuned to one simulator:
 
-* **panda** (:data:`REALITY`): Stribeck-like sigmoid joint friction (viscous + Coulomb
+* **panda** (:data:`~.proxies.REALITY`): Stribeck-like sigmoid joint friction (viscous + Coulomb
   with a 0.05 rad/s ``tanh`` + a break-away term), a torque-sensor bias per joint and
   noise, velocity and position noise, no measured acceleration, stamps at 1 kHz with
   timing jitter, and an end effector 0.5 kg heavier than the URDF's hand;
-* **iiwa14** (:data:`SECOND_PROXY`): the same sensor, another friction law (twice the
+* **iiwa14** (:data:`~.proxies.SECOND_PROXY`): the same sensor, another friction law (twice the
   viscous friction, no Stribeck term, a position ripple ``0.3 sin(6 q)`` N m) and a 1 kg
   payload off the flange axis that becomes 1.5 kg between the two runs.
 
@@ -72,20 +72,21 @@ import time
 
 import numpy as np
 
-from . import save_plot, write_result
-from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
+from ..control import AdaptiveController
+from ..dynamics import RobotModel
+from ..dynamics.identification import identify, identify_consistent, nmse, segments
+from ..evaluation.identify import prepared_pieces, split_prepared
+from ..evaluation.regions import region_summary, split_nmse
+from ..learning import make_learner
+from ..learning.base import PULLED_BACK
+from ..robots import friction
+from ..sim.plant import MujocoPlant, RealityConfig
+from ..trajectories import ModifiedFourier
+from . import closed_loop_regions as cl, save_plot, write_result
+from .proxies import REALITY, proxy_reality, torque_bias
+from .robot_choice import add_robot_args, chosen_robots, gains, is_shipped, label
 
-#: the simulated robot's departures from the URDF (see the module docstring)
-REALITY = {"coulomb_scale": 1.5, "coulomb_smoothing": 0.05, "stribeck_ratio": 0.5, "stribeck_velocity": 0.05,
-           "tau_bias": [0.4, -0.6, 0.3, 0.5, -0.15, 0.1, 0.08], "noise_std_tau": 0.05, "noise_std_v": 0.003,
-           "noise_std_q": 2e-5, "ee_extra_mass": 0.5, "ee_extra_com": [0.0, 0.0, 0.03], "stamp_jitter_s": 5e-5}
 EXCITATION = {"amplitude": 0.4, "base_frequency": 0.1, "harmonics": 4}
-#: the second proxy (the iiwa 14): another friction law -- twice the viscous friction, no
-#: Stribeck term, a position ripple a sin(N q) -- and a payload of 1 kg off the flange
-#: axis that becomes 1.5 kg between the training and the other run
-SECOND_PROXY = {"viscous_scale": 2.0, "coulomb_scale": 1.0, "stribeck_ratio": 0.0, "ripple_amplitude": 0.3,
-                "ripple_periods": 6.0, "ee_extra_mass": 1.0, "ee_extra_com": [0.02, 0.0, 0.05],
-                "test_ee_extra_mass": 1.5}
 #: the other excitation's centre: moved by this fraction of each joint's half range
 OTHER_SHIFT = 0.05
 PROXIES = ("panda", "iiwa14")
@@ -96,29 +97,12 @@ TARGETS = {"out_of_region_vs_id_max": 1.05, "in_region_vs_id_max": 0.5, "batch_f
 CLOSED_LOOP_QUICK = {"learn_s": 8.0, "eval_s": 4.0, "base_frequency": 0.25}
 
 
-def torque_bias(robot: str, effort_limit) -> list:
-    """The sensor bias of :data:`REALITY` (the Panda's); another arm gets the same fractions
-    of its effort limits, the Panda's seven cycled over its joints."""
-    if robot == "panda":
-        return list(REALITY["tau_bias"])
-    from ..dynamics import RobotModel
-    frac = np.asarray(REALITY["tau_bias"]) / RobotModel("panda").effort_limit
-    lim = np.asarray(effort_limit, dtype=float)
-    return [round(float(frac[j % frac.size] * lim[j]), 4) for j in range(lim.size)]
-
-
 def record(seconds: float, seed: int = 0, robot: str = "panda", *, trajectory_seed=None,
            centre_shift: float = 0.0, reality: dict = None) -> dict:
     """An excitation run: ``t`` (jittered stamps [s]), ``q``, ``qd``, ``tau`` (measured).
     ``trajectory_seed`` draws the Fourier coefficients (default ``seed``); the centre is
     the middle of the joint range moved by ``centre_shift`` of its half-width;
     ``reality`` replaces :data:`REALITY`'s entries it names."""
-    from ..control import AdaptiveController
-    from ..dynamics import RobotModel
-    from ..robots import friction
-    from ..sim.plant import MujocoPlant, RealityConfig
-    from ..trajectories import ModifiedFourier
-    from .robot_choice import gains
 
     m = RobotModel(robot)
     fv, fc = friction(robot)
@@ -174,12 +158,6 @@ def evaluate(recs: dict, learners, seed: int = 0, robot: str = "panda") -> dict:
     """Identification and every learner on one proxy: ``recs["train"]`` (the excitation
     whose first half identifies and trains; its second half is the same-trajectory test)
     and ``recs["other"]`` (another excitation: other coefficients, shifted centre)."""
-    from ..dynamics import RobotModel
-    from ..dynamics.identification import identify, identify_consistent, nmse, segments
-    from ..evaluation.identify import prepared_pieces, split_prepared
-    from ..evaluation.regions import region_summary, split_nmse
-    from ..learning import make_learner
-    from ..learning.base import PULLED_BACK
 
     model = RobotModel(robot, friction=True)
     rec = recs["train"]
@@ -333,18 +311,6 @@ def summarise(per_proxy: dict) -> dict:
     return {**s, "targets": TARGETS, "targets_met": met, "target_met": all(met.values())}
 
 
-def proxy_reality(robot: str, effort_limit) -> tuple:
-    """``(reality, test_reality)`` of a proxy: :data:`REALITY` (the sensor bias scaled to
-    the arm) for the training run, and the second run's changes (:data:`SECOND_PROXY`'s
-    payload change for the iiwa)."""
-    base = dict(REALITY)
-    base["tau_bias"] = torque_bias(robot, effort_limit)
-    if robot == "iiwa14":
-        base.update({k: v for k, v in SECOND_PROXY.items() if k != "test_ee_extra_mass"})
-        return base, {**base, "ee_extra_mass": SECOND_PROXY["test_ee_extra_mass"]}
-    return base, base
-
-
 def offline(args, robots) -> tuple:
     """The recordings part (both test sets, every learner): ``(summary, plot files)``."""
     seconds = 30.0 if args.quick else args.seconds
@@ -352,7 +318,6 @@ def offline(args, robots) -> tuple:
     files: list = []
     per_proxy, realities = {}, {}
     for robot in robots:
-        from ..dynamics import RobotModel
         lim = RobotModel(robot).effort_limit
         reality, test_reality = proxy_reality(robot, lim)
         recs = {"train": record(seconds, args.seed, robot, reality=reality),
@@ -377,7 +342,6 @@ def offline(args, robots) -> tuple:
 
 def closed_loop(args, robots) -> tuple:
     """The closed-loop part (:mod:`.closed_loop_regions`): ``(summary, plot files)``."""
-    from . import closed_loop_regions as cl
     learn_s, eval_s = (CLOSED_LOOP_QUICK["learn_s"], CLOSED_LOOP_QUICK["eval_s"]) if args.quick else \
         (args.learn_seconds, args.eval_seconds)
     traj = {"base_frequency": CLOSED_LOOP_QUICK["base_frequency"]} if args.quick else None
@@ -388,7 +352,6 @@ def closed_loop(args, robots) -> tuple:
 
 
 def main(argv=None) -> int:
-    from . import closed_loop_regions as cl
     ap = argparse.ArgumentParser(prog="adaptive-dynamics experiment realdata",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output directory (created)")

@@ -17,6 +17,8 @@ URDF robot gets:
 from __future__ import annotations
 
 import numpy as np
+from ..robot_setup import controller_gains, resolve_robot
+from ..robots import robot_label, ROBOT_NAMES
 
 __all__ = ["add_robot_args", "chosen_robots", "label", "is_shipped", "gains", "task_configuration"]
 
@@ -38,8 +40,6 @@ def chosen_robots(args, allowed=None) -> list[str]:
     """The robots of ``args.robots``: shipped names as they are, URDF files resolved (the
     locked URDF's path).  ``allowed``: the shipped robots the experiment has settings for.
     Raises ``SystemExit`` with the reason for anything else."""
-    from ..robots import ROBOT_NAMES
-    from ..robot_setup import resolve_robot
 
     joints = [j for j in (args.joints or "").split(",") if j] or None
     out = []
@@ -62,13 +62,11 @@ def chosen_robots(args, allowed=None) -> list[str]:
 
 
 def is_shipped(robot: str) -> bool:
-    from ..robots import ROBOT_NAMES
     return robot in ROBOT_NAMES
 
 
 def label(robot: str) -> str:
     """The robot's name in file names, tables and titles."""
-    from ..robots import robot_label
     return robot_label(robot)
 
 
@@ -76,7 +74,6 @@ def gains(robot: str) -> dict:
     """``lam`` and ``kd`` (lists) the experiments run a robot with: a shipped robot's in
     the set-up of its paper reproductions (:func:`~adaptive_dynamics.robots.paper_config`),
     model-derived for a URDF."""
-    from ..robot_setup import controller_gains
     p = controller_gains(robot, paper=True)
     return {"lam": [float(x) for x in p["lam"]], "kd": [float(x) for x in p["kd"]]}
 

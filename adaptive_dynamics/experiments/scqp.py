@@ -56,8 +56,13 @@ from typing import Any
 
 import numpy as np
 
+from ..control.scqp import SCQPController
+from ..dynamics import RobotModel
+from ..robots import friction
+from ..sim.plant import MujocoPlant, RealityConfig
+from ..trajectories.cartesian import figure_eight, LissajousPath
 from . import save_plot, write_result
-from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
+from .robot_choice import add_robot_args, chosen_robots, is_shipped, label, task_configuration
 
 #: start configuration per robot (the path starts at its end-effector pose)
 Q_START = {"panda": [0.0, -0.6, 0.0, -2.2, 0.0, 1.6, 0.785],
@@ -80,7 +85,6 @@ MRAC = {"adapt_stiffness": 4.0}
 
 
 def path_for(task: dict):
-    from ..trajectories.cartesian import LissajousPath, figure_eight
     if task["kind"] == "z":
         return LissajousPath([0.0, 0.0, task["amplitude"]], [0, 0, 1], 0.0, task["period"])
     return figure_eight(task["size"], task["period"], task["plane"])
@@ -91,14 +95,10 @@ def start_pose(robot: str, model=None) -> np.ndarray:
     :func:`~adaptive_dynamics.experiments.robot_choice.task_configuration`."""
     if robot in Q_START:
         return np.asarray(Q_START[robot], dtype=float)
-    from ..dynamics import RobotModel
-    from .robot_choice import task_configuration
     return task_configuration(model if model is not None else RobotModel(robot))
 
 
 def reality(robot: str, seed: int):
-    from ..robots import friction
-    from ..sim.plant import RealityConfig
     fv, fc = friction(robot)
     return RealityConfig(payload_mass=PAYLOAD_KG, payload_enabled=True, friction_viscous=fv, friction_coulomb=fc,
                          seed=int(seed), **NOISE)
@@ -108,9 +108,6 @@ def run_replicate(robot: str, task_name: str, method: str, seed: int, episodes: 
                   keep_traces: bool = False, residual: dict | None = None, mrac: dict | None = None) -> dict:
     """One replicate: ``episodes`` episodes of one approach; per-episode errors
     (``residual``/``mrac``: the settings, default :data:`RESIDUAL` / :data:`MRAC`)."""
-    from ..control.scqp import SCQPController
-    from ..dynamics import RobotModel
-    from ..sim.plant import MujocoPlant
 
     model = RobotModel(robot)
     q0 = start_pose(robot, model)

@@ -59,8 +59,21 @@ from typing import Any
 
 import numpy as np
 
+from ..control.adaptive import AdaptiveController
+from ..control.backstepping import BacksteppingController
+from ..control.gains import default_gains
+from ..dynamics import RobotModel
+from ..dynamics.inertial import from_mass_com_inertia, inertia_matrix
+from ..evaluation.streams import read_streams
+from ..launcher import run_to_end
+from ..robot_setup import resolve_robot
+from ..robots import armature, paper_config, ROBOT_NAMES
+from ..ros.task_references import quaternion_to_matrix
+from ..scenarios import build_graph
+from ..sim.plant import MujocoPlant, RealityConfig
+from ..trajectories import ACCELERATION_LIMIT, CartesianTrajectory, lissajous3d
 from . import save_plot, write_result
-from .robot_choice import add_robot_args, chosen_robots
+from .robot_choice import add_robot_args, chosen_robots, label, task_configuration
 
 ROBOT = "panda"
 #: Thunder's Panda: link 7 + hand, reported in Thunder's link 7 frame (its DH table's row 7
@@ -115,7 +128,6 @@ class Setup:
 
 
 def _path_ok(model, q0, size: float, coarse: bool) -> bool:
-    from ..trajectories import ACCELERATION_LIMIT, CartesianTrajectory, lissajous3d
     try:
         CartesianTrajectory(model, q0, lissajous3d(size, PATH["period"]), dt=0.01 if coarse else 1e-3).check_limits(
             model.lower, model.upper, model.velocity_limit, np.full(model.n, ACCELERATION_LIMIT))
@@ -129,11 +141,6 @@ def make_setup(robot: str) -> Setup:
     another arm: :data:`TOOL` on its last link, the bare link as the initial estimate, the
     most manipulable start pose (robot_choice.task_configuration) from which the largest
     of :data:`SIZES` stays within the trajectory node's limits."""
-    from ..dynamics import RobotModel
-    from ..dynamics.inertial import from_mass_com_inertia, inertia_matrix
-    from ..robots import ROBOT_NAMES
-    from ..robot_setup import resolve_robot
-    from .robot_choice import label, task_configuration
 
     if robot not in ROBOT_NAMES:
         robot = resolve_robot(robot).urdf      # the locked URDF beside its generated parameter file
@@ -175,7 +182,6 @@ def make_setup(robot: str) -> Setup:
 
 
 def reality(st: Setup):
-    from ..sim.plant import RealityConfig
     p = st.payload
     return RealityConfig(link_scale={b: 0.0 for b in st.hand} or 1.0, payload_mass=p["mass"], payload_com=p["com"],
                          payload_inertia=p["inertia"], payload_frame=st.link, payload_enabled=True)
@@ -183,7 +189,6 @@ def reality(st: Setup):
 
 def start_model(st: Setup):
     """The controller's start model: the URDF's, the adapted link at the initial estimate."""
-    from ..dynamics import RobotModel
     m = RobotModel(st.robot)
     m.set_link_parameters(st.link, st.initial)
     return m
@@ -191,7 +196,6 @@ def start_model(st: Setup):
 
 def task_path(model, st: Setup):
     """The trajectory node's ``lissajous3d`` path from the start pose (its IK once per set-up)."""
-    from ..trajectories import CartesianTrajectory, lissajous3d
     if st.path is None:
         st.path = CartesianTrajectory(model, st.q0, lissajous3d(st.size, PATH["period"])).task_space()
     return st.path
@@ -202,11 +206,6 @@ def run_core(st: Setup, kd_scale: float, gamma: float, adapt: bool, seconds: flo
     """One closed loop of plant + backstepping core; the error norm at 1 kHz and the adapted
     link's block every 10 ms.  ``law`` "composite": the suite's composite update in the same
     law (P0 = I, R = I, no forgetting: the node's defaults but ``lambda0``)."""
-    from ..control.backstepping import BacksteppingController
-    from ..control.gains import default_gains
-    from ..dynamics import RobotModel
-    from ..robots import armature
-    from ..sim.plant import MujocoPlant
 
     model = RobotModel(st.robot)
     kd = np.asarray(default_gains(model, armature=armature(st.robot, paper=True))["kd"]) * kd_scale   # as the node derives it
@@ -258,11 +257,6 @@ def error_metrics(t: np.ndarray, err: np.ndarray, period: float) -> dict:
 # ============================================================================ the headline over DDS
 def run_headline(st: Setup, out_dir: str, seconds: float, *, echo: bool = False, keep_bag: bool = False) -> dict:
     """The node graph in lockstep (module docstring); returns arrays read from its bag."""
-    from ..control.adaptive import AdaptiveController
-    from ..dynamics import RobotModel
-    from ..scenarios import build_graph
-    from ..robots import paper_config
-    from ..launcher import run_to_end
 
     model = RobotModel(st.robot)
     work = out_dir if keep_bag else tempfile.mkdtemp(prefix="thunder_")
@@ -318,8 +312,6 @@ def run_headline(st: Setup, out_dir: str, seconds: float, *, echo: bool = False,
 def read_bag(bag: str, model) -> dict:
     """Task error over time (recorded states against the recorded task references), the
     estimate messages (names, theta) and the last diagnostics."""
-    from ..evaluation.streams import read_streams
-    from ..ros.task_references import quaternion_to_matrix
     import pinocchio as pin
 
     rec = read_streams(bag, model.joint_names, reference=None, task_reference="/task_reference",
@@ -458,9 +450,6 @@ def main(argv=None) -> int:
         raise SystemExit(f"--seconds must be at least two path periods ({2 * PATH['period']:g} s)")
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
-    from ..control.gains import default_gains
-    from ..dynamics import RobotModel
-    from ..robots import armature
     (robot,) = chosen_robots(args)
     st = make_setup(robot)
     model = RobotModel(robot)

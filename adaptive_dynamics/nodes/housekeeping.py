@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+from ..realtime import set_fifo_priority
 from ..ros.params import ParamSpec
 def discovery_hint() -> str:
     """``ROS_DOMAIN_ID=..., ROS_AUTOMATIC_DISCOVERY_RANGE=...`` of this process: what a node
@@ -26,7 +27,6 @@ def apply_realtime_priority(node, counters) -> bool:
     """Apply the node's ``realtime_priority`` (call it once every thread exists: threads
     created later inherit the policy).  Logs the outcome, puts it in the diagnostics
     (``sched``) and returns whether SCHED_FIFO is in effect."""
-    from ..realtime import set_fifo_priority
     prio = int(node.p["realtime_priority"])
     if prio <= 0:
         return False

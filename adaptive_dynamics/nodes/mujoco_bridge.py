@@ -58,15 +58,16 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from ..sim.plant import MujocoPlant, RealityConfig
-from ..ros.commands import command_values, split_command
-from ..ros.stamps import from_ns
-from ..wire import JointStateEncoder
-from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
-from ..ros.params import ParamSpec, declare_params
+from ..dynamics.effort_check import describe, over_limit, range_poses, worst_torques
 from ..realtime import OverloadTracker, raise_thread_priority
-from ..ros.qos import CLOCK_QOS, LOCKSTEP_COMMAND_QOS, REALTIME_COMMAND_QOS, PUBLISHER_STREAM_QOS
-from .housekeeping import SampleRing, StallInjector, Throttle, apply_realtime_priority, realtime_spec, stall_spec
+from ..ros.commands import command_values, split_command
+from ..ros.node_base import Counters, diagnostic_array, HotPath, run_node
+from ..ros.params import declare_params, ParamSpec
+from ..ros.qos import CLOCK_QOS, LOCKSTEP_COMMAND_QOS, PUBLISHER_STREAM_QOS, REALTIME_COMMAND_QOS
+from ..ros.stamps import from_ns
+from ..sim.plant import MujocoPlant, RealityConfig
+from ..wire import JointStateEncoder
+from .housekeeping import apply_realtime_priority, realtime_spec, SampleRing, stall_spec, StallInjector, Throttle
 from .robot_params import resolve_urdf, robot_specs
 
 
@@ -258,7 +259,6 @@ class MujocoBridgeNode(Node):
         """WARN when the simulated arm (its payload included) cannot hold itself against
         gravity somewhere in its joint ranges: the joint, its gravity torque at the worst of
         256 poses, its limit."""
-        from ..dynamics.effort_check import describe, over_limit, range_poses, worst_torques
         Q = range_poses(self.plant.lower, self.plant.upper, first=self.plant.q0)
         worst, k = worst_torques(self.plant.gravity_torque, Q)
         bad = over_limit(worst, self.plant.effort_limit)

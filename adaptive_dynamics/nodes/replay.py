@@ -70,6 +70,8 @@ from typing import Callable, Iterator, Optional, Sequence
 from rclpy.node import Node
 
 from ..evaluation.bags import open_bag, read_raw
+from ..ros.params import declare_params, ParamSpec
+from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS
 
 CLOCK_TOPIC = "/clock"
 CLOCK_TYPE = "rosgraph_msgs/msg/Clock"
@@ -203,7 +205,6 @@ def replay_qos(topic: str, count: int = 0):
     enough for the ``count`` messages of one pass (module docstring)."""
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-    from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS
     base = topic.rstrip("/").rsplit("/", 1)[-1]
     if topic == CLOCK_TOPIC:
         proto, cap = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE,
@@ -336,7 +337,6 @@ class Replayer:
 # ---------------------------------------------------------------------------- node
 
 def _node_specs():
-    from ..ros.params import ParamSpec
     return [
         ParamSpec("bag", "", "rosbag2 directory to replay", read_only=True),
         ParamSpec("rate", 1.0, "playback rate: bag seconds per wall second; 0 = as fast as possible"
@@ -361,7 +361,6 @@ class ReplayNode(Node):
 
     def __init__(self, **kwargs):
         super().__init__("replay", **kwargs)
-        from ..ros.params import declare_params
         p = self.p = declare_params(self, _node_specs())
         if not p["bag"]:
             raise ValueError("replay: parameter 'bag' is required")

@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import time
 
+from ..control.gains import armature_vector
 from ..dynamics import RobotModel
-from ..robots import share_dir
+from ..files import atomic_write_text
+from ..robots import cache_dir, share_dir
 from ..ros.params import ParamSpec
 
 #: ``robot`` value (and topic) of a URDF taken from the robot_description topic
@@ -40,7 +42,6 @@ def robot_specs() -> list[ParamSpec]:
 
 def armature_of(store, n: int):
     """The ``armature`` parameter as ``n`` values (:func:`~adaptive_dynamics.control.gains.armature_vector`)."""
-    from ..control.gains import armature_vector
     return armature_vector(store["armature"], n)
 
 
@@ -83,11 +84,9 @@ def resolve_urdf(store, node=None) -> str:
         if node is None:
             raise ValueError("robot: robot_description needs the node to subscribe with")
         import hashlib
-        from ..robots import cache_dir
         text = fetch_robot_description(node, float(store["robot_description_timeout"]))
         path = cache_dir() / "robot_description" / (hashlib.sha256(text.encode()).hexdigest()[:16] + ".urdf")
         if not path.exists():
-            from ..files import atomic_write_text
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, text)
         return str(path)

@@ -31,26 +31,16 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory, MultiDOFJointTrajectory
 
+from ..dynamics.effort_check import describe, over_limit, worst_torques
 from ..ros.joint_states import JointStateMapper
 from ..ros.node_base import run_node
-from ..ros.params import ParamSpec, declare_params
+from ..ros.params import declare_params, ParamSpec
 from ..ros.qos import CLOCK_QOS, REFERENCE_QOS, STREAM_QOS
 from ..ros.stamps import to_ns
-from ..ros.task_references import TASK_REFERENCE_TOPIC, base_frame_name, matrix_to_quaternion, task_reference_bytes
+from ..ros.task_references import base_frame_name, matrix_to_quaternion, task_reference_bytes, TASK_REFERENCE_TOPIC
+from ..trajectories import (ACCELERATION_LIMIT, CartesianTrajectory, figure_eight, lissajous, lissajous3d,
+                            ModifiedFourier, MultiSine, PickAndPlace, ScaledTrajectory, square_circle, z_sine)
 from ..wire import encode_trajectory
-from ..trajectories import (
-    ACCELERATION_LIMIT,
-    CartesianTrajectory,
-    ModifiedFourier,
-    MultiSine,
-    PickAndPlace,
-    ScaledTrajectory,
-    figure_eight,
-    lissajous,
-    lissajous3d,
-    square_circle,
-    z_sine,
-)
 from .housekeeping import discovery_hint
 from .robot_params import load_robot, robot_specs
 
@@ -245,7 +235,6 @@ class TrajectoryNode(Node):
         """WARN when the reference needs more torque than a joint's effort limit under the
         URDF model (inverse dynamics at 400 instants of a period, or of its first 20 s):
         the joint, the torque, when, the limit."""
-        from ..dynamics.effort_check import describe, over_limit, worst_torques
         ts = np.linspace(0.0, min(base.check_horizon(), 20.0), 400)
         Q, V, A = base.sample_many(ts)
         worst, k = worst_torques(self.model.inverse_dynamics, Q, V, A)

@@ -32,6 +32,7 @@ from typing import Iterable, Sequence, Tuple, Union
 import numpy as np
 
 import mujoco
+from adaptive_dynamics.robots import urdf_path
 
 __all__ = ["urdf_to_mujoco_xml", "load_mujoco_model", "joint_indices"]
 
@@ -51,7 +52,6 @@ def _read_urdf(urdf: Union[str, os.PathLike]) -> str:
     path = os.fspath(urdf)
     if not os.path.isfile(path):
         # A known robot name ("panda", "iiwa14", ...) is accepted too.
-        from adaptive_dynamics.robots import urdf_path
 
         path = urdf_path(path)
     with open(path, "r", encoding="utf-8") as fh:

@@ -72,6 +72,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 import mujoco
 import numpy as np
 
+from adaptive_dynamics.dynamics.continuous import unbind_continuous
+from adaptive_dynamics.dynamics.inertial import from_mass_com_inertia
+from adaptive_dynamics.robots import default_ee_frame, end_effector_links, robot_config, strip_inertials, urdf_path
 from ..validation import per_joint
 from .mujoco_model import joint_indices, load_mujoco_model
 
@@ -264,7 +267,6 @@ class RealityConfig:
     @classmethod
     def for_robot(cls, name: str) -> "RealityConfig":
         """The reality of ``config/<name>.yaml`` (its ``mujoco_bridge`` section)."""
-        from adaptive_dynamics.robots import robot_config
 
         return cls.from_params(robot_config(name))
 
@@ -439,7 +441,6 @@ class MujocoPlant:
                  integrator: str = "implicitfast", q0: Optional[ArrayLike] = None, end_effector: str = "hand"):
         import pinocchio as pin  # limits and joint order come from the same URDF parse as RobotModel's
 
-        from adaptive_dynamics.robots import default_ee_frame, urdf_path
 
         self.reality = reality if reality is not None else RealityConfig()
         if not isinstance(self.reality, RealityConfig):
@@ -447,7 +448,6 @@ class MujocoPlant:
         robot_s = os.fspath(robot)
         self.urdf = urdf_path(robot_s)
         ee_default = default_ee_frame(robot_s)
-        from adaptive_dynamics.dynamics.continuous import unbind_continuous
         with open(self.urdf, encoding="utf-8") as fh:
             pm = pin.buildModelFromXML(unbind_continuous(fh.read())[0])   # a continuous joint: one angle
         if ee_default is None:
@@ -491,7 +491,6 @@ class MujocoPlant:
         self.end_effector = end_effector
         source = self.urdf
         if end_effector == "none":       # the arm without the bodies the URDF fixes after its last joint
-            from adaptive_dynamics.robots import end_effector_links, strip_inertials
             with open(self.urdf, encoding="utf-8") as fh:
                 text = fh.read()
             source = strip_inertials(text, end_effector_links(text, pm))
@@ -716,7 +715,6 @@ class MujocoPlant:
     def payload_parameters(self) -> np.ndarray:
         """The payload as a 10-vector (pinocchio order, about the payload frame's origin,
         in its axes) -- what ``RobotModel.set_payload`` takes; zeros when detached."""
-        from adaptive_dynamics.dynamics.inertial import from_mass_com_inertia
 
         if not (self.payload_enabled and self.payload_mass > 0):
             return np.zeros(10)

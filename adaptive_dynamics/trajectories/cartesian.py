@@ -34,7 +34,9 @@ import numpy as np
 import pinocchio as pin
 from scipy.interpolate import CubicSpline
 
+from adaptive_dynamics.dynamics.model import RobotModel
 from .base import ArrayLike, Samples, Trajectory
+from .pick_place import minimum_jerk
 
 __all__ = ["LissajousPath", "SquareCirclePath", "lissajous", "lissajous3d", "figure_eight", "square_circle", "z_sine",
            "CartesianTrajectory", "CartesianPath"]
@@ -143,7 +145,6 @@ class SquareCirclePath:
 
     def sample_many(self, ts: ArrayLike):
         """Offset, velocity, acceleration in the base frame: three (len, 3) arrays."""
-        from .pick_place import minimum_jerk
 
         t = np.mod(np.asarray(ts, dtype=float).reshape(-1), self.period)
         X, Xd, Xdd = (np.zeros((t.size, 3)) for _ in range(3))
@@ -285,7 +286,6 @@ class CartesianTrajectory(Trajectory):
                  frame: Optional[str] = None, dt: float = 1e-3,
                  orientation: bool = True, damping: float = 1e-4, nullspace_gain: float = 2.0,
                  newton_iters: int = 5, closure_tol: float = 1e-9, max_periods: int = 20):
-        from adaptive_dynamics.dynamics.model import RobotModel
 
         if not isinstance(model, RobotModel):
             model = RobotModel(model)
