@@ -8,6 +8,7 @@ ROS package.
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 import re
 import sys
@@ -40,6 +41,11 @@ def unit_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(path: pathlib.Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports() -> list[tuple[str, str, str, int]]:
     """(importing unit, imported module, file, line) for every import in the package."""
     out = []
@@ -49,7 +55,7 @@ def imports() -> list[tuple[str, str, str, int]]:
         package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
         if path.name == "__init__.py":
             module = package = module[: -len(".__init__")]
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _parsed(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 if node.level:
@@ -122,9 +128,8 @@ def test_package_imports_sit_at_the_top_or_say_why_not():
     with a comment on its line saying why it is lazy (start-up time, a ROS-free module)."""
     hidden = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        src = path.read_text(encoding="utf-8")
-        lines = src.splitlines()
-        for node in ast.walk(ast.parse(src)):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in ast.walk(_parsed(path)):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for sub in ast.walk(node):
@@ -146,7 +151,7 @@ def _module_graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         deps = set()
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        for node in _parsed(path).body:
             if isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = package.split(".")[: len(package.split(".")) - node.level + 1]

@@ -415,3 +415,12 @@ def final_save(node, what: Callable[[], str]) -> None:
     node._constructed = False
     shutdown_save(node, node.save_model, what())
 
+
+def close_learner(node, what: Callable[[], str]) -> None:
+    """A learning node's end (``residual_learner``, ``model_update``): :func:`final_save`,
+    then its learner's worker and its hot-path thread stopped."""
+    final_save(node, what)
+    if getattr(node, "core", None) is not None:
+        node.core.stop()
+    if getattr(node, "io", None) is not None:
+        node.io.stop()

@@ -84,7 +84,7 @@ from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
 from .housekeeping import Throttle, trigger_save
 from .robot_params import load_robot, robot_specs
-from .learner_streams import (SampleAssembler, final_save, learner_config, learner_specs, make_core,
+from .learner_streams import (SampleAssembler, close_learner, learner_config, learner_specs, make_core,
                              snapshot_bytes_spec, stream_specs)
 
 
@@ -336,11 +336,7 @@ class ModelUpdateNode(Node):
         return res
 
     def destroy_node(self):
-        final_save(self, lambda: f"learner v{self.version}")
-        if getattr(self, "core", None) is not None:
-            self.core.stop()
-        if getattr(self, "io", None) is not None:
-            self.io.stop()
+        close_learner(self, lambda: f"learner v{self.version}")
         return super().destroy_node()
 
 

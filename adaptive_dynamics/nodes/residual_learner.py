@@ -67,7 +67,7 @@ from ..ros.qos import DEEP_RELIABLE_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
 from .housekeeping import Throttle, trigger_save
 from .robot_params import load_robot, robot_specs
-from .learner_streams import (ResidualOutput, SampleAssembler, final_save, learner_config, learner_specs, make_core,
+from .learner_streams import (ResidualOutput, SampleAssembler, close_learner, learner_config, learner_specs, make_core,
                              output_specs, stream_specs)
 
 
@@ -195,11 +195,7 @@ class ResidualLearnerNode(Node):
         return res
 
     def destroy_node(self):
-        final_save(self, lambda: "learner")
-        if getattr(self, "core", None) is not None:
-            self.core.stop()
-        if getattr(self, "io", None) is not None:
-            self.io.stop()
+        close_learner(self, lambda: "learner")
         return super().destroy_node()
 
 
