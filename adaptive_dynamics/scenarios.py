@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .robots import share_dir
-from .robot_setup import resolve_robot
 
 CONTROLLERS = ("pd", "computed_torque", "direct", "composite", "scqp", "backstepping")
 #: laws served by the adaptive_controller node (the lean baseline `controller` serves pd, computed_torque)
@@ -140,6 +139,7 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; available: {list(SCENARIOS)}")
     from_topic = robot == "robot_description"
+    from .robot_setup import resolve_robot  # lazy: the CLI parser imports this module (robot_setup loads the dynamics)
     robot_spec = None if from_topic else resolve_robot(robot, joints, ee_frame)
     if controller not in CONTROLLERS:
         raise ValueError(f"unknown controller {controller!r}; available: {list(CONTROLLERS)}")

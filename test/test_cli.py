@@ -93,3 +93,18 @@ def test_info_and_clear_error():
     assert r.returncode == 2 and "no_such_robot" in r.stderr
     r = run("--help")
     assert r.returncode == 0 and "demo" in r.stdout
+
+
+def test_the_parser_loads_no_heavy_layer():
+    """``adaptive-dynamics --help`` (and every command's parser) starts without the
+    dynamics, control, learning, ROS or simulator layers: their imports wait for the
+    command that needs them (the lazy imports the layering test asks a reason for)."""
+    code = ("import sys, adaptive_dynamics.cli as c; c.build_parser(); "
+            "print(' '.join(sorted(m for m in sys.modules)))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                timeout=60).stdout.split())
+    heavy = {"rclpy", "mujoco", "pinocchio", "sklearn", "GPy", "rosbags", "numba", "matplotlib",
+             *(f"adaptive_dynamics.{u}" for u in ("dynamics", "control", "learning", "sim", "nodes", "ros",
+                                                   "experiments", "robot_setup", "launcher"))}
+    assert "adaptive_dynamics.cli" in loaded
+    assert not heavy & loaded, sorted(heavy & loaded)

@@ -39,12 +39,6 @@ import time
 
 import numpy as np
 
-from ..control.adaptive import estimate_file
-from ..dynamics import RobotModel
-from ..dynamics.identification import identify, identify_consistent, nmse, prepare, segments
-from ..learning import make_learner
-from ..robot_setup import resolve_robot
-from .recordings import load_recording
 from .regions import REGION_RADIUS, region_summary, split_nmse
 
 __all__ = ["add_arguments", "run", "main", "main_args", "split_prepared", "prepared_pieces", "DESCRIPTION"]
@@ -91,6 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def prepared_pieces(pieces, cutoff_hz: float, decimate: int = 0):
     """Clean pieces (:func:`segments`) filtered and differentiated into one ``(q, qd,
     qdd, tau)`` (``decimate`` 0: to ~200 Hz); None when no piece is long enough."""
+    from ..dynamics.identification import prepare  # lazy: the CLI parser imports this module
     out = []
     for t, q, qd, tau in pieces:
         h = float(np.median(np.diff(t)))
@@ -109,6 +104,7 @@ def split_prepared(t, q, qd, tau, train: float, cutoff_hz: float = 20.0, decimat
     part cut into segments, filtered and differentiated into ``(q, qd, qdd, tau)``
     (``decimate`` 0: to ~200 Hz); ``counts`` per part as :func:`segments` gives them.
     ValueError when a part has no usable segment."""
+    from ..dynamics.identification import segments  # lazy: the CLI parser imports this module
     t_split = t.min() + train * (t.max() - t.min())
     parts, counts = {}, {}
     for name, sel in (("train", t < t_split), ("test", t >= t_split)):
@@ -120,6 +116,12 @@ def split_prepared(t, q, qd, tau, train: float, cutoff_hz: float = 20.0, decimat
 
 
 def run(args) -> dict:
+    from ..control.adaptive import estimate_file  # lazy: the CLI parser imports this module
+    from ..dynamics import RobotModel  # lazy: the CLI parser imports this module
+    from ..dynamics.identification import identify, identify_consistent, nmse  # lazy: the CLI parser imports this module
+    from ..learning import make_learner  # lazy: the CLI parser imports this module
+    from ..robot_setup import resolve_robot  # lazy: the CLI parser imports this module
+    from .recordings import load_recording  # lazy: the CLI parser imports this module (rosbags)
 
     t0 = time.perf_counter()
     if not 0.05 <= args.train <= 0.95:
