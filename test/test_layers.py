@@ -46,6 +46,14 @@ def _parsed(path: pathlib.Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
 
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` names, its relative dots resolved in ``package``."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports() -> list[tuple[str, str, str, int]]:
     """(importing unit, imported module, file, line) for every import in the package."""
     out = []
@@ -58,11 +66,7 @@ def imports() -> list[tuple[str, str, str, int]]:
         tree = _parsed(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
+                target = _from_target(node, package)
                 names = [target] if node.module else [f"{target}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -153,11 +157,7 @@ def _module_graph() -> dict[str, set[str]]:
         deps = set()
         for node in _parsed(path).body:
             if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
+                target = _from_target(node, package)
                 cands = [target] + [f"{target}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 cands = [a.name for a in node.names]
