@@ -111,15 +111,13 @@ class AdaptiveLaws:
         return self.fixed.get(law, self.core)
 
 
-def build_laws(model, p: Mapping, gains: Mapping, *, gamma_scale: Callable[[AdaptiveController], Optional[np.ndarray]]
-               = lambda _c: None, log: Callable[[str], None] = lambda _m: None) -> AdaptiveLaws:
+def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] = lambda _m: None) -> AdaptiveLaws:
     """The laws of the settings ``p`` (the node's parameters: ``law``, ``adaptation``,
     ``rate_hz``, ``base_parameters``, ``friction``, ``projection``,
     ``robot_compensates_gravity``, ``adapted_links``, ``initial_estimate``,
     ``nominal_scale``, ``initial_estimate_file``, ``kp_task``, ``singular_damping``,
     ``singular_threshold``, ``k_posture``) with ``gains`` (the core's keyword gains:
-    ``lam``, ``kd``, ``gamma``, ...).  ``gamma_scale(core)``: a diagonal to scale a scalar
-    ``gamma`` with (None: none), applied once the core exists.  An ``initial_estimate:
+    ``lam``, ``kd``, ``gamma``, ...).  An ``initial_estimate:
     file`` state file is loaded (the estimate only; P stays ``p0``); ``ValueError`` with
     what differs."""
     task = p["law"] == "backstepping"
@@ -130,7 +128,6 @@ def build_laws(model, p: Mapping, gains: Mapping, *, gamma_scale: Callable[[Adap
     common = dict(dt=1.0 / p["rate_hz"], base_parameters=p["base_parameters"], friction=p["friction"],
                   projection=p["projection"], robot_compensates_gravity=p["robot_compensates_gravity"])
     law = p["adaptation"] if task else p["law"] if p["law"] in ("direct", "composite") else "composite"
-    gains = dict(gains)
     if task:
         bs = BacksteppingController(
             model, law, kp_task=np.asarray(p["kp_task"], dtype=float), damping=p["singular_damping"],
@@ -140,9 +137,6 @@ def build_laws(model, p: Mapping, gains: Mapping, *, gamma_scale: Callable[[Adap
     else:
         bs = None
         core = AdaptiveController(model, law, pi0=pi0, adapted_links=links, **common, **gains)
-    scale = gamma_scale(core)
-    if scale is not None and np.asarray(gains["gamma"]).size == 1:
-        core.set_gains(gamma=float(np.asarray(gains["gamma"]).reshape(-1)[0]) * scale)
     src = p["initial_estimate_file"]
     if p["initial_estimate"] == "file" and not is_thunder_file(src):
         if not src or not os.path.exists(src):

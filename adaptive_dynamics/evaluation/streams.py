@@ -154,13 +154,11 @@ def find_topics(path, roles: Optional[dict] = None) -> tuple[dict, dict]:
     info, where = src.topics, str(src.path)
     found = {}
     for role, (name, msgtype) in (TOPIC_ROLES if roles is None else roles).items():
-        cands = [t for t in info if t == "/" + name] or [t for t in info if t.endswith("/" + name)]
-        if len(cands) > 1:
-            raise ValueError(f"bag {where!r}: topic {name!r} is ambiguous: {sorted(cands)}")
-        if cands and info[cands[0]][1] > 0:
-            if info[cands[0]][0] != msgtype:
-                raise ValueError(f"bag {where!r}: {cands[0]} has type {info[cands[0]][0]}, expected {msgtype}")
-            found[role] = cands[0]
+        topic = _in_bag(info, "/" + name, where)
+        if topic is not None and info[topic][1] > 0:
+            if info[topic][0] != msgtype:
+                raise ValueError(f"bag {where!r}: {topic} has type {info[topic][0]}, expected {msgtype}")
+            found[role] = topic
     return found, info
 
 
@@ -193,10 +191,10 @@ class ReferenceStream:
     def index(self, t_ns) -> np.ndarray:
         """Row of each stamp in ``t_ns`` (-1 where no point has exactly that instant)."""
         t_ns = np.asarray(t_ns, dtype=np.int64)
-        i = np.searchsorted(self.t_ns, t_ns)
-        i = np.minimum(i, max(len(self.t_ns) - 1, 0))
-        hit = (len(self.t_ns) > 0) & (self.t_ns[i] == t_ns) if len(self.t_ns) else np.zeros(len(t_ns), bool)
-        return np.where(hit, i, -1)
+        if not len(self.t_ns):
+            return np.full(t_ns.shape, -1)
+        i = np.minimum(np.searchsorted(self.t_ns, t_ns), len(self.t_ns) - 1)
+        return np.where(self.t_ns[i] == t_ns, i, -1)
 
 
 @dataclass

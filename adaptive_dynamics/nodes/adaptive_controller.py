@@ -212,10 +212,12 @@ class AdaptiveControllerNode(JointControllerShell):
                              " regressor_source: inprocess")
         self._gscale = None
         self._gains = self._gain_kwargs(p)
-        laws = build_laws(self.model, p, self._gains, gamma_scale=self._gamma_scale, log=self.get_logger().info)
+        laws = build_laws(self.model, p, self._gains, log=self.get_logger().info)
         self.laws, self.task, self.core, self.bs, self.fixed = laws, laws.task, laws.core, laws.bs, laws.fixed
-        self._gscale = self._gamma_scale(self.core)
-        self._gains = self._gain_kwargs(p)
+        self._gscale = self._gamma_scale(self.core)   # gamma_scaling: nominal needs the core's coordinates
+        if self._gscale is not None:
+            self._gains = self._gain_kwargs(p)
+            self.core.set_gains(gamma=self._gains["gamma"])
         if p["initial_estimate"] == "file" and not is_thunder_file(p["initial_estimate_file"]):
             self._check_estimate(p["initial_estimate_file"])
         self._theta0 = laws.theta0
