@@ -73,8 +73,8 @@ def test_closed_loop_tracks_refits_without_stall_and_persists(ros, tmp_path):
     answered = np.array([command_stamp(m) for m in commands])   # stamped with the state they answer
     assert np.all(np.diff(answered) > 0) and np.all(answered % MS == 0)
     # 200 Hz on the 1 kHz bridge: one control instant per 5 states, the torque held in between
-    assert ctl.ctrl.qp.fallbacks == 0 and ctl._n_computed >= len(states) // 5 - 2
-    assert ctl._n_held >= 3 * ctl._n_computed
+    assert ctl.ctrl.qp.fallbacks == 0 and ctl.session.counts["computed_cycles"] >= len(states) // 5 - 2
+    assert ctl.session.counts["held_cycles"] >= 3 * ctl.session.counts["computed_cycles"]
     # tracking: end-effector position against the trajectory's own task reference
     ts = np.array([_stamp(s) for s in states[200:]])
     P_ref, _, _ = traj.task.sample_many(ts * 1e-9)
@@ -86,7 +86,7 @@ def test_closed_loop_tracks_refits_without_stall_and_persists(ros, tmp_path):
     assert np.ptp(P[:, 2]) > 0.08           # it moved: +-5 cm along z
 
     # end the episode: the refit runs on a worker thread while the lockstep loop keeps stepping
-    assert ctl.in_episode and ctl.episode == 1
+    assert ctl.session.in_episode and ctl.session.episode == 1
     with ctl._lock:   # 2800 more samples (the episode's own, jittered) so the refit takes a while
         X, Y = ctl.ctrl.residual.pending_arrays()
         assert X.shape[0] >= 400
@@ -100,12 +100,12 @@ def test_closed_loop_tracks_refits_without_stall_and_persists(ros, tmp_path):
     assert res.success and "background" in res.message, res.message
     progress = []   # (wall, bridge steps) while the refit runs
     t0 = time.monotonic()
-    while ctl._refit_thread.is_alive() and time.monotonic() - t0 < 60.0:
+    while ctl.session.refit_running and time.monotonic() - t0 < 60.0:
         ros.spin_for(0.01)
         progress.append((time.monotonic(), bridge.plant.steps))
     refit_wall = time.monotonic() - t0
-    assert not ctl._refit_thread.is_alive()
-    assert ctl.ctrl.residual.n_points == expected and ctl._refits == 1
+    assert not ctl.session.refit_running
+    assert ctl.ctrl.residual.n_points == expected and ctl.session.refits == 1
     w = np.array(progress)
     steps_during = w[-1, 1] - w[0, 1]
     moving = w[np.r_[True, np.diff(w[:, 1]) > 0], 0]           # walls at which the step count moved
@@ -116,14 +116,14 @@ def test_closed_loop_tracks_refits_without_stall_and_persists(ros, tmp_path):
           f" pause {longest_still * 1e3:.0f} ms")
     assert steps_during > 100, (refit_wall, steps_during)
     assert longest_still < max(0.25, 0.5 * refit_wall), (longest_still, refit_wall)
-    assert not ctl.in_episode and ctl.ctrl.residual.pending == 0   # between episodes: no samples
+    assert not ctl.session.in_episode and ctl.ctrl.residual.pending == 0   # between episodes: no samples
     assert state_file.exists()
     # a second episode starts at the next control instant; the loop keeps tracking with the new GP
     res = _trigger(ros, ctl, client, "start_episode")
     assert res.success, res.message
     n0 = len(states)
     assert ros.spin_until(lambda: len(states) >= n0 + 300, timeout=60.0)
-    assert ctl.in_episode and ctl.episode == 2 and ctl.ctrl.qp.fallbacks == 0
+    assert ctl.session.in_episode and ctl.session.episode == 2 and ctl.ctrl.qp.fallbacks == 0
     ts = np.array([_stamp(s) for s in states[n0:]])
     P_ref, _, _ = traj.task.sample_many(ts * 1e-9)
     P = np.array([model.frame_pose(np.asarray(s.position))[:3, 3] for s in states[n0:]])
@@ -140,7 +140,7 @@ def test_closed_loop_tracks_refits_without_stall_and_persists(ros, tmp_path):
     ctl.destroy_node()
     ros.nodes.remove(ctl)
     again = _scqp(ros, state_file=str(state_file), gp_max_points=3000, auto_start_episode=False)
-    assert again.episode == 2 and again.ctrl.residual.n_points == expected
+    assert again.session.episode == 2 and again.ctrl.residual.n_points == expected
     assert again.ctrl.residual.pending >= pending
     np.testing.assert_array_equal(again.ctrl.residual.predict(*probe_x)[0], e_before)
     for k, v in gains.items():
@@ -209,7 +209,7 @@ def test_corrupt_state_file_is_kept_aside_and_the_node_starts_fresh(ros, tmp_pat
     kept = list(tmp_path.glob("scqp_state.npz.corrupt-*"))
     assert len(kept) == 1 and kept[0].read_bytes() == b"PK\x03\x04 not really a zip"   # nothing deleted
     assert not path.exists()
-    assert ctl.episode == 0 and ctl.ctrl.residual.n_points == 0
+    assert ctl.session.episode == 0 and ctl.ctrl.residual.n_points == 0
     assert ctl.counters.as_dict()["state_file"].startswith("refused")
     assert ros.spin_until(lambda: any("refused" in m.msg and "kept as" in m.msg for m in logs), timeout=3.0)
     # it saves a fresh file where the corrupt one was
