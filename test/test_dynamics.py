@@ -912,3 +912,29 @@ def test_the_panda_link_frames_are_thunders_dh_frames(tmp_path):
     # another arm (or a frame of choice): frames= names it
     m.load_thunder_yaml(path, frames={})          # read as if about panda_link7: the CoM moves by 0.107
     assert m.get_link_parameters("panda_link7")[3] / l7[0] == pytest.approx(com[2], abs=1e-12)
+
+
+def test_a_thunder_estimate_leaves_the_model_as_it_was(tmp_path):
+    """``thunder_estimate`` (the adaptive controller's ``initial_estimate: file``) reads the
+    file into a parameter vector without touching the model: the vector equals what a
+    second model gives after loading the same file (hand end effector, a payload and
+    friction columns kept), and the model's parameters are bit-for-bit the same after."""
+    import yaml
+    from adaptive_dynamics.control.adaptive_setup import thunder_estimate
+    m = RobotModel("panda", friction=True)
+    m.set_friction(np.linspace(0.1, 0.7, 7), np.linspace(0.2, 0.8, 7))
+    payload = pin.Inertia(0.8, np.array([0.01, 0.02, 0.05]), np.diag([2e-3, 2e-3, 1e-3])).toDynamicParameters()
+    m.set_payload(payload)
+    doc = yaml.safe_load(open(m.save_thunder_yaml(tmp_path / "a.yaml")))
+    for k, block in enumerate(doc.values()):
+        block["mass"] *= 1.0 + 0.1 * k
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(doc))
+    before = m.parameters.copy()
+    pi, info = thunder_estimate(m, str(tmp_path / "b.yaml"))
+    np.testing.assert_array_equal(m.parameters, before)
+    ref = RobotModel("panda", friction=True)
+    ref.set_friction(np.linspace(0.1, 0.7, 7), np.linspace(0.2, 0.8, 7))
+    ref.set_payload(payload)
+    ref.load_thunder_yaml(tmp_path / "b.yaml")
+    np.testing.assert_allclose(pi, ref.parameters, rtol=0, atol=1e-12)
+    assert not np.allclose(pi, before) and info["links"] == list(doc)

@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 import numpy as np
 
 from ..dynamics.effort_check import describe, over_limit, range_poses, worst_torques
+from ..dynamics.thunder_params import read_thunder_parameters
 from .adaptive import AdaptiveController
 from .backstepping import BacksteppingController
 from .gains import armature_vector, default_gains
@@ -47,13 +48,8 @@ def thunder_estimate(model, path: str) -> tuple[np.ndarray, dict]:
     what the reader ignored."""
     if not os.path.exists(path):
         raise ValueError(f"initial_estimate=file needs an existing initial_estimate_file, got {path!r}")
-    nominal = model.parameters.copy()
-    try:
-        info = model.load_thunder_yaml(path)
-        pi = model.parameters.copy()
-    finally:
-        model.set_parameters(nominal, check=False)
-    return pi, info
+    links, info = read_thunder_parameters(model, path)
+    return model.parameters_with_links(links), info
 
 
 def initial_estimate(model, kind: str, *, scale: float = 1.0, path: str = "", links: Optional[List[str]] = None,

@@ -230,6 +230,18 @@ class RobotModel:
             self._link_pi[10 * i: 10 * i + 10] -= self._ee_pi
         self._sync()
 
+    def parameters_with_links(self, link_pi) -> np.ndarray:
+        """The effective pi (as :attr:`parameters`) this model would have after
+        :meth:`set_link_parameters` of every link with its block of ``link_pi`` -- the model
+        itself is not changed (the end effector and payload kept as they are)."""
+        blk = as_vector(link_pi, self.n_inertial, "link_pi")
+        held = self._link_pi.copy()
+        if self.end_effector == "hand":
+            held[-10:] += self._ee_pi
+        pi = self.parameters
+        pi[: self.n_inertial] += blk - held
+        return pi
+
     def get_link_parameters(self, link: str) -> np.ndarray:
         i = self._link_index(link)
         return self._effective_link_pi()[10 * i: 10 * i + 10].copy()

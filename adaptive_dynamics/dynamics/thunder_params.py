@@ -41,8 +41,8 @@ import yaml
 from ..files import atomic_write
 from .inertial import check_physical_consistency, convert_order, transform_matrix
 
-__all__ = ["THUNDER_REG_KEYS", "THUNDER_FRAMES", "load_thunder_parameters", "save_thunder_parameters",
-           "thunder_frames"]
+__all__ = ["THUNDER_REG_KEYS", "THUNDER_FRAMES", "load_thunder_parameters", "read_thunder_parameters",
+           "save_thunder_parameters", "thunder_frames"]
 
 #: link -> the model frame Thunder's block of that link is expressed in, where the two differ
 #: (applied when the model has both): Thunder's Panda table ends at the flange (Table 5, row 7)
@@ -80,12 +80,25 @@ def thunder_frames(model, frames=None) -> dict:
 
 def load_thunder_parameters(model, path: "str | os.PathLike[str]", *, check: bool = True,
                             frames=None) -> dict:
-    """Set ``model``'s link parameters from a Thunder ``*_inertial_REG.yaml`` file.
+    """Set ``model``'s link parameters from a Thunder ``*_inertial_REG.yaml`` file
+    (:func:`read_thunder_parameters`, then every link set); returns what it reads."""
+    pi, info = read_thunder_parameters(model, path, check=check, frames=frames)
+    for i, link in enumerate(model.link_names):
+        model.set_link_parameters(link, pi[10 * i: 10 * i + 10], check=False)
+    return info
+
+
+def read_thunder_parameters(model, path: "str | os.PathLike[str]", *, check: bool = True,
+                            frames=None) -> tuple:
+    """The link parameters of a Thunder ``*_inertial_REG.yaml`` file for ``model``'s links
+    (pinocchio's order, ``model``'s frames, the end effector included as
+    :meth:`~adaptive_dynamics.dynamics.RobotModel.get_link_parameters` gives them), and
+    what was read; the model is not changed.
 
     Every link needs its block with every key of :data:`THUNDER_REG_KEYS` (a clear error
     names what is missing or not finite); ``check`` asks for physical consistency as
-    :meth:`~adaptive_dynamics.dynamics.RobotModel.set_link_parameters` does.  Returns
-    ``{"links": [...], "ignored": {...}}``: the keys read per link and those not used
+    :meth:`~adaptive_dynamics.dynamics.RobotModel.set_link_parameters` does.  The second
+    value is ``{"links": [...], "ignored": {...}}``: the keys read per link and those not used
     (Thunder's friction terms ``d1``, ``d2``, anything else).  ``frames``: see
     :func:`thunder_frames`."""
     with open(path, encoding="utf-8") as fh:
@@ -119,9 +132,7 @@ def load_thunder_parameters(model, path: "str | os.PathLike[str]", *, check: boo
     if check:   # all or nothing: every block checked before any is set
         for i, link in enumerate(model.link_names):
             check_physical_consistency(pi[10 * i: 10 * i + 10], [f"{used[i]} ({link})"])
-    for i, link in enumerate(model.link_names):
-        model.set_link_parameters(link, pi[10 * i: 10 * i + 10], check=False)
-    return {"links": used, "ignored": ignored}
+    return pi, {"links": used, "ignored": ignored}
 
 
 def save_thunder_parameters(model, path: "str | os.PathLike[str]", comment: str = "", *, frames=None) -> str:
