@@ -105,7 +105,7 @@ def test_composite_learns_in_the_loop_and_publishes_every_update(ros):
     ros.spin_for(0.3)
     total = np.sum([np.asarray(m.position) for m in loop.updates], axis=0)
     assert list(loop.updates[0].name) == node.core.full_parameter_names
-    pending = node.core.base.to_base(node._dpi_acc)
+    pending = node.core.base.to_base(node.session._dpi_acc)
     np.testing.assert_allclose(node.core.base.to_base(total) + pending, theta - theta0, atol=1e-9)
     # the parametric torque is published per state with the state's stamp
     assert len(loop.ptorque) >= 2900
@@ -143,7 +143,7 @@ def test_live_tuning_law_switch_and_nan_state(ros):
     (res,) = set_params(Parameter("kd", value=[12.0, 6.0]))
     assert res.successful, res.reason
     np.testing.assert_array_equal(np.diag(node.core.kd), [12.0, 6.0])
-    np.testing.assert_array_equal(np.diag(node.fixed["sliding_pd"].kd), [12.0, 6.0])
+    np.testing.assert_array_equal(np.diag(node.laws.fixed["sliding_pd"].kd), [12.0, 6.0])
 
     # law sliding_pd: exactly -K_D s, the estimate untouched
     (res,) = set_params(Parameter("law", value="sliding_pd"))
@@ -263,7 +263,7 @@ def test_autosave_writes_the_estimate_outside_the_callback_lock(ros, tmp_path):
     np.testing.assert_array_equal(saved["theta"], theta)  # nothing learned after the last save
     assert int(saved["updates"]) == node.core.updates
     # a failed write leaves the estimate marked unsaved: the next period retries
-    node._dirty = True
+    node.session.dirty = True
 
     def broken(p, state=None):
         raise OSError("disk full")
@@ -271,7 +271,7 @@ def test_autosave_writes_the_estimate_outside_the_callback_lock(ros, tmp_path):
     node.core.save = broken
     with pytest.raises(OSError):
         node.save_estimate()
-    assert node._dirty
+    assert node.session.dirty
 
 
 def test_franka_mode_leaves_gravity_to_the_robot(ros):

@@ -188,7 +188,7 @@ def test_adaptive_controller_from_robot_description_derives_kd(ros, tmp_path):
     # smaller, conservative K_D where the discrete-time margin binds)
     want = np.asarray(default_gains(RobotModel(UR5), armature=np.zeros(6))["kd"])
     np.testing.assert_allclose(np.diag(node.core.kd), want)
-    np.testing.assert_allclose(np.diag(node.fixed["sliding_pd"].kd), want)
+    np.testing.assert_allclose(np.diag(node.laws.fixed["sliding_pd"].kd), want)
     assert node.counters["kd_source"] == "model-derived"
     tuner = ros.node("rqt_like")
     cli = tuner.create_client(SetParameters, f"{node.get_fully_qualified_name()}/set_parameters")

@@ -75,9 +75,7 @@ link's block.  ``initial_estimate: file`` also reads a Thunder Dynamics
 """
 from __future__ import annotations
 
-import math
 import os
-import threading
 import time
 
 import numpy as np
@@ -87,6 +85,7 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from ..control.adaptive import spd_gain
+from ..control.adaptive_session import ADAPTIVE_LAWS, AdaptiveSession
 from ..control.adaptive_setup import build_laws, derived_kd, estimate_over_limits, is_thunder_file
 from ..ros.joint_states import joint_state_msg, state_stamp
 from ..ros.node_base import run_node
@@ -100,7 +99,6 @@ from .controller_shell import JointControllerShell, shell_specs
 
 LAWS = ("sliding_pd", "slotine_li", "direct", "composite", "backstepping")
 REGRESSOR_SOURCES = ("inprocess", "topics")
-_ZERO6 = np.zeros(6)
 #: controller/tracking_error names of the backstepping law: position, then orientation error
 TASK_ERROR_NAMES = ("x", "y", "z", "rx", "ry", "rz")
 _GAIN_PARAMS = ("lam", "kd", "gamma", "p0", "r", "filter_lambda", "lambda0", "k0", "k1", "max_tracking_error")
@@ -213,15 +211,14 @@ class AdaptiveControllerNode(JointControllerShell):
         self._gscale = None
         self._gains = self._gain_kwargs(p)
         laws = build_laws(self.model, p, self._gains, log=self.get_logger().info)
-        self.laws, self.task, self.core, self.bs, self.fixed = laws, laws.task, laws.core, laws.bs, laws.fixed
+        self.laws, self.task, self.core, self.bs = laws, laws.task, laws.core, laws.bs
         self._gscale = self._gamma_scale(self.core)   # gamma_scaling: nominal needs the core's coordinates
         if self._gscale is not None:
             self._gains = self._gain_kwargs(p)
             self.core.set_gains(gamma=self._gains["gamma"])
         if p["initial_estimate"] == "file" and not is_thunder_file(p["initial_estimate_file"]):
             self._check_estimate(p["initial_estimate_file"])
-        self._theta0 = laws.theta0
-        self._task_err: list[float] = []
+        self.session = AdaptiveSession(laws, lock=self._lock, estimate_file=p["estimate_file"], log=self._log)
         self.model.warm_up()
         self.p.add_validator(self._validate)
         for name in _GAIN_PARAMS:
@@ -235,13 +232,6 @@ class AdaptiveControllerNode(JointControllerShell):
             self.counters.set("reference_refused_cycles", 0)
         self.residuals = VectorBuffer(4096)
         self._waiting_for_residual = None  # stamp of the state waiting for its residual
-        self._dpi_acc = np.zeros(self.core.model.n_params)
-        self._acc_n = 0
-        self._cycle = 0
-        self._dirty = False
-        self._last_save = time.monotonic()
-        self._save_lock = threading.Lock()
-        self._timing_us: list[float] = []
         # regressor_source: topics -- per-stamp buffers, the regressor node's settings
         self._topics = p["regressor_source"] == "topics"
         self.regs = RegressorTopics(self.n, p["rate_hz"])
@@ -494,50 +484,18 @@ class AdaptiveControllerNode(JointControllerShell):
     def _control(self, stamp, q, v, effort, ref, qd, qdd):
         t0 = time.perf_counter()
         law = self.p["law"]
-        adaptive = law in ("direct", "composite", "backstepping")
-        core = self.laws.law_core(law)
-        learn = adaptive and self.p["learning"]
-        if learn and core.law == "composite" and effort is None:
-            learn = False
-            self.counters.inc("no_measured_torque")
-        ext = {}
+        ext = None
         if self._topics and law != "sliding_pd":
             ext = self._external_regressors(stamp, law, effort)
             if ext is None:
                 return None
-        try:
-            with self._lock:
-                if self.task:
-                    tau = self.bs.compute(q, v, ref.position, ref.rotation,
-                                          ref.twist if ref.twist is not None else _ZERO6,
-                                          ref.accel if ref.accel is not None else _ZERO6,
-                                          tau_measured=effort, learn=learn)
-                    e = self.bs.ref.e
-                    self._task_err.append(math.sqrt(e.dot(e)))
-                    if self.bs.ref.lam2 > 0.0:
-                        self.counters.inc("singular_damping_cycles")
-                else:
-                    tau = core.compute(q, v, ref.q, qd, qdd, tau_measured=effort, learn=learn, **ext)
-        except ValueError as exc:  # non-finite input: estimate untouched
-            self.counters.inc("rejected_inputs")
-            if self.log_throttle("core"):
-                self.get_logger().error(f"cycle rejected ({exc}); safe command, estimate frozen")
-            return None
-        if core.frozen:
-            self.counters.inc("frozen_cycles")
-            if self.log_throttle("frozen"):
-                self.get_logger().warning(f"learning frozen: {core.freeze_reason}")
-        if self.p["feedforward"]:
-            r = self._residual(stamp)
-            if r is not None:
-                tau += r
-                self.counters.inc("residual_used")
-            elif self.residuals:
-                self.counters.inc("residual_missing")
-        self._cycle += 1
-        if adaptive:
-            self._publish_learning(stamp, core)
-        self._timing_us.append((time.perf_counter() - t0) * 1e6)
+        ff = self.p["feedforward"]
+        tau = self.session.cycle(law, q, v, ref, qd, qdd, effort, learning=self.p["learning"], regressors=ext,
+                                   residual=self._residual(stamp) if ff else None,
+                                   residuals_seen=ff and bool(self.residuals))
+        if tau is not None and law in ADAPTIVE_LAWS:
+            self._publish_learning(stamp, self.laws.law_core(law))
+        self.session.cycle_time(time.perf_counter() - t0)
         return tau
 
     def _after_command(self, stamp: int, q, v, ref, qd, tau) -> None:
@@ -551,92 +509,57 @@ class AdaptiveControllerNode(JointControllerShell):
         names = self.model.joint_names
         if self.pub_ptorque.get_subscription_count():  # a pure stream: skip the ~40 us when nobody listens
             self.pub_ptorque.publish(joint_state_msg(stamp, names, effort=core.parametric_torque))
-        if core.updated:
-            self._dpi_acc += core.last_delta_pi
-            self._acc_n += 1
-            self._dirty = True
-        if self._acc_n and self._cycle % self.p["update_decimation"] == 0:
-            self.pub_update.publish(joint_state_msg(stamp, core.full_parameter_names, q=self._dpi_acc))
-            self._dpi_acc.fill(0.0)
-            self._acc_n = 0
-        if self._cycle % self.p["parameters_decimation"] == 0:
+        dpi = self.session.update_due(self.p["update_decimation"])
+        if dpi is not None:
+            self.pub_update.publish(joint_state_msg(stamp, core.full_parameter_names, q=dpi))
+        if self.session.cycles % self.p["parameters_decimation"] == 0:
             self.pub_params.publish(joint_state_msg(stamp, core.parameter_names, q=core.theta))
 
     # ------------------------------------------------------------ services etc.
     def save_estimate(self) -> str | None:
-        path = self.p["estimate_file"]
-        if not path:
-            return None
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with self._save_lock:  # one writer at a time; the control cycle only waits for the snapshot
-            with self._lock:
-                state = self.core.state_dict()
-                self._dirty = False
-            last, self._last_save = self._last_save, time.monotonic()
-            try:
-                return self.core.save(path, state)
-            except BaseException:
-                self._dirty, self._last_save = True, last  # not written: retry at the next period
-                raise
+        return self.session.save()
 
     def _srv_save(self, req, res):
-        return trigger_save(res, self.save_estimate, what="estimate", unset="estimate_file is not set")
+        return trigger_save(res, self.session.save, what="estimate", unset="estimate_file is not set")
 
     def _srv_reset(self, req, res):
-        with self._cb_lock, self._lock:
-            self.core.set_estimate(theta=self._theta0)
-            self.core.reset_covariance()
-            self.core.reset_filter()
-            self._dpi_acc.fill(0.0)
-            self._acc_n = 0
+        with self._cb_lock:
+            self.session.reset_estimate()
         res.success, res.message = True, "estimate reset to the initial estimate"
         return res
 
     def _on_trip(self) -> None:
         """The estimate stays as it is (the safe command adapts nothing); the next
         housekeeping writes it to ``estimate_file`` at once."""
-        self._last_save = -float("inf")
+        self.session.tripped()
 
     def _on_release(self) -> None:
         """The composite law's filters restart: the states they hold are from before the trip."""
-        with self._lock:
-            self.core.reset_filter()
+        self.session.released()
 
     def _diagnostics(self) -> None:
         if self._topics:
             with self._cb_lock:
                 err = self.regs.refusal(self.core, self.p["law"])
             self.counters.set("regressor_config", err or "ok")
-        d = self.core.diagnostics()
-        for k in ("updates", "frozen_cycles", "rejected_inputs", "projections", "p_norm", "forgetting"):
-            self.counters.set(k, d[k] if not isinstance(d[k], float) else round(d[k], 6))
-        if self._task_err:
-            e = np.asarray(self._task_err)
-            self.counters.set("task_error_rms", round(float(np.sqrt(np.mean(e * e))), 6))
-            self.counters.set("task_error_max", round(float(e.max()), 6))
-            self._task_err.clear()
-        for link in self.core.adapted_links or ():
-            est = self.core.link_estimate(link)
-            self.counters.set(f"{link}_mass", round(est["mass"], 5))
-            self.counters.set(f"{link}_com", [round(c, 5) for c in est["com"]])
-        if self._timing_us:
-            t = np.asarray(self._timing_us)
-            self.counters.set("cycle_p50_us", round(float(np.percentile(t, 50)), 1))
-            self.counters.set("cycle_p99_us", round(float(np.percentile(t, 99)), 1))
-            self._timing_us.clear()
+        self.counters.update(self.session.diagnostics())
 
     def _periodic(self) -> None:
         # outside the callback lock: writing the file must not delay a control cycle
-        if self._dirty and self.p["autosave_period"] > 0 \
-                and time.monotonic() - self._last_save > self.p["autosave_period"]:
+        if self.session.autosave_due(self.p["autosave_period"]):
             try:
-                self.save_estimate()
+                self.session.save()
             except OSError as exc:
                 if self.log_throttle("save"):
                     self.get_logger().error(f"autosave failed: {exc}")
 
+    def _log(self, level: str, text: str, key: str | None = None) -> None:
+        """The session's messages; one that may repeat every cycle (``key``) throttled."""
+        if key is None or self.log_throttle(key):
+            getattr(self.get_logger(), level)(text)
+
     def _shutdown(self) -> None:
-        shutdown_save(self, self.save_estimate, "estimate")
+        shutdown_save(self, self.session.save, "estimate")
 
 
 def main(args=None) -> int:
