@@ -369,7 +369,7 @@ def test_sample_ring_matches_a_bounded_deque(capacity):
     """SampleRing (the bridge's latency store) keeps what ``deque(maxlen=capacity)``
     keeps, in the same order, at every fill level including wrap-around."""
     import collections
-    from adaptive_dynamics.nodes.housekeeping import SampleRing
+    from adaptive_dynamics.realtime import SampleRing
     ring, ref = SampleRing(capacity), collections.deque(maxlen=capacity)
     rng = np.random.default_rng(3)
     assert len(ring) == 0 and ring.all().size == 0 and ring.recent(5).size == 0

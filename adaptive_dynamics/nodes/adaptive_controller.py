@@ -94,7 +94,7 @@ from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stre
 from ..ros.regressor_topics import RegressorTopics
 from ..ros.arrays import VectorBuffer, vector_from_msg
 from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
-from .housekeeping import shutdown_save, trigger_save
+from .housekeeping import core_logger, shutdown_save, trigger_save
 from .controller_shell import JointControllerShell, shell_specs
 
 LAWS = ("sliding_pd", "slotine_li", "direct", "composite", "backstepping")
@@ -218,7 +218,8 @@ class AdaptiveControllerNode(JointControllerShell):
             self.core.set_gains(gamma=self._gains["gamma"])
         if p["initial_estimate"] == "file" and not is_thunder_file(p["initial_estimate_file"]):
             self._check_estimate(p["initial_estimate_file"])
-        self.session = AdaptiveSession(laws, lock=self._lock, estimate_file=p["estimate_file"], log=self._log)
+        self.session = AdaptiveSession(laws, lock=self._lock, estimate_file=p["estimate_file"],
+                                       log=core_logger(self, self.log_throttle))
         self.model.warm_up()
         self.p.add_validator(self._validate)
         for name in _GAIN_PARAMS:
@@ -552,11 +553,6 @@ class AdaptiveControllerNode(JointControllerShell):
             except OSError as exc:
                 if self.log_throttle("save"):
                     self.get_logger().error(f"autosave failed: {exc}")
-
-    def _log(self, level: str, text: str, key: str | None = None) -> None:
-        """The session's messages; one that may repeat every cycle (``key``) throttled."""
-        if key is None or self.log_throttle(key):
-            getattr(self.get_logger(), level)(text)
 
     def _shutdown(self) -> None:
         shutdown_save(self, self.session.save, "estimate")

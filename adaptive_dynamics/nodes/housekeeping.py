@@ -1,6 +1,5 @@
 """A node's housekeeping: a throttled logger, saving what it learned (on a service call
-and at shutdown), real-time scheduling, stall injection for tests, the discovery hint,
-a preallocated sample ring."""
+and at shutdown), real-time scheduling, stall injection for tests, the discovery hint."""
 from __future__ import annotations
 
 import os
@@ -8,6 +7,8 @@ import time
 
 from ..realtime import set_fifo_priority
 from ..ros.params import ParamSpec
+
+
 def discovery_hint() -> str:
     """``ROS_DOMAIN_ID=..., ROS_AUTOMATIC_DISCOVERY_RANGE=...`` of this process: what a node
     waiting for a topic names, so that a graph split across domains is found."""
@@ -109,46 +110,21 @@ def shutdown_save(node, save, what: str) -> None:
         node.get_logger().error(f"saving the {what} failed: {exc}")
 
 
-class SampleRing:
-    """The last ``capacity`` integer samples (e.g. latencies in ns) in a preallocated
-    ring: :meth:`add` is O(1) and allocates nothing (it runs on a 1 kHz hot path).
+def core_logger(node, throttle):
+    """The ``log(level, text, key)`` a ROS-free core reports through: ``node``'s logger,
+    a message with a ``key`` (one that may repeat every cycle) throttled by ``throttle``.
+    rclpy ties a call site to one severity, hence one call per level."""
+    logger = node.get_logger()
 
-    A ``collections.deque`` of Python ints had to be converted to an array for every
-    statistic: ~8 ms with the GIL held for 100k samples, i.e. eight missed 1 kHz cycles
-    of the thread that shares the GIL, once per diagnostics period.  Here a periodic
-    report takes percentiles of the :meth:`recent` samples (a copy of at most ``k``
-    values, tens of us), and only the final statistics read them :meth:`all`."""
-
-    def __init__(self, capacity: int):
-        import numpy as np
-        if capacity < 1:
-            raise ValueError("capacity must be >= 1")
-        self._buf = np.zeros(int(capacity), dtype=np.int64)
-        self._count = 0
-
-    def add(self, value: int) -> None:
-        self._buf[self._count % self._buf.size] = value
-        self._count += 1
-
-    def __len__(self) -> int:
-        return min(self._count, self._buf.size)
-
-    @property
-    def total(self) -> int:
-        """Samples ever added (including those overwritten)."""
-        return self._count
-
-    def recent(self, k: int):
-        """A copy of the last ``min(k, len(self))`` samples, oldest first."""
-        import numpy as np
-        k = min(int(k), len(self))
-        if k <= 0:
-            return np.empty(0, dtype=np.int64)
-        end = self._count % self._buf.size
-        if end >= k:
-            return self._buf[end - k:end].copy()
-        return np.concatenate((self._buf[self._buf.size - (k - end):], self._buf[:end]))
-
-    def all(self):
-        """A copy of every retained sample, oldest first."""
-        return self.recent(len(self))
+    def log(level: str, text: str, key=None) -> None:
+        if key is not None and not throttle(key):
+            return
+        if level == "error":
+            logger.error(text)
+        elif level == "warning":
+            logger.warning(text)
+        elif level == "info":
+            logger.info(text)
+        else:
+            logger.debug(text)
+    return log

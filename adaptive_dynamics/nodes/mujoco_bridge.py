@@ -1,4 +1,5 @@
-"""``mujoco_bridge`` node: the simulated robot (core: :class:`adaptive_dynamics.sim.plant.MujocoPlant`).
+"""``mujoco_bridge`` node: the simulated robot (cores: :class:`adaptive_dynamics.sim.plant.MujocoPlant`,
+stepped on the controller's commands by :class:`adaptive_dynamics.sim.stepping.PlantStepper`).
 
 Publishes ``joint_states`` (position [rad], velocity [rad/s], effort = *measured*
 joint torque [Nm]: the commanded torque after the URDF effort limits, plus the
@@ -59,15 +60,15 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
 from ..dynamics.effort_check import describe, over_limit, range_poses, worst_torques
-from ..realtime import OverloadTracker, raise_thread_priority
 from ..ros.commands import command_values, split_command
 from ..ros.node_base import Counters, diagnostic_array, HotPath, run_node
 from ..ros.params import declare_params, ParamSpec
 from ..ros.qos import CLOCK_QOS, LOCKSTEP_COMMAND_QOS, PUBLISHER_STREAM_QOS, REALTIME_COMMAND_QOS
 from ..ros.stamps import from_ns
 from ..sim.plant import MujocoPlant, RealityConfig
+from ..sim.stepping import PlantStepper
 from ..wire import JointStateEncoder
-from .housekeeping import apply_realtime_priority, realtime_spec, SampleRing, stall_spec, StallInjector, Throttle
+from .housekeeping import apply_realtime_priority, core_logger, realtime_spec, stall_spec, StallInjector, Throttle
 from .robot_params import resolve_urdf, robot_specs
 
 
@@ -190,15 +191,13 @@ class MujocoBridgeNode(Node):
         self.names = list(self.plant.joint_names)
         self._check_holding()
         self.counters = Counters("mujoco_bridge", self.get_fully_qualified_name(), warn_on=("overload_episodes",))
-        # real time: the periods (counted from the first tick) that missed their deadline, and
-        # the stretches of sustained misses with their recovery (diagnostics)
-        self.missed_ticks = SampleRing(100_000)
-        self.overload = OverloadTracker(self.dt, miss_log=self.missed_ticks)
         self.stall = StallInjector(self)
         self.throttle = Throttle(1.0)
-        self.lock = threading.RLock()
         self.lockstep = p["mode"] == "lockstep"
-        self._accept_unstamped = bool(p["lockstep_accept_unstamped"])
+        self.stepper = PlantStepper(self.plant, p, lockstep=self.lockstep, count=self.counters.inc,
+                                    gauge=self.counters.set, log=core_logger(self, self.throttle))
+        self.lock = self.stepper.lock
+        self.latency_ns = self.stepper.latency_ns
         self.pub_state = self.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
         self.pub_clock = self.create_publisher(Clock, "/clock", CLOCK_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -217,28 +216,10 @@ class MujocoBridgeNode(Node):
         self.create_service(SetBool, "~/set_payload", self._srv_set_payload)
         steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
         self._diag_last = time.monotonic()
-        # the last 100k state->command latencies (statistics); bounded: a long run must not grow
-        self.latency_ns = SampleRing(100_000)
-        # real time: how late each tick woke (the simulator's own timing)
-        self.tick_late_ns = SampleRing(100_000)
-        # state stamp -> wall time it was published (CLOCK_REALTIME ns, the clock of the
-        # DDS reception stamps the latency is measured against)
-        self._published_at: dict[int, int] = {}
         self._done = False
-        self._end_wall = None  # wall time of the last step (max_sim_time reached)
-        # lockstep state
-        self._stamp = 0          # stamp (ns) of the state awaiting its command
-        self._sent_wall = 0.0
-        # realtime state
-        self._latest_cmd = None
-        self._latest_cmd_time = -np.inf
-        self._latest_stamp = None  # stamp of the state _latest_cmd answers (None: unstamped)
-        self._ahead = False        # the step to the next tick's state is done (its answer came)
-        self._ahead_late = False   # ... but its answer was received after the tick was due
-        self._deadline_rt = 0      # the next tick, CLOCK_REALTIME ns (the reception stamps' clock)
         self._started = False
-        self._cmd_age_max = 0.0    # real time: oldest command a step ran on [sim s]
         self._start_wall = time.monotonic()
+        self._pace_wall = 0.0
         # both modes start once the graph is connected (_ready): checked at 100 Hz until then;
         # lockstep keeps the timer at 10 Hz for its command timeout (every wake-up of this
         # executor costs the hot path GIL time), real time cancels it (its loop keeps time)
@@ -270,7 +251,7 @@ class MujocoBridgeNode(Node):
                                              "gravity torque"))
 
     def _ready(self) -> bool:
-        """Lockstep start condition: the graph is connected, so step 0 is not lost."""
+        """Start condition: the graph is connected, so step 0 is not lost."""
         clock_subs = self.count_subscribers("/clock")
         state_subs = self.pub_state.get_subscription_count()
         cmd_pubs = self.count_publishers(self.resolve_topic_name("effort_controller/commands"))
@@ -279,7 +260,8 @@ class MujocoBridgeNode(Node):
 
     def _start(self) -> None:
         self._started = True
-        self._run_wall0 = self._pace_wall = time.monotonic()
+        self.stepper.start()
+        self._pace_wall = time.monotonic()
         self._publish_state()
         if not self.lockstep:
             self._housekeeping_timer.cancel()
@@ -291,30 +273,17 @@ class MujocoBridgeNode(Node):
         return int(round(self.plant.time * 1e9))
 
     def _publish_state(self) -> None:
-        t, q, v, tau = self.plant.state()
-        stamp = int(round(t * 1e9))
-        self._stamp = stamp
-        self._sent_wall = time.monotonic()
-        pub = self._published_at
-        pub[stamp] = time.time_ns()
-        if len(pub) > 2000:  # oldest first (insertion order): O(1) per step, no periodic sort
-            del pub[next(iter(pub))]
+        stamp, q, v, tau = self.stepper.state()
         self.pub_state.publish(self._state_encoder.encode(stamp, q, v, tau))
         # /clock after the state: the controller answering this state is on the critical
         # path, the /clock readers (trajectory, time sources) are not
         if self.plant.steps % self.p["clock_decimation"] == 0:
             self.pub_clock.publish(Clock(clock=from_ns(stamp)))
 
-    def _safe_step(self) -> None:
-        mode = "hold" if self.p["safe_mode"] == "hold" else "damp"
-        gains = {} if mode == "hold" else {"damping": self.p["safe_damping"]}
-        self.plant.step_safe(mode, **gains)
-        self.counters.inc("safe_steps")
-
     def _after_step(self) -> None:
         if self.lockstep:
             self.stall.take()
-        if self.p["max_sim_time"] > 0 and self.plant.time >= self.p["max_sim_time"] - 1e-12:
+        if self.stepper.at_end(self.p["max_sim_time"]):
             self._finish()
             return
         cap = self.p["lockstep_max_speed"] if self.lockstep else 0.0
@@ -331,7 +300,6 @@ class MujocoBridgeNode(Node):
         if self._done:
             return
         self._done = True
-        self._end_wall = time.monotonic()  # the run's wall time stops at its last step, not after the acks
         self.get_logger().info(f"max_sim_time {self.p['max_sim_time']} s reached after"
                                f" {self.plant.steps} steps; exiting")
         # let reliable readers (the recorder) acknowledge the last states before we go: a
@@ -362,54 +330,13 @@ class MujocoBridgeNode(Node):
             # arrival as the DDS layer stamped it (not when this thread took it); the local
             # clock if the RMW does not stamp receptions
             arrived = (info.get("received_timestamp") if isinstance(info, dict) else 0) or time.time_ns()
-            if stamp is not None:
-                sent = self._published_at.get(stamp)
-                if sent is not None:
-                    lat = arrived - sent
-                    self.latency_ns.add(lat)
-                    if lat > self.dt * 1e9:
-                        self.counters.inc("late_commands")
+            tau, error = None, None
             try:
                 tau = command_values(data, offset, self.n)
             except ValueError as exc:
-                self.counters.inc("rejected_commands")
-                if self.throttle("bad"):
-                    self.get_logger().error(f"command rejected ({exc}); safe action ({self.p['safe_mode']})")
-                if self.lockstep and (stamp == self._stamp or (stamp is None and self._accept_unstamped)):
-                    self._safe_step()
-                    self._after_step()
-                return
-            if self.lockstep:
-                if stamp is not None and stamp != self._stamp:
-                    self.counters.inc("stale_commands")
-                    if self.throttle("stale"):
-                        self.get_logger().warning(f"command for t={stamp * 1e-9:.4f} s ignored: waiting for"
-                                                  f" t={self._stamp * 1e-9:.4f} s")
-                    return
-                if stamp is None:
-                    self.counters.inc("unstamped_commands")
-                    if not self._accept_unstamped:
-                        if self.throttle("unstamped"):
-                            self.get_logger().warning(
-                                "unstamped command ignored in lockstep (commands must carry the stamp"
-                                " of the state they answer; set lockstep_accept_unstamped to accept them)")
-                        return
-                self.plant.step(tau)
-                self.counters.inc("steps")
+                error = str(exc)
+            if self.stepper.on_command(stamp, tau, arrived, error):
                 self._after_step()
-            else:
-                self._latest_cmd = tau
-                self._latest_cmd_time = self.plant.time
-                self._latest_stamp = stamp
-                if not self._ahead and stamp is not None and stamp == self._stamp:
-                    # the answer to the last state: step now, while the loop waits for its
-                    # tick; the tick then only publishes (the state is released at its time)
-                    self.plant.step(tau)
-                    self.counters.inc("steps")
-                    self._ahead = True
-                    # the loop may take it only after the tick was due (it woke late): the
-                    # step still uses it, but the answer missed its deadline
-                    self._ahead_late = arrived > self._deadline_rt
 
     def _watchdog(self) -> None:
         with self.lock:
@@ -427,101 +354,24 @@ class MujocoBridgeNode(Node):
                     self.get_logger().info(f"{self.p['mode']}: waiting for the controller and"
                                            f" {self.p['wait_for_nodes']} /clock subscribers")
                 return
-            if time.monotonic() - self._sent_wall > self.p["lockstep_timeout"]:
-                self.counters.inc("lockstep_timeouts")
-                if self.throttle("lockstep"):
-                    self.get_logger().warning(
-                        f"no command for t={self._stamp * 1e-9:.4f} s within {self.p['lockstep_timeout']} s"
-                        f" (wall); stepping with the safe action")
-                self._safe_step()
+            if self.stepper.lockstep_timed_out():
+                self.stepper.safe_step()
                 self._after_step()
 
     def _realtime_loop(self) -> None:
-        """Every period: wait for the tick, taking commands as they arrive (``io``: the
-        loop's own wait set; with the executor fallback they come in on another thread).
-        The command answering the last state steps the plant as soon as it arrives
-        (:meth:`_on_command`), so at the tick the next state is ready and only
-        published: the state goes out right at its time, the controller's whole period
-        is its own.  If the answer has not come by the tick (a deadline miss), the
-        step runs there on the newest valid command (or the safe action).  An answer
-        the DDS layer received after the tick was due is a miss too, even when the
-        loop, woken late, still used it.  The loop thread runs one SCHED_FIFO
-        priority above its process (when the process has one): the ticks go first."""
-        period_ns = int(round(self.dt * 1e9))
-        clock = time.perf_counter_ns
+        """The real-time stepping (:meth:`PlantStepper.run_realtime`): between ticks this
+        thread takes the commands itself (``io``: the loop's own wait set; with the
+        executor fallback they come in on another thread)."""
         io = self.io if self._loop_takes_commands else None
         HotPath.shorten_switch_interval()
-        # the ticks go ahead of this process's DDS threads (when it runs SCHED_FIFO)
-        raise_thread_priority(1)
-        nxt = clock() + period_ns
-        self._deadline_rt = nxt + (time.time_ns() - clock())
         try:
-            while self.context.ok() and not self._done:
-                self._wait_until(nxt, io)
-                late = clock() - nxt
-                self.tick_late_ns.add(max(late, 0))
-                events = []
-                if late > period_ns:
-                    self.counters.inc("late_steps")
-                nxt += period_ns
-                if (behind := clock() - nxt) > 10 * period_ns:
-                    # far behind: resynchronise.  The periods given up had no control at all
-                    # (the loop itself stalled): missed, as far as the robot is concerned
-                    nxt = clock() + period_ns
-                    skipped = behind // period_ns + 1    # the tick slots up to now, this one's aside
-                    events = self.overload.skipped(skipped)
-                    self.counters.inc("skipped_periods", skipped)
-                self.stall.take()   # a fault drill (inject_stall_ms): the loop itself stalls here
-                with self.lock:
-                    if self._done:
-                        break
-                    self._deadline_rt = nxt + (time.time_ns() - clock())
-                    missed = self._ahead_late
-                    if not self._ahead:
-                        cmd = self._latest_cmd
-                        # the answer to the last state is not here (before the first one: start-up)
-                        missed = missed or (cmd is not None and self._latest_stamp is not None)
-                        age = self.plant.time - self._latest_cmd_time
-                        if cmd is not None and age <= self.p["command_timeout"]:
-                            self.plant.step(cmd)
-                            self.counters.inc("steps")
-                            if age > self._cmd_age_max:
-                                self._cmd_age_max = age
-                                self.counters.set("command_age_max_ms", round(1e3 * age, 3))
-                        else:
-                            if cmd is not None and self.throttle("rt_timeout"):
-                                self.get_logger().warning(f"no valid command for {self.p['command_timeout']}"
-                                                          f" s: safe action ({self.p['safe_mode']})")
-                            self.counters.inc("command_timeouts" if cmd is not None else "startup_steps")
-                            self._safe_step()
-                    if missed:
-                        self.counters.inc("deadline_misses")
-                    event = self.overload.tick(missed)
-                    if event is not None:
-                        events.append(event)
-                    self._ahead = self._ahead_late = False
-                    self._after_step()
-                for event in events:
-                    self._overload_event(event)
-                self._housekeeping()
+            self.stepper.run_realtime(wait_until=lambda deadline: self._wait_until(deadline, io),
+                                      running=lambda: self.context.ok() and not self._done,
+                                      after_step=self._after_step, between=self._housekeeping,
+                                      stall=self.stall.take)
         finally:
             if io is not None:
                 io.release()
-
-    def _overload_event(self, event: str) -> None:
-        """Log an overload episode's start and end (rare: at most one line per episode)."""
-        o = self.overload
-        o_sum = o.summary()
-        self.counters.update({k: o_sum[k] for k in ("overload_active", "overload_longest_ms", "overload_last_ms")})
-        if event == "start":
-            self.counters.set("overload_episodes", o.count)
-            self.get_logger().warning(f"overload: {o.start_misses} of the last {o.window} cycles missed their"
-                                      f" deadline (episode {o.count}); running on the newest command within"
-                                      f" command_timeout, then the safe action")
-        else:
-            e = o.episodes[-1]
-            self.get_logger().info(f"overload episode {o.count} over: {e['missed']} missed cycles in"
-                                   f" {e['duration_ms']:.0f} ms; back on time for {o.quiet} cycles")
 
     def _wait_until(self, deadline_ns: int, io) -> None:
         """Until the tick: take commands as they arrive (``io``: block in the loop's own
@@ -529,7 +379,7 @@ class MujocoBridgeNode(Node):
         them).  Sleep, never spin: a busy wait takes the core the DDS receive threads need."""
         clock = time.perf_counter_ns
         while (rem := deadline_ns - clock()) > 0:
-            if io is None or self._ahead:
+            if io is None or self.stepper.answered:
                 # nothing left to take before the tick (the answer is in and stepped; a
                 # second command waits in the reader until then): sleeping costs a few us
                 # of CPU, a DDS wait set tens
@@ -541,9 +391,7 @@ class MujocoBridgeNode(Node):
 
     # ---------------------------------------------------------------- services
     def _srv_reset(self, req, res):
-        with self.lock:
-            self.plant.reset()
-            self._latest_cmd = None
+        self.stepper.reset()
         res.success, res.message = True, f"reset at t={self.plant.time:.3f} s"
         return res
 
@@ -568,29 +416,7 @@ class MujocoBridgeNode(Node):
     def stats(self, window: int | None = None) -> dict:
         """Counters and latency statistics: over every retained sample (the final
         ``stats_file``) or the last ``window`` (the periodic diagnostics: cheap)."""
-        lat = (self.latency_ns.all() if window is None else self.latency_ns.recent(window)) * 1e-6
-        out = dict(self.counters.as_dict())
-        end = self._end_wall if self._end_wall is not None else time.monotonic()
-        wall = (end - self._run_wall0) if self._started else 0.0
-        out.update({"wall_time": wall, "sim_per_wall": (self.plant.time / wall) if wall > 0 else 0.0,
-                    "sim_time": self.plant.time, "plant_steps": int(self.plant.steps),
-                    "saturation_count": self.plant.saturation_count.tolist(),
-                    "latency_samples": int(self.latency_ns.total)})
-        if lat.size:
-            out.update({"latency_p50_ms": float(np.percentile(lat, 50)),
-                        "latency_p99_ms": float(np.percentile(lat, 99)),
-                        "latency_max_ms": float(lat.max())})
-        tick = (self.tick_late_ns.all() if window is None else self.tick_late_ns.recent(window)) * 1e-6
-        if tick.size:
-            out.update({"tick_late_p99_ms": float(np.percentile(tick, 99)), "tick_late_max_ms": float(tick.max())})
-        if not self.lockstep:
-            out.update(self.overload.summary())
-            out["command_age_max_ms"] = round(1e3 * self._cmd_age_max, 3)
-            if window is None:
-                out["overload"] = self.overload.all_episodes()   # an episode still running at the end too
-                out["missed_ticks"] = self.missed_ticks.all().tolist()
-                out["ticks"] = self.overload.ticks
-        return out
+        return self.stepper.stats(self.counters.as_dict(), window)
 
     def _write_stats(self) -> None:
         if self.p["stats_file"]:

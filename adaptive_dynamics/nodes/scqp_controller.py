@@ -58,7 +58,7 @@ from ..ros.joint_states import joint_state_msg
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
-from .housekeeping import shutdown_save, trigger_save
+from .housekeeping import core_logger, shutdown_save, trigger_save
 from .controller_shell import JointControllerShell, shell_specs
 
 WEIGHTS = ("w_position", "w_orientation", "w_posture", "w_qdd", "w_tau")
@@ -198,7 +198,8 @@ class SCQPControllerNode(JointControllerShell):
         self.session = SCQPSession(ctrl, rate_hz=p["rate_hz"], lock=self._lock, header=header,
                                    state_file=p["state_file"], auto_start=p["auto_start_episode"],
                                    posture_from_state=np.asarray(p["q_posture"]).size != self.n,
-                                   compensates_gravity=p["robot_compensates_gravity"], log=self._log)
+                                   compensates_gravity=p["robot_compensates_gravity"],
+                                   log=core_logger(self, self.log_throttle))
         self.ctrl = ctrl
         warn = ("qp_fallbacks", "overruns", "reference_refused_cycles", "rejected_inputs", "refit_failures")
         self.counters.warn_on += warn
@@ -215,11 +216,6 @@ class SCQPControllerNode(JointControllerShell):
         self.p.on_change("adapt", self._on_adapt)
         for name in RATES + BOUNDS:
             self.p.on_change(name, self._on_adaptation)
-
-    def _log(self, level: str, text: str, key: str | None = None) -> None:
-        """The session's messages; one that may repeat every cycle (``key``) throttled."""
-        if key is None or self.log_throttle(key):
-            getattr(self.get_logger(), level)(text)
 
     def _setup_topics(self) -> None:
         self.create_service(Trigger, "~/start_episode", self._srv_start)
