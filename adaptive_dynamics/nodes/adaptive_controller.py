@@ -1,77 +1,9 @@
-"""``adaptive_controller`` node: PD, computed torque, direct and composite adaptive control.
+"""``adaptive_controller`` node: direct and composite adaptive control, adaptive backstepping
+and the fixed-estimate laws; its cycle is
+:class:`adaptive_dynamics.control.adaptive_session.AdaptiveSession`.
 
-Thin adapter over :class:`adaptive_dynamics.control.AdaptiveController` (Slotine & Li
-1987/1989, ARDL Listing 1), on the shell shared with the baseline ``controller`` node
-(:class:`~adaptive_dynamics.nodes.controller_shell.JointControllerShell`: joints by name,
-stamp-matched references, safe command, saturation, watchdog, zero on shutdown).
-
-Laws (``law``, live): ``sliding_pd`` (tau = -K_D s = K_D (e_dot + Lambda e): PD on the
-sliding variable, no model), ``slotine_li`` (tau = Y(q, qd, qd_r, qdd_r) pi_URDF - K_D s:
-Slotine and Li's law on the URDF's model, not adapted), ``direct`` and ``composite`` (tau
-= Y pi_hat - K_D s with the estimate learned online; the composite law uses the measured
-torque in ``joint_states.effort``).  All four share Lambda and K_D, so switching law live
-keeps the feedback identical.  (``pd`` and ``computed_torque`` are other formulas, the
-baseline ``controller`` node's: :mod:`adaptive_dynamics.control.baseline`.)  The estimate persists across law
-switches, ``learning`` toggles, and node restarts (``estimate_file``).
-
-Feed-forward: any ``feedforward/residual`` (stamped vector, JointState ``effort`` by
-joint name, stamped with the instant it applies to) is added when ``feedforward`` is
-on: the exact stamp is used, else the newest within ``residual_staleness``.  With
-``residual_wait`` > 0 (lockstep), once residuals have been received, a state also
-waits -- like for its reference -- up to that many wall seconds for the residual
-stamped for it (not when a newer one has arrived: residuals come in stamp order), so
-a learner node that falls behind the loop slows the simulation down instead of
-leaving cycles without feed-forward (``residual_waited``; given up:
-``residual_wait_expired``, then the staleness rule applies).
-
-Publishes, besides ``effort_controller/commands`` (stamped) and ``/diagnostics``:
-
-* ``adaptive/parametric_torque`` -- JointState, ``effort`` = Y pi_hat [Nm] by joint,
-  stamped with the state it was computed for (every cycle);
-* ``adaptive/parameter_update`` -- JointState, ``name`` = the FULL parameter names,
-  ``position`` = the sum of the estimate's updates Delta pi_hat since the previous
-  message (full coordinates: Y_full(x) Delta pi = Y_b(x) Delta theta), stamp = the last
-  cycle included; every ``update_decimation`` cycles that changed the estimate.
-  Reliable with a deep queue: the consistency transform must see every update;
-* ``adaptive/parameters`` -- JointState, ``name`` = the adapted parameter names (base
-  combinations by default), ``position`` = pi_hat; every ``parameters_decimation``
-  cycles, reliable + transient local (late joiners get the latest).
-
-Services: ``~/save_estimate`` and ``~/reset_estimate`` (std_srvs/Trigger).
-
-Regressor source (``regressor_source``, read-only): ``inprocess`` (default, lowest
-latency) computes the Slotine-Li regressor (and the composite law's filtered regressor)
-in the cycle; ``topics`` takes them from the ``regressor`` node (``regressor/slotine_li``
-and ``regressor/filtered`` = [W | tau_f], full columns) with the SAME stamp as the
-state, for a distributed set-up.  The regressor node's settings (latched
-``regressor/columns``: column names, ``lam``, ``filter_lambda``, ``rate_hz``) must
-match this node's (full parameter names incl. friction, Lambda, and for the composite
-law the filter): otherwise every cycle is refused (safe command, error log, counter
-``regressor_mismatch``).  A state waits for its regressors like for its reference (exact
-stamp only, at most ``reference_wait``, or until a newer state supersedes it); none
-arrived -> safe command, ``regressor_missing``.  Malformed messages (shape, NaN) ->
-``regressor_rejected`` and the safe command for that stamp; late ones ->
-``regressor_stale``.  ``sliding_pd`` needs no regressor and never waits.
-
-Task space: ``law: backstepping`` (Thunder Dynamics' adaptive backstepping,
-:mod:`adaptive_dynamics.control.backstepping`, chosen at start) tracks the end effector
-on ``task_reference`` (``trajectory_msgs/MultiDOFJointTrajectory``, the contract of
-:mod:`adaptive_dynamics.ros.task_references`: the model's base frame, the model's
-``ee_frame``, pose + twist + acceleration per stamped point; the trajectory node's
-``space: task``): ``tau = Y(q, qd, qd_r, qdd_r) pi_hat - K_D s + J^T e`` with
-``qd_r = J# (v_d + kp_task e)`` and the ``adaptation`` law (direct, Thunder's (34), or
-composite) on the same estimate machinery (``gamma``, ``p0``, ``adapted_links``, the
-estimate file).  A refused reference (another frame, NaN, points out of order, stale) is
-logged with its reason and its instants get the safe command at once.  ``/diagnostics``
-adds ``task_error_rms`` / ``task_error_max`` (norm of the 6-D task error: m and rad,
-since the last report), ``singular_damping_cycles`` and, per adapted link,
-``<link>_mass`` [kg] and ``<link>_com`` [m, link frame].
-
-``adapted_links`` (read-only, every law): only those links' inertial parameters (and the
-friction columns) are estimated; the other links keep the URDF's values whatever
-``initial_estimate`` says.  A body fixed to a link (the Panda's ``panda_hand``) names that
-link's block.  ``initial_estimate: file`` also reads a Thunder Dynamics
-``*_inertial_REG.yaml`` parameter file (:meth:`RobotModel.load_thunder_yaml`).
+Manual (topics, modes, services, persistence, diagnostics): ``docs/nodes.md#adaptive_controller``;
+parameters: ``ros2 param describe /adaptive_controller <name>``.
 """
 from __future__ import annotations
 

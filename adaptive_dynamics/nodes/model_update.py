@@ -1,63 +1,7 @@
-"""``model_update`` node: the learning half of the prediction / model-update split
-(PGPOL, Habich et al. 2019, sec. III, Fig. 2), for any learner of
-:data:`adaptive_dynamics.learning.LEARNERS`.
+"""``model_update`` node: the learning half of the prediction / model-update split (PGPOL).
 
-It consumes what ``residual_learner`` consumes and runs the same core
-(:class:`~adaptive_dynamics.learning.OnlineResidual` on a worker thread; the samples
-are assembled by :class:`.learner_streams.SampleAssembler`), but publishes no
-feed-forward: it publishes the learner itself, as versioned snapshots on
-``learner/model``, for the ``prediction`` node(s) -- which may run on another host.
-
-* ``target: residual`` (default): learns ``tau_measured - adaptive/parametric_torque``
-  from ``x = (q, qd, qdd_desired)``, applying every ``adaptive/parameter_update`` as the
-  consistency transform (``transform``) in stream order, exactly as ``residual_learner``.
-* ``target: torque``: learns the measured torque itself (a robot without a parametric
-  model, as in the PGPOL paper); the parametric torque and parameter updates are not
-  subscribed.
-
-``learner/model`` (``std_msgs/UInt8MultiArray``, reliable, transient local, depth 1:
-a prediction node that starts late gets the newest model at once): ``data`` = one
-snapshot (:mod:`adaptive_dynamics.learning.snapshot`: magic, JSON header with kind,
-version, epoch, dims, sha256; the learner's ``.npz``), ``layout.dim[0].label`` =
-``"<kind> v<version>"`` for humans, ``size`` = ``stride`` = the byte count.  A snapshot
-is published at most every ``publish_period`` wall seconds and only when the learner
-changed since the last one (a learner update, a transform, a load or a reset), and
-only once every reader acknowledged the previous one (reliable QoS; at most
-``ack_timeout`` s): on a link slower than one snapshot per ``publish_period`` a newer
-snapshot would otherwise replace the one in flight, again and again, and none would
-arrive (``publish_deferred_unacked`` counts the waits); versions count 1, 2, ... and never go back.  Every start draws a new random ``epoch``
-(the run's id, in every snapshot's header): a prediction node orders versions within
-one epoch and takes a snapshot of a new epoch when it was created after the model it
-holds, so a restart -- with or without ``model_file``, after a crash that renumbers
-versions -- never leaves it refusing the new run's snapshots.  A snapshot over
-``max_snapshot_bytes`` is not published and takes no version (counted once in
-``snapshots_oversize``, logged; that learner state is not encoded again until the
-learner changes) -- unless it has to be saved to ``model_file``, where it takes the
-next version (the file then holds a version that was never published).
-
-Before every sample is offered, the newest reference point stamped within
-``[t, t + hint_lead]`` of the newest state's stamp ``t`` goes to the learner's
-``hint`` (the PGPOL learner selects its k nearest database points around it; the
-other learners ignore it).
-
-Persistence: ``model_file`` holds a snapshot (the same bytes as on the topic): loaded
-at start if it exists (a plain learner ``.npz``, e.g. one ``residual_learner`` saved,
-is accepted as version 0; kind and sizes checked, a refused file raises and is never
-overwritten), republished at once (as saved, in its own epoch), saved on shutdown, on
-``~/save_model`` and every ``autosave_period`` s.  Shutdown and ``~/save_model`` first
-wait (up to 5 s) for the queued samples to be learnt; the autosave saves what is
-learnt so far and never waits on the executor.  Saves are serialised and each takes
-the snapshot it writes under the same lock, so an older save never overwrites a newer
-file.  Version numbering continues from the file's (in the new epoch).
-
-Live parameters: ``learning``, ``transform``, ``learn_decimation``, ``publish_period``, ``ack_timeout``,
-``hint_lead``, ``max_snapshot_bytes``, ``autosave_period``.  Services ``~/save_model``,
-``~/reset_model`` (std_srvs/Trigger; after a reset the next model gets the next
-version).  ``/diagnostics``: everything ``OnlineResidual`` reports plus ``version``,
-``epoch``,
-``snapshots_published``, ``snapshot_bytes`` (last), ``bytes_published``,
-``snapshots_oversize``, ``encode_ms_last`` and the rates over the last period
-(``samples_learned_per_s``, ``updates_per_s`` = learner updates, ``snapshots_per_s``).
+Manual (topics, modes, services, persistence, diagnostics): ``docs/nodes.md#model_update``;
+parameters: ``ros2 param describe /model_update <name>``.
 """
 from __future__ import annotations
 

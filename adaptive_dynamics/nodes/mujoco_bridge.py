@@ -1,47 +1,8 @@
-"""``mujoco_bridge`` node: the simulated robot (cores: :class:`adaptive_dynamics.sim.plant.MujocoPlant`,
-stepped on the controller's commands by :class:`adaptive_dynamics.sim.stepping.PlantStepper`).
+"""``mujoco_bridge`` node: the simulated robot; its policy is
+:class:`adaptive_dynamics.sim.stepping.PlantStepper`.
 
-Publishes ``joint_states`` (position [rad], velocity [rad/s], effort = *measured*
-joint torque [Nm]: the commanded torque after the URDF effort limits, plus the
-configured sensor bias and noise — friction acts inside the joint and is not
-subtracted) and ``/clock``; subscribes ``effort_controller/commands``
-(Float64MultiArray in the configured joint order).
-
-Modes
-* ``lockstep`` — deterministic and faster than real time: the bridge publishes the
-  state of step k and advances exactly one step when the command answering that state
-  arrives (commands carry the state stamp in their layout label, see
-  ``stamped_command_msg``).  Unstamped commands are ignored and counted (a controller's
-  watchdog or shutdown zero must not be taken as a step's answer: that would make runs
-  depend on timing) unless ``lockstep_accept_unstamped`` is set for a controller that
-  cannot stamp its commands.
-  ``lockstep_max_speed`` > 0 caps the pace (sim s per wall s: each state is held until
-  ``dt / lockstep_max_speed`` after the previous one; a slow stretch is not made up).
-  No answer within ``lockstep_timeout`` wall seconds: one step with the safe action,
-  logged and counted.
-* ``realtime`` — a 1 kHz (``rate_hz``) wall-clock loop publishes the state of step k at
-  tick k.  The command answering it steps the plant as soon as it arrives (one thread
-  takes commands and keeps the ticks), so tick k+1 only releases the state already
-  computed; if the answer has not come by then (a *deadline miss*), the step runs at
-  the tick on the newest valid command.  No valid command for ``command_timeout`` sim
-  seconds -> the safe action.  Counted: ``deadline_misses`` (ticks whose answer to the
-  last state was received after the tick was due, or not at all), ``late_commands`` (answers received more than a
-  period after their state), ``late_steps`` (the tick itself more than a period late);
-  measured: cycle latency (state published -> its command received by the DDS layer,
-  the message info's ``received_timestamp``) and how late each tick woke
-  (``tick_late_*``).
-
-Both modes start once the graph is connected: ``wait_for_nodes`` /clock subscribers
-(every sim-time node), a command publisher and ``wait_for_state_subscribers``
-joint_states readers; until then the robot holds still (no step, nothing published),
-like a real arm with its brakes on until its controller connects.
-
-Malformed commands (wrong length, NaN/inf) are rejected with a log line and a counter;
-the safe action (``safe_mode``: ``damping`` = zero torque + joint damping, or ``hold``
-= PD to the position where commands went bad) covers the step.  Never crashes on input.
-
-Services: ``~/reset`` (Trigger: back to the start state), ``~/toggle_payload``
-(Trigger) and ``~/set_payload`` (SetBool): the sudden dynamics change of pick-and-place.
+Manual (topics, modes, services, persistence, diagnostics): ``docs/nodes.md#mujoco_bridge``;
+parameters: ``ros2 param describe /mujoco_bridge <name>``.
 """
 from __future__ import annotations
 

@@ -1,71 +1,7 @@
-"""``prediction`` node: the prediction half of the prediction / model-update split
-(PGPOL, Habich et al. 2019, sec. III, Fig. 2), for any learner of
-:data:`adaptive_dynamics.learning.LEARNERS`.
+"""``prediction`` node: the prediction half of the prediction / model-update split (PGPOL).
 
-It publishes ``feedforward/residual`` exactly as ``residual_learner`` does (the same
-:class:`.learner_streams.ResidualOutput`): on each ``joint_states`` stamp ``t`` one
-``sensor_msgs/JointState`` (``effort`` by joint name) per reference point stamped in
-``(last published, t + prediction_lead]`` and not before ``t``, predicted from the
-*reference* state ``(q_d, qd_d, qdd_d)`` and stamped with the instant it applies to --
-so a controller cannot tell it from ``residual_learner``'s.  ``output: false``
-publishes zeros; ``learner/prediction`` carries the prediction every
-``monitor_decimation``-th point regardless.
-
-The model comes from ``learner/model`` (``std_msgs/UInt8MultiArray``, one snapshot of
-:mod:`adaptive_dynamics.learning.snapshot` per message, reliable + transient local, as
-``model_update`` publishes it).  Receiving never blocks prediction: a message larger
-than ``max_snapshot_bytes`` (plus a few kB for the message's own fields) is refused in
-the callback, before it is queued or parsed; otherwise the bytes go to a worker thread
-that reads the snapshot out of the serialized message without copying it
-(:func:`adaptive_dynamics.wire.decode_bytes`), checks its header -- kind, sizes,
-epoch and version -- and only then the checksum, loads the learner
-(:func:`~adaptive_dynamics.learning.snapshot.decode_snapshot`, no pickle), tries one
-prediction, and swaps the model in with one reference assignment (the control path
-reads that reference once per state).  A snapshot that is not newer (the latched
-republish every subscriber gets) costs a header parse.  When snapshots arrive faster
-than they load, only the newest waits (``snapshots_superseded``).  A snapshot is
-*refused* -- logged with the reason, counted in ``refused_<reason>`` and then
-``snapshots_refused``, the current model stays -- when it is truncated, corrupt
-(checksum), not a snapshot, over ``max_snapshot_bytes``, of an unknown kind, not the
-configured ``learner`` (if set), of the wrong size for this robot (``dims``:
-x = (q, qd, qdd) of 3n -> n), not newer than the current model (``version``), or
-when its learner's trial prediction fails (``prediction``).  "Newer": within one
-``epoch`` (one run of ``model_update``) a greater version; of another epoch (the
-trainer restarted, with or without its ``model_file``, or a foreign publisher) created
-later than the model in use -- logged as "model_update restarted: new epoch ...".
-
-No model yet, or a prediction that fails (raises, non-finite): the last valid output is
-held (zeros before any model) and counted in ``held_outputs``; a NaN residual is
-never published.  Likewise when the reference does not reach a state's instant at all
-(it ended; extrapolation off or past its limit): the last valid output is published
-stamped with that state's stamp, one per ``joint_states`` stamp, counted in
-``held_outputs``, so the controller keeps its feed-forward.  The PGPOL lead: ``prediction_lead`` ahead of the newest state;
-with ``extrapolate`` on, when the reference buffer does not reach ``t +
-prediction_lead`` (a reference that comes one point at a time), instants beyond its
-newest point -- on its grid, at most ``extrapolation_limit`` beyond -- are predicted
-from the reference extrapolated linearly from its last two points (PGPOL sec. III:
-x_d(t+2) from x_d(t) and x_d(t+1)), counted in ``extrapolated``.
-
-Persistence: ``model_file`` -- the current snapshot's bytes are saved there on shutdown
-and on ``~/save_model`` (std_srvs/Trigger; atomic write) and loaded at start with the
-same checks (a refused file is logged and left as it is until a valid model replaces
-it).  On shutdown the loader thread is stopped and joined (up to 2 s) before the final
-save.  ``/diagnostics``: ``model_version``, ``model_epoch``, ``model_kind``, ``model_source``,
-``pulled_back_fraction`` (of this node's predictions, those the model in use pulled back to
-its prior: outside its data), ``raw_prediction`` (the model_update node's setting),
-``model_age_s`` (since the snapshot was made, by the wall clocks of both hosts),
-``model_received_s_ago`` (since the model in use arrived: it grows while no newer
-snapshot gets through, e.g. while the link to ``model_update`` is down),
-``snapshots_received``, ``snapshots_applied``, ``versions_applied`` (the last
-:data:`APPLIED_KEPT` versions applied, oldest first, space-separated, always in the
-same message as the ``snapshots_applied`` count they end at: with
-``diagnostics_period`` short enough a monitor sees every version applied, in order),
-``snapshots_refused``, ``held_outputs``, ``residuals_published``, ``load_ms_last``.
-``model_age_s - model_received_s_ago`` is the time the snapshot took from its encoding
-to its receipt here.
-
-Live parameters: ``output``, ``prediction_lead``, ``monitor_decimation``,
-``extrapolate``, ``extrapolation_limit``, ``max_snapshot_bytes``.
+Manual (topics, modes, services, persistence, diagnostics): ``docs/nodes.md#prediction``;
+parameters: ``ros2 param describe /prediction <name>``.
 """
 from __future__ import annotations
 

@@ -1,53 +1,8 @@
-"""``residual_learner`` node: online semi-parametric residual learning (Smith & Mistry 2020,
-ARDL §3.1) next to the adaptive controller.
+"""``residual_learner`` node: online semi-parametric residual learning next to the adaptive
+controller (:class:`adaptive_dynamics.learning.OnlineResidual`).
 
-Thin adapter over :class:`adaptive_dynamics.learning.OnlineResidual` (no ROS in there);
-the sample assembly and the stamped residual stream are :mod:`.learner_streams`'s,
-shared with the PGPOL split (``model_update`` + ``prediction``), which runs the same
-learning and the same output in two processes.
-
-Learns ``f(x) = tau_measured - tau_parametric`` with ``x = (q, qd, qdd)``:
-
-* ``joint_states`` (stamped per step: q, qd and the measured joint torque in ``effort``);
-* ``adaptive/parametric_torque`` (the controller's ``Y pi_hat`` for the same stamp);
-* ``reference`` (stamped points; ``qdd`` of the sample = the desired acceleration at
-  the state's stamp by default, ``acceleration: measured`` = the backward difference of
-  the measured velocity, low-pass filtered at ``acceleration_filter_hz``).
-
-A sample is assembled when the parametric torque of a stamp arrives (the state and the
-reference of that stamp are buffered); every ``learn_decimation``-th one is queued
-for the learner's worker thread, which never blocks prediction.  Before each sample the
-learner is told the reference point ``prediction_lead`` ahead of the state
-(``Learner.hint``): the input its next prediction is asked for, around which PGPOL
-selects its k nearest database points.
-
-``adaptive/parameter_update`` (full parameter names in ``name``, Delta pi_hat in
-``position``): each one is applied as the consistency transform (``transform: true``)
-in order with the samples, or ignored (``transform: false``: the ablation).
-
-Prediction: on each ``joint_states`` stamp ``t`` the node predicts the residual for
-every reference point stamped in ``(last published, t + prediction_lead]`` and not
-before ``t`` from the
-*reference* state ``(q_d, qd_d, qdd_d)`` and publishes one ``feedforward/residual``
-(JointState, ``effort`` by joint name, stamped with the instant it applies to) per
-point -- ahead of the state it is for, so the controller finds the exact stamp.  With
-``output: false`` the published residual is zero (the learner keeps learning);
-``residual_learner/prediction`` carries the learner's prediction regardless of
-``output``, every ``monitor_decimation``-th point (the torque-contribution plot).
-
-Live parameters: ``learning``, ``output``, ``transform``, ``learn_decimation`` -- the 4
-phases of the paper's online experiment are set through them.  Services
-``~/save_model`` and ``~/reset_model`` (std_srvs/Trigger).  ``model_file``: loaded at
-start when it exists (kind and sizes checked), saved on shutdown and on
-``~/save_model`` (atomic write), and every ``autosave_period`` s.
-
-Where the learner's data does not reach, its prediction falls back continuously to zero
-(the parametric model alone; :mod:`adaptive_dynamics.learning.base`): ``/diagnostics``
-``pulled_back_fraction`` is the share of predictions it pulled back, ``raw_prediction:
-true`` turns the fall-back off.
-
-Bad input (wrong joint names, NaN/inf, wrong parameter names) is rejected, counted in
-``/diagnostics`` and logged (throttled); it never reaches the model.
+Manual (topics, modes, services, persistence, diagnostics): ``docs/nodes.md#residual_learner``;
+parameters: ``ros2 param describe /residual_learner <name>``.
 """
 from __future__ import annotations
 

@@ -1,47 +1,8 @@
-"""``scqp_controller`` node: self-correcting QP control (SCQP; Khadivar, Chatzilygeroudis &
-Billard) of the end effector -> ``effort_controller/commands``.
+"""``scqp_controller`` node: self-correcting QP control of the end effector; its episodes, rate
+and state file are :class:`adaptive_dynamics.control.scqp_episodes.SCQPSession`.
 
-Take state -> :class:`~adaptive_dynamics.control.scqp_episodes.SCQPSession` -> publish.
-The session (no ROS) holds the law (:class:`~adaptive_dynamics.control.scqp.SCQPController`:
-task-space MRAC or PID -> QP inverse dynamics with the GP residual, linearised), its
-control instants at ``rate_hz`` with the torque held in between (so a 1 kHz bridge gets
-one command per state; ``rate_hz`` must not exceed the ``joint_states`` rate; a gap of
-more than 1.5 periods is counted as ``overruns`` and keeps no GP sample), the episodes of
-Algorithm 1, the GP refit on a worker thread and the state file.  The shell
-(:class:`~adaptive_dynamics.nodes.controller_shell.JointControllerShell`) does the rest:
-joints by name, the safe command, saturation, watchdog, zero command on shutdown,
-commands stamped with the state they answer.
-
-Reference: ``task_reference`` (``trajectory_msgs/MultiDOFJointTrajectory``, the contract
-of :mod:`adaptive_dynamics.ros.task_references`: frame ``header.frame_id`` = the model's
-base frame, ``joint_names`` = ``ee_frame``); a control instant uses the reference stamped
-for its state (waiting up to ``reference_wait``).  A refused reference (another frame,
-NaN, points out of order, stale) is logged with the reason and the instants it covered
-are answered with the safe command at once.
-
-Services (std_srvs/Trigger): ``~/start_episode`` (at the next control instant: MRAC
-reference model reset to the arm's state, GP samples collected, every
-``gp_subsample``-th), ``~/end_episode`` (stop collecting; the GP is refitted in the
-background and swapped in when done, then ``state_file`` saved), ``~/save_state``.  With
-``auto_start_episode`` the first episode starts with the first state.
-
-Persistence (``state_file``, ``.npz``, atomic): the GP, the samples not yet in it, the
-MRAC gains and the episode count; saved after every refit, on ``~/save_state`` and on
-shutdown (after a running refit finishes), loaded at start.  A file that cannot be
-loaded is renamed ``<state_file>.corrupt-<time>`` -- nothing learned is deleted -- and the
-node starts fresh.  MRAC gains saved with other ``kp_task``/``kd_task`` carry over what
-was adapted.
-
-Parameters: ``ros2 param describe /scqp_controller <name>``; live: the task weights,
-``kp_task``/``kd_task``/``ki_task`` (a new MRAC reference model keeps what was adapted),
-orientation and posture gains, MRAC ``adapt``, rates and bounds, and the shell's.
-
-Diagnostics (``/diagnostics``): ``qp_status``, ``solve_p50_us`` / ``solve_max_us``,
-``cycle_p50_us`` / ``cycle_p99_us`` (since the last report), ``qp_solves``,
-``qp_fallbacks``, MRAC gain norms (``psi_zeta_norm``, ``psi_r_norm``, ``psi_phi_norm``) and
-``mrac_clipped``, ``gp_points``, ``gp_pending``, ``refit_running``, ``last_refit_s``,
-``episode``, ``in_episode``, ``task_error_rms_mm`` / ``task_error_max_mm``,
-``computed_cycles``, ``held_cycles``, ``overruns``, ``reference_refused_cycles``.
+Manual (topics, modes, services, persistence, diagnostics): ``docs/nodes.md#scqp_controller``;
+parameters: ``ros2 param describe /scqp_controller <name>``.
 """
 
 from __future__ import annotations
@@ -269,7 +230,7 @@ class SCQPControllerNode(JointControllerShell):
     # ------------------------------------------------------------- the cycle
     def _try_pending(self, allow_stale: bool = False) -> bool:
         """Answer the pending state: between control instants at once with the held
-        torque; at a control instant once its task reference is here (see the module)."""
+        torque; at a control instant once its task reference is here (:class:`SCQPSession`)."""
         stamp, q, v, _effort = self._pending
         tol = int(self.p["reference_tolerance"] * 1e9)
         held, tau = self.session.held(stamp, tol)

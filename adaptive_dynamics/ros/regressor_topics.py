@@ -1,6 +1,6 @@
 """Regressors from topics: what a controller with ``regressor_source: topics`` takes from
 the ``regressor`` node, per stamp, and whether that node computes what the controller
-would (the protocol of ``adaptive_controller``'s module docstring).
+would (the protocol in ``docs/nodes.md#adaptive_controller``).
 
 :class:`RegressorTopics` holds the stamped ``regressor/slotine_li`` (Y) and
 ``regressor/filtered`` ([W | tau_f]) matrices and the latched ``regressor/columns``
