@@ -19,7 +19,7 @@ from trajectory_msgs.msg import MultiDOFJointTrajectory
 from ..control.adaptive import spd_gain
 from ..control.adaptive_session import ADAPTIVE_LAWS, AdaptiveSession
 from ..control.adaptive_setup import build_laws, derived_kd, estimate_over_limits, is_thunder_file
-from ..ros.joint_states import joint_state_msg, state_stamp
+from ..ros.joint_states import joint_state_msg
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stream_qos
@@ -336,11 +336,6 @@ class AdaptiveControllerNode(JointControllerShell):
             if pend is not None and pend[0] == stamp:
                 self._try_pending()
 
-    def _regressor_wait(self, stamp: int, effort) -> str | None:
-        """What the state ``stamp`` is still waiting for from the regressor node (None:
-        nothing -- either here, refused at once, or not needed)."""
-        return self.regs.waiting_for(stamp, self.p["law"], effort, self.core)
-
     def _give_up_regressor(self, pend, why: str) -> None:
         self._pending = None
         self.regs.drop(pend[0])
@@ -361,46 +356,43 @@ class AdaptiveControllerNode(JointControllerShell):
             return False
         return True
 
-    def _try_pending(self, allow_stale: bool = False) -> bool:
-        stamp, _q, _v, effort = self._pending
-        if self._topics and self._regressor_wait(stamp, effort) is not None:
-            return False  # the regressor callback (or the watchdog) comes back to it
+    def _extra_wait(self, stamp: int, effort, allow_stale: bool) -> str | None:
+        """The regressors from the topics, then the residual stamped for the state."""
+        if self._topics and (why := self.regs.waiting_for(stamp, self.p["law"], effort, self.core)) is not None:
+            return why   # the regressor callback (or the watchdog) comes back to it
         if self._residual_wait(stamp, allow_stale):
             if self._waiting_for_residual != stamp:
                 self._waiting_for_residual = stamp
                 self.counters.inc("residual_waited")
-            return False  # the residual callback (or the watchdog) comes back to it
-        return super()._try_pending(allow_stale)
+            return "residual"   # the residual callback (or the watchdog) comes back to it
+        return None
 
-    def _on_state(self, msg) -> None:
-        if self._topics:
-            with self._cb_lock:
-                pend = self._pending
-                stamp = state_stamp(msg)
-                if pend is not None and stamp is not None and stamp > pend[0]:
-                    why = self._regressor_wait(pend[0], pend[3])
-                    ref = self.refs.lookup(pend[0], int(self.p["reference_tolerance"] * 1e9), max_staleness_ns=-1)
-                    if why is not None and ref is not None:  # only the regressor is missing
-                        self._give_up_regressor(pend, f"{why} before a newer state")
-        super()._on_state(msg)
+    def _superseded(self, pend) -> bool:
+        """A newer state: a pending state missing only its regressors gets the safe command
+        as ``regressor_missing`` (not as a missed reference)."""
+        if not self._topics:
+            return False
+        why = self.regs.waiting_for(pend[0], self.p["law"], pend[3], self.core)
+        ref = self.refs.lookup(pend[0], int(self.p["reference_tolerance"] * 1e9), max_staleness_ns=-1)
+        if why is None or ref is None:
+            return False
+        self._give_up_regressor(pend, f"{why} before a newer state")
+        return True
 
-    def _watchdog(self) -> None:
-        with self._cb_lock:
-            pend = self._pending
-            if pend is not None and self._waiting_for_residual == pend[0] \
-                    and time.monotonic() - self._pending_since > self.p["residual_wait"]:
-                self._try_pending()   # the wait expired: answer with what there is
-        if self._topics:
-            with self._cb_lock:
-                pend = self._pending
-                # real time (reference_wait 0): a newer state supersedes the wait (_on_state);
-                # without one, state_timeout ends it
-                wait = self.p["reference_wait"] if self.p["reference_wait"] > 0 else self.p["state_timeout"]
-                if pend is not None and time.monotonic() - self._pending_since > wait:
-                    why = self._regressor_wait(pend[0], pend[3])
-                    if why is not None:
-                        self._give_up_regressor(pend, f"{why} within {wait:g} s")
-        super()._watchdog()
+    def _expire_waits(self) -> None:
+        pend = self._pending
+        if pend is not None and self._waiting_for_residual == pend[0] \
+                and time.monotonic() - self._pending_since > self.p["residual_wait"]:
+            self._try_pending()   # the wait expired: answer with what there is
+        pend = self._pending
+        if self._topics and pend is not None:
+            # real time (reference_wait 0): a newer state supersedes the wait (_superseded);
+            # without one, state_timeout ends it
+            wait = self.p["reference_wait"] if self.p["reference_wait"] > 0 else self.p["state_timeout"]
+            if time.monotonic() - self._pending_since > wait:
+                why = self.regs.waiting_for(pend[0], self.p["law"], pend[3], self.core)
+                if why is not None:
+                    self._give_up_regressor(pend, f"{why} within {wait:g} s")
 
     def _external_regressors(self, stamp: int, law: str, effort) -> dict | None:
         """This stamp's regressors from the topics as ``compute`` keyword arguments, or

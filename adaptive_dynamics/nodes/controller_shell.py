@@ -101,7 +101,9 @@ class JointControllerShell(Node):
     Subclasses implement :meth:`_setup_law` (build the core, register parameter
     listeners/validators) and :meth:`_control` (one cycle: torque in model joint order
     or ``None`` for the safe command), and may extend :meth:`_after_command`,
-    :meth:`_setup_topics`, :meth:`_diagnostics` and :meth:`_shutdown`.  A controller of
+    :meth:`_setup_topics`, :meth:`_diagnostics` and :meth:`_shutdown`.  A state that
+    waits for another input besides its reference (a residual, regressors from topics)
+    says so through :meth:`_extra_wait`, :meth:`_superseded` and :meth:`_expire_waits`.  A controller of
     another reference stream sets :attr:`REFERENCE_TOPIC` / :attr:`REFERENCE_TYPE` and
     :meth:`_make_references` (a buffer with ``add_any`` and ``lookup`` by stamp).
     """
@@ -251,7 +253,8 @@ class JointControllerShell(Node):
             self._last_stamp = stamp
             self.counters.inc("states")
             self._last_q, self._last_v = q, v
-            if self._pending is not None:  # a newer state supersedes one still waiting
+            if self._pending is not None and not self._superseded(self._pending):
+                # a newer state supersedes one still waiting
                 self.counters.inc("reference_missed")
                 self._publish(self._safe_command(), self._pending[0])
             self._pending = (stamp, q, v, effort)
@@ -264,6 +267,8 @@ class JointControllerShell(Node):
         is used while waiting (so lockstep results never depend on arrival timing); after
         ``reference_wait`` the last reference within ``reference_staleness`` is held."""
         stamp, q, v, effort = self._pending
+        if self._extra_wait(stamp, effort, allow_stale) is not None:
+            return False   # its callback (or the watchdog) comes back to it
         ref = self.refs.lookup(stamp, int(self.p["reference_tolerance"] * 1e9),
                                max_staleness_ns=None if allow_stale else -1)
         if ref is None:   # refused: the safe command now; else wait (the watchdog gives up after reference_wait)
@@ -301,6 +306,21 @@ class JointControllerShell(Node):
         self._publish(tau, stamp)
         self._after_command(stamp, q, v, ref, qd, tau)
         return True
+
+    def _extra_wait(self, stamp: int, effort, allow_stale: bool) -> str | None:
+        """Subclass hook: what else the pending state ``stamp`` still waits for besides its
+        reference (None: nothing); ``allow_stale``: the reference wait is over."""
+        return None
+
+    def _superseded(self, pending) -> bool:
+        """Subclass hook: a newer state came while ``pending`` waits.  True when the
+        subclass answered it (an input of its own was missing); else the shell answers
+        it with the safe command as a missed reference."""
+        return False
+
+    def _expire_waits(self) -> None:
+        """Subclass hook, every watchdog tick (callback lock held): end the waits of
+        :meth:`_extra_wait` whose time is up."""
 
     def _trip(self) -> None:
         """The watchdog tripped: one ERROR line, the counters; :meth:`_on_trip` for the law."""
@@ -385,6 +405,7 @@ class JointControllerShell(Node):
 
     def _watchdog(self) -> None:
         with self._cb_lock:
+            self._expire_waits()
             now = time.monotonic()
             if self._last_state_wall is None and now - self._started_wall >= self._wait_warn_next:
                 self._wait_warn_next *= 2.0
