@@ -81,6 +81,8 @@ class SCQPSession:
         self.episode = 0
         self.in_episode = False
         self._start_request = bool(auto_start)
+        self._restart = False                      # a watchdog trip released: start from the arm's state
+        self.save_requested = False                # a watchdog trip: save at the next chance
         self._posture_from_state = bool(posture_from_state)
         self._last_compute: Optional[int] = None   # stamp of the last control instant
         self._held: Optional[np.ndarray] = None    # its torque (None: the safe command)
@@ -114,8 +116,12 @@ class SCQPSession:
             if self._posture_from_state:
                 ctrl.qp.q_posture = np.array(q, dtype=float)
                 self._posture_from_state = False
+            if self._restart and not self._start_request:
+                ctrl.start_episode(q, v)           # the MRAC reference model from the arm's state again
+                self._restart = False
             if self._start_request:
                 ctrl.start_episode(q, v)
+                self._restart = False
                 self._start_request = False
                 self.episode += 1
                 self.in_episode = True
@@ -160,6 +166,17 @@ class SCQPSession:
         self._last_compute = stamp
         with self.lock:
             self.ctrl.discard_last()
+
+    def tripped(self) -> None:
+        """The loop watchdog tripped: the caller answers with its safe command (nothing is
+        computed, so nothing is learned) until :meth:`released`; the state is saved at
+        the caller's next chance (:attr:`save_requested`)."""
+        self.save_requested = True
+
+    def released(self) -> None:
+        """A trip released: the next control instant starts from the arm's state (the MRAC
+        reference model reset, no sample across the trip), an episode goes on."""
+        self._restart = True
 
     # ------------------------------------------------------------- episodes
     @property

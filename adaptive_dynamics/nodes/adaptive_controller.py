@@ -26,7 +26,7 @@ from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stre
 from ..ros.regressor_topics import RegressorTopics
 from ..ros.arrays import VectorBuffer, vector_from_msg
 from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
-from .housekeeping import core_logger, shutdown_save, trigger_save
+from .housekeeping import core_logger, logged_save, trigger_save
 from .controller_shell import JointControllerShell, shell_specs
 
 LAWS = ("sliding_pd", "slotine_li", "direct", "composite", "backstepping")
@@ -479,7 +479,7 @@ class AdaptiveControllerNode(JointControllerShell):
                     self.get_logger().error(f"autosave failed: {exc}")
 
     def _shutdown(self) -> None:
-        shutdown_save(self, self.session.save, "estimate")
+        logged_save(self, self.session.save, "estimate")
 
 
 def main(args=None) -> int:

@@ -98,10 +98,10 @@ def trigger_save(res, save, *, what: str, unset: str):
     return res
 
 
-def shutdown_save(node, save, what: str) -> None:
-    """A node's save at shutdown, logged: ``save()`` returns a path (or None: nothing to
-    save); a failure is logged, never raised (the rest of the shutdown -- the zero
-    command -- must run)."""
+def logged_save(node, save, what: str) -> None:
+    """A node's save, logged (at shutdown, after a watchdog trip): ``save()`` returns a path
+    (or None: nothing to save); a failure is logged, never raised (the rest of the
+    shutdown -- the zero command -- must run)."""
     try:
         path = save()
         if path:

@@ -31,7 +31,7 @@ from sensor_msgs.msg import JointState
 from ..learning import LEARNERS, OnlineResidual
 from ..ros.joint_states import JointStateMapper, joint_state_msg
 from ..ros.params import ParamSpec
-from .housekeeping import shutdown_save
+from .housekeeping import logged_save
 from ..ros.qos import PUBLISHER_STREAM_QOS
 from ..ros.references import ReferenceBuffer
 from ..ros.arrays import vector_from_msg
@@ -413,7 +413,7 @@ def final_save(node, what: Callable[[], str]) -> None:
     if not getattr(node, "_constructed", False):
         return
     node._constructed = False
-    shutdown_save(node, node.save_model, what())
+    logged_save(node, node.save_model, what())
 
 
 def close_learner(node, what: Callable[[], str]) -> None:

@@ -19,7 +19,7 @@ from ..ros.joint_states import joint_state_msg
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
 from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
-from .housekeeping import core_logger, shutdown_save, trigger_save
+from .housekeeping import core_logger, logged_save, trigger_save
 from .controller_shell import JointControllerShell, shell_specs
 
 WEIGHTS = ("w_position", "w_orientation", "w_posture", "w_qdd", "w_tau")
@@ -232,6 +232,12 @@ class SCQPControllerNode(JointControllerShell):
         """Answer the pending state: between control instants at once with the held
         torque; at a control instant once its task reference is here (:class:`SCQPSession`)."""
         stamp, q, v, _effort = self._pending
+        if self.loop_watch.tripped:   # the safe command until ~/reset_watchdog: nothing computed or learned
+            self._pending = None
+            self.counters.inc("watchdog_cycles")
+            self.session.answered_safe(stamp)
+            self._answer(stamp, self._safe_command(), watch=False)
+            return True
         tol = int(self.p["reference_tolerance"] * 1e9)
         held, tau = self.session.held(stamp, tol)
         if held:
@@ -254,9 +260,29 @@ class SCQPControllerNode(JointControllerShell):
             self.pub_err.publish(joint_state_msg(stamp, ["x", "y", "z"], ref.position - x, vd - xd))
         return True
 
-    def _answer(self, stamp: int, tau: np.ndarray) -> None:
+    def _answer(self, stamp: int, tau: np.ndarray, watch: bool = True) -> None:
+        """Publish ``tau`` for ``stamp``; the loop watchdog sees every torque applied (task
+        space: saturation only, at the QP's torque bounds)."""
+        if watch and self.p["watchdog"]:
+            bound = self.limit * self.p["torque_limit_scale"] * (1.0 - 1e-6)
+            if self.loop_watch.update(stamp * 1e-9, None, np.sign(tau) * (np.abs(tau) >= bound)):
+                self._trip()
+                tau = self._safe_command()
+                self.session.answered_safe(stamp)
         saturate(tau, self.limit, self.sat)
         self._publish(tau, stamp)
+
+    def _on_trip(self) -> None:
+        self.session.tripped()
+
+    def _on_release(self) -> None:
+        self.session.released()
+
+    def _periodic(self) -> None:
+        # outside the callback lock: a watchdog trip's save must not delay a control cycle
+        if self.session.save_requested:
+            self.session.save_requested = False
+            logged_save(self, self.session.save, "state")
 
     # ------------------------------------------------------------- services
     def _srv_start(self, req, res):
@@ -279,7 +305,7 @@ class SCQPControllerNode(JointControllerShell):
 
     def _shutdown(self) -> None:
         self.session.wait_refit(timeout=60.0)
-        shutdown_save(self, self.session.save, "state")
+        logged_save(self, self.session.save, "state")
 
 
 def main(args=None) -> int:
