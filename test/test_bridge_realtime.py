@@ -19,10 +19,10 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from adaptive_dynamics.nodes.robot_params import resolve_urdf
-from adaptive_dynamics.nodes.mujoco_bridge import MujocoBridgeNode, reality_from_store
+from adaptive_dynamics.nodes.mujoco_bridge import MujocoBridgeNode
 from adaptive_dynamics.ros.commands import stamped_command_msg
 from adaptive_dynamics.ros.qos import COMMAND_QOS, RELIABLE_STREAM_QOS
-from adaptive_dynamics.sim.plant import MujocoPlant
+from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
 
 pytestmark = pytest.mark.ros
 ROBOT = "planar2"
@@ -67,7 +67,7 @@ def _driver(bridge, states, answers):
     """For each published step k -> k+1: the stamp of the answer that reproduces it
     (one step of an independent plant from the published state k), or None."""
     p = bridge.p
-    off = MujocoPlant(resolve_urdf(p), joint_names=bridge.names, reality=reality_from_store(p),
+    off = MujocoPlant(resolve_urdf(p), joint_names=bridge.names, reality=RealityConfig.from_node_parameters(p),
                       timestep=bridge.dt, integrator=p["integrator"])
     out = []
     for a, b in zip(states[:-1], states[1:]):

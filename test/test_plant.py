@@ -493,3 +493,17 @@ def test_end_effector_none_is_the_arm_without_its_hand():
     assert np.abs(taus["hand"] - taus["none"]).max() > 0.5          # the hand's 0.76 kg
     with pytest.raises(ValueError, match="end_effector"):
         MujocoPlant("panda", end_effector="gripper")
+
+
+def test_holding_shortfall_names_the_joint_a_payload_overloads():
+    """The bridge's start-time check: the bare arm holds itself everywhere; with a payload
+    whose moment alone exceeds the shoulder's effort limit at a stretched pose (m g r > τ_max,
+    computed here from the arm's length), the shoulder is named."""
+    plant = MujocoPlant("planar2")
+    assert plant.holding_shortfall() == ""
+    model = RobotModel("planar2")
+    reach = np.linalg.norm(model.frame_pose(np.zeros(2))[:3, 3])      # stretched
+    mass = 2.0 * plant.effort_limit[0] / (9.81 * reach)
+    heavy = MujocoPlant("planar2", reality=RealityConfig(payload_mass=mass, payload_enabled=True))
+    why = heavy.holding_shortfall()
+    assert heavy.joint_names[0] in why and "gravity torque" in why, why

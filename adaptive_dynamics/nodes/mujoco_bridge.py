@@ -20,7 +20,6 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from ..dynamics.effort_check import describe, over_limit, range_poses, worst_torques
 from ..ros.commands import command_values, split_command
 from ..ros.node_base import Counters, diagnostic_array, HotPath, run_node
 from ..ros.params import declare_params, ParamSpec
@@ -110,34 +109,6 @@ def specs() -> list[ParamSpec]:
     ]
 
 
-def _one_or_n(values):
-    arr = list(values)
-    return arr[0] if len(arr) == 1 else arr
-
-
-def reality_from_store(p) -> RealityConfig:
-    scales: dict = {"*": float(p["link_scale"])}
-    for item in p["link_scales"]:
-        if item:
-            link, _, factor = item.partition(":")
-            scales[link.strip()] = float(factor)
-    inertia = list(p["payload_inertia"])
-    return RealityConfig.from_params({
-        "friction_viscous": _one_or_n(p["friction_viscous"]),
-        "friction_coulomb": _one_or_n(p["friction_coulomb"]),
-        "coulomb_smoothing": p["coulomb_smoothing"],
-        "friction_stribeck": _one_or_n(p["friction_stribeck"]), "stribeck_velocity": p["stribeck_velocity"],
-        "ripple_amplitude": _one_or_n(p["ripple_amplitude"]), "ripple_periods": p["ripple_periods"],
-        "payload_mass": p["payload_mass"], "payload_com": list(p["payload_com"]),
-        "payload_inertia": [] if inertia in ([], [0.0]) else inertia,
-        "payload_frame": p["payload_frame"], "payload_enabled": p["payload_enabled"],
-        "link_scale": scales if len(scales) > 1 else scales["*"],
-        "noise_std_q": _one_or_n(p["noise_std_q"]), "noise_std_v": _one_or_n(p["noise_std_v"]),
-        "noise_std_tau": _one_or_n(p["noise_std_tau"]), "tau_bias": _one_or_n(p["tau_bias"]),
-        "seed": int(p["seed"]), "armature": _one_or_n(p["armature"]),
-    })
-
-
 class MujocoBridgeNode(Node):
     def __init__(self, **kwargs):
         super().__init__("mujoco_bridge", **kwargs)
@@ -145,7 +116,7 @@ class MujocoBridgeNode(Node):
         names = [n for n in p["joint_names"] if n] or None
         q0 = None if list(p["q0"]) == [0.0] else np.asarray(p["q0"], dtype=float)
         self.dt = 1.0 / p["rate_hz"]
-        self.plant = MujocoPlant(resolve_urdf(p, self), joint_names=names, reality=reality_from_store(p),
+        self.plant = MujocoPlant(resolve_urdf(p, self), joint_names=names, reality=RealityConfig.from_node_parameters(p),
                                  timestep=self.dt, integrator=p["integrator"], q0=q0,
                                  end_effector=p["end_effector"])
         self.n = self.plant.n
@@ -199,17 +170,10 @@ class MujocoBridgeNode(Node):
     # ----------------------------------------------------------------- helpers
     def _check_holding(self) -> None:
         """WARN when the simulated arm (its payload included) cannot hold itself against
-        gravity somewhere in its joint ranges: the joint, its gravity torque at the worst of
-        256 poses, its limit."""
-        Q = range_poses(self.plant.lower, self.plant.upper, first=self.plant.q0)
-        worst, k = worst_torques(self.plant.gravity_torque, Q)
-        bad = over_limit(worst, self.plant.effort_limit)
-        if bad.size:
-            where = [f"q={np.round(Q[i], 2).tolist()}" for i in k]
-            self.get_logger().warning(
-                f"the simulated arm (payload {self.plant.payload_mass:g} kg) cannot hold itself everywhere in its"
-                " joint ranges: " + describe(self.names, worst, where, self.plant.effort_limit, bad,
-                                             "gravity torque"))
+        gravity somewhere in its joint ranges (:meth:`MujocoPlant.holding_shortfall`)."""
+        why = self.plant.holding_shortfall()
+        if why:
+            self.get_logger().warning(why)
 
     def _ready(self) -> bool:
         """Start condition: the graph is connected, so step 0 is not lost."""

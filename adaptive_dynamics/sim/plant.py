@@ -73,6 +73,7 @@ import mujoco
 import numpy as np
 
 from adaptive_dynamics.dynamics.continuous import unbind_continuous
+from adaptive_dynamics.dynamics.effort_check import describe, over_limit, range_poses, worst_torques
 from adaptive_dynamics.dynamics.inertial import from_mass_com_inertia
 from adaptive_dynamics.robots import default_ee_frame, end_effector_links, robot_config, strip_inertials, urdf_path
 from ..validation import per_joint
@@ -213,6 +214,35 @@ class RealityConfig:
     armature: ArrayLike = 0.0
 
     PARAMETERS = PARAMETER_DESCRIPTIONS  # class attribute (not a dataclass field: no annotation)
+
+    @classmethod
+    def from_node_parameters(cls, p: Mapping[str, Any]) -> "RealityConfig":
+        """Build from the ``mujoco_bridge`` node's parameters as declared (lists of one
+        value meaning "every joint", ``link_scales`` as ``"link:factor"`` strings,
+        ``payload_inertia: [0.0]`` meaning "default")."""
+        def one_or_n(values):
+            arr = list(values)
+            return arr[0] if len(arr) == 1 else arr
+        scales: dict = {"*": float(p["link_scale"])}
+        for item in p["link_scales"]:
+            if item:
+                link, _, factor = item.partition(":")
+                scales[link.strip()] = float(factor)
+        inertia = list(p["payload_inertia"])
+        return cls.from_params({
+            "friction_viscous": one_or_n(p["friction_viscous"]),
+            "friction_coulomb": one_or_n(p["friction_coulomb"]),
+            "coulomb_smoothing": p["coulomb_smoothing"],
+            "friction_stribeck": one_or_n(p["friction_stribeck"]), "stribeck_velocity": p["stribeck_velocity"],
+            "ripple_amplitude": one_or_n(p["ripple_amplitude"]), "ripple_periods": p["ripple_periods"],
+            "payload_mass": p["payload_mass"], "payload_com": list(p["payload_com"]),
+            "payload_inertia": [] if inertia in ([], [0.0]) else inertia,
+            "payload_frame": p["payload_frame"], "payload_enabled": p["payload_enabled"],
+            "link_scale": scales if len(scales) > 1 else scales["*"],
+            "noise_std_q": one_or_n(p["noise_std_q"]), "noise_std_v": one_or_n(p["noise_std_v"]),
+            "noise_std_tau": one_or_n(p["noise_std_tau"]), "tau_bias": one_or_n(p["tau_bias"]),
+            "seed": int(p["seed"]), "armature": one_or_n(p["armature"]),
+        })
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "RealityConfig":
@@ -882,6 +912,19 @@ class MujocoPlant:
         s.qvel[:] = 0.0
         mujoco.mj_fwdPosition(self.model, s)
         return s
+
+    def holding_shortfall(self) -> str:
+        """Where the arm (its payload included) cannot hold itself against gravity within
+        its effort limits -- the joint, its gravity torque at the worst of 256 poses of
+        its ranges, its limit -- as a sentence; ``""`` when it can everywhere."""
+        Q = range_poses(self.lower, self.upper, first=self.q0)
+        worst, k = worst_torques(self.gravity_torque, Q)
+        bad = over_limit(worst, self.effort_limit)
+        if not bad.size:
+            return ""
+        where = [f"q={np.round(Q[i], 2).tolist()}" for i in k]
+        return (f"the simulated arm (payload {self.payload_mass:g} kg) cannot hold itself everywhere in its joint"
+                " ranges: " + describe(self.joint_names, worst, where, self.effort_limit, bad, "gravity torque"))
 
     def gravity_torque(self, q: Optional[ArrayLike] = None) -> np.ndarray:
         """Gravity torque g(q) [N m] of the TRUE robot (payload, link scaling included)
