@@ -142,7 +142,7 @@ def test_live_gains_and_refusals(ros, lone):
     np.testing.assert_array_equal(ctl.bs.ref.kp, [4, 4, 4, 2, 2, 2])
     assert ctl.bs.ref.k_posture == 0.5 and ctl.core.law == "composite"
     np.testing.assert_array_equal(ctl.bs.core.kd, 3.0 * np.eye(7))
-    np.testing.assert_allclose(np.diag(ctl.bs.core.gamma), 50.0 * ctl._gscale)     # gamma_scaling: nominal
+    np.testing.assert_allclose(np.diag(ctl.bs.core.gamma), 50.0 * ctl.laws.gamma_scale)     # gamma_scaling: nominal
     refused = {"kp_task": (Parameter("kp_task", value=[1.0, 2.0]), "1 or 6 values"),
                "law": (Parameter("law", value="composite"), "chosen at start"),
                "links": (Parameter("adapted_links", value=["panda_link6"]), "read-only")}

@@ -116,6 +116,16 @@ class AdaptiveSession:
         return out
 
     # ------------------------------------------------------------------ the estimate
+    def resume(self) -> bool:
+        """Load ``estimate_file`` when it exists (``ValueError`` naming what differs: a
+        learned estimate is never silently discarded); whether one was loaded."""
+        path = self.estimate_file
+        if not path or not os.path.exists(path):
+            return False
+        with self.lock:
+            self.core.load_state(path)
+        return True
+
     def save(self) -> Optional[str]:
         """Write ``estimate_file`` now (None: not set); the cycle only waits for the snapshot."""
         path = self.estimate_file

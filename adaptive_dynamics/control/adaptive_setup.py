@@ -93,6 +93,14 @@ class AdaptiveLaws:
     fixed: Dict[str, AdaptiveController] = field(default_factory=dict)
     pi_nominal: np.ndarray = None
     theta0: np.ndarray = None
+    #: diag(s_i^2) of ``gamma_scaling: nominal`` in the core's coordinates (None: off): a
+    #: scalar ``gamma`` is multiplied by it, at start and when changed live
+    gamma_scale: Optional[np.ndarray] = None
+
+    def scaled_gamma(self, gamma):
+        """``gamma`` as the core takes it: a scalar times :attr:`gamma_scale` (when on)."""
+        g = np.asarray(gamma, dtype=float)
+        return float(g.reshape(-1)[0]) * self.gamma_scale if self.gamma_scale is not None and g.size == 1 else g
 
     def set_gains(self, **gains) -> None:
         """Gains of the core; Lambda and K_D also of the fixed-estimate laws."""
@@ -112,10 +120,11 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
     ``rate_hz``, ``base_parameters``, ``friction``, ``projection``,
     ``robot_compensates_gravity``, ``adapted_links``, ``initial_estimate``,
     ``nominal_scale``, ``initial_estimate_file``, ``kp_task``, ``singular_damping``,
-    ``singular_threshold``, ``k_posture``) with ``gains`` (the core's keyword gains:
-    ``lam``, ``kd``, ``gamma``, ...).  An ``initial_estimate:
-    file`` state file is loaded (the estimate only; P stays ``p0``); ``ValueError`` with
-    what differs."""
+    ``singular_threshold``, ``k_posture``, ``gamma_scaling``) with ``gains`` (the core's
+    keyword gains: ``lam``, ``kd``, ``gamma``, ...; ``gamma_scaling: nominal`` scales a
+    scalar ``gamma`` per parameter by the nominal estimate's magnitudes, in the core's
+    coordinates).  An ``initial_estimate: file`` state file is loaded (the estimate only;
+    P stays ``p0``); ``ValueError`` with what differs."""
     task = p["law"] == "backstepping"
     nominal = model.parameters.copy()
     links = [str(x) for x in p["adapted_links"] if str(x)] or None
@@ -147,7 +156,11 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
         name: AdaptiveController(model, "direct", pi0=np.zeros_like(nominal) if which == "zero" else nominal,
                                  **common, **fixed_gains)
         for name, which in FIXED_LAWS.items()}
-    return AdaptiveLaws(task, core, bs, fixed, nominal, core.theta.copy())
+    laws = AdaptiveLaws(task, core, bs, fixed, nominal, core.theta.copy())
+    if p["gamma_scaling"] == "nominal":
+        laws.gamma_scale = core.nominal_gamma_scale(nominal)
+        core.set_gains(gamma=laws.scaled_gamma(gains["gamma"]))
+    return laws
 
 
 def estimate_over_limits(model, pi) -> tuple[int, str]:

@@ -7,7 +7,6 @@ parameters: ``ros2 param describe /adaptive_controller <name>``.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -140,14 +139,8 @@ class AdaptiveControllerNode(JointControllerShell):
             raise ValueError("law backstepping computes its regressor in the cycle (its q_dot_r comes from the"
                              " task-space reference, which the regressor node does not see): set"
                              " regressor_source: inprocess")
-        self._gscale = None
-        self._gains = self._gain_kwargs(p)
-        laws = build_laws(self.model, p, self._gains, log=self.get_logger().info)
+        laws = build_laws(self.model, p, self._gain_kwargs(p), log=self.get_logger().info)
         self.laws, self.task, self.core, self.bs = laws, laws.task, laws.core, laws.bs
-        self._gscale = self._gamma_scale(self.core)   # gamma_scaling: nominal needs the core's coordinates
-        if self._gscale is not None:
-            self._gains = self._gain_kwargs(p)
-            self.core.set_gains(gamma=self._gains["gamma"])
         if p["initial_estimate"] == "file" and not is_thunder_file(p["initial_estimate_file"]):
             self._check_estimate(p["initial_estimate_file"])
         self.session = AdaptiveSession(laws, lock=self._lock, estimate_file=p["estimate_file"],
@@ -174,11 +167,9 @@ class AdaptiveControllerNode(JointControllerShell):
             self.counters.error_on += ("regressor_mismatch",)
             for k in ("regressor_missing", "regressor_rejected", "regressor_stale", "regressor_mismatch"):
                 self.counters.set(k, 0)
-        path = p["estimate_file"]
-        if path and os.path.exists(path):
-            self.core.load_state(path)  # raises with what differs: never silently discard a learned model
-            self.get_logger().info(f"estimate loaded from {path} ({self.core.coordinates} parameters)")
-            self._check_estimate(path)
+        if self.session.resume():
+            self.get_logger().info(f"estimate loaded from {p['estimate_file']} ({self.core.coordinates} parameters)")
+            self._check_estimate(p["estimate_file"])
 
     def _check_estimate(self, src: str) -> None:
         """WARN when an estimate loaded from a file asks more torque than a joint's effort
@@ -218,12 +209,6 @@ class AdaptiveControllerNode(JointControllerShell):
                 f", regressors {self.p['regressor_source']}")
 
     # ------------------------------------------------------------- parameters
-    def _gamma_scale(self, core) -> np.ndarray | None:
-        """diag(s_i^2) of ``gamma_scaling: nominal`` in the core's coordinates (None: off)."""
-        if self.p["gamma_scaling"] != "nominal":
-            return None
-        return core.nominal_gamma_scale(self.model.parameters)
-
     def _kd(self, value) -> np.ndarray:
         """``kd`` as given, or the model-derived K_D for the ``[0]`` of "derive it"."""
         kd = np.asarray(value, dtype=float)
@@ -239,9 +224,9 @@ class AdaptiveControllerNode(JointControllerShell):
         g = {k: np.asarray(p[k], dtype=float) for k in ("lam", "gamma", "p0", "r")}
         g["kd"] = self._kd(p["kd"])
         self.counters.set("kd_source", "model-derived" if g["kd"] is getattr(self, "_kd_model", None) else "parameter")
-        scale = getattr(self, "_gscale", None)
-        if scale is not None and g["gamma"].size == 1:
-            g["gamma"] = float(g["gamma"][0]) * scale
+        laws = getattr(self, "laws", None)    # (at start: build_laws scales gamma itself)
+        if laws is not None:
+            g["gamma"] = laws.scaled_gamma(g["gamma"])
         g.update({k: float(p[k]) for k in ("filter_lambda", "lambda0", "k0", "k1")})
         g["max_tracking_error"] = float(p["max_tracking_error"]) or np.inf
         return g
