@@ -99,7 +99,7 @@ def _topics_and_inprocess(ros, ctx, node: dict, seconds: float):
                           and inproc.pub_cmd.get_subscription_count() >= 1
                           and reg.pub["slotine_li"].get_subscription_count() >= 1
                           and reg.pub["filtered"].get_subscription_count() >= 1
-                          and topics.regs.meta is not None, timeout=20.0)
+                          and topics.regressors.regs.meta is not None, timeout=20.0)
 
     def step(timeout=10.0):
         t, q, v, tau = plant.state()
@@ -119,7 +119,7 @@ def _topics_and_inprocess(ros, ctx, node: dict, seconds: float):
 def test_topics_source_equals_inprocess_and_refuses_a_lambda_mismatch(ros, ctx):
     steps = 500
     reg, topics, inproc, probe, plant, step = _topics_and_inprocess(ros, ctx, NODE, steps * 1e-3 + 0.1)
-    assert topics.regs.check(topics.core) == {"Y": None, "W": None}
+    assert topics.regressors.regs.check(topics.core) == {"Y": None, "W": None}
     theta0 = topics.core.theta.copy()
 
     worst = 0.0
@@ -143,7 +143,7 @@ def test_topics_source_equals_inprocess_and_refuses_a_lambda_mismatch(ros, ctx):
 
     # the regressor node's Lambda retuned live: refused at once, safe command, reason reported
     assert reg.p.set("lam", [5.0]).successful
-    assert ros.spin_until(lambda: topics.regs.meta["settings"]["lam"] == [5.0], timeout=5.0)
+    assert ros.spin_until(lambda: topics.regressors.regs.meta["settings"]["lam"] == [5.0], timeout=5.0)
     theta = topics.core.theta.copy()
     _, v, ut, ui = step()
     np.testing.assert_allclose(ut, -topics._safe_kd * v, rtol=1e-12)  # safe_mode damping, derived per joint
@@ -176,7 +176,7 @@ def test_mismatch_malformed_missing_and_stale_regressors(ros):
     def columns(lam):
         settings = {"lam": lam, "filter_lambda": 20.0, "rate_hz": 1000.0, "coordinates": "pi", "friction": False}
         cols.publish(joint_state_msg(0, m.parameter_names, q=m.parameters, frame_id=json.dumps(settings)))
-        assert ros.spin_until(lambda: ctl.regs.meta is not None and ctl.regs.meta["settings"]["lam"] == lam)
+        assert ros.spin_until(lambda: ctl.regressors.regs.meta is not None and ctl.regressors.regs.meta["settings"]["lam"] == lam)
 
     def regressors(k):
         q, v = X[k], XD[k]
@@ -204,14 +204,14 @@ def test_mismatch_malformed_missing_and_stale_regressors(ros):
 
     # Lambda mismatch: refused at once (no waiting for regressors), safe command
     columns([5.0])
-    assert "Lambda" in ctl.regs.check(ctl.core)["Y"] and "lam" in ctl.regs.check(ctl.core)["Y"]
+    assert "Lambda" in ctl.regressors.regs.check(ctl.core)["Y"] and "lam" in ctl.regressors.regs.check(ctl.core)["Y"]
     tau, Y, W, tau_f = regressors(0)
     np.testing.assert_allclose(state(0, tau), -ctl._safe_kd * XD[0], rtol=1e-12)
     assert counter("regressor_mismatch") == 1
     np.testing.assert_array_equal(ctl.core.theta, core.theta)
 
     columns([10.0])
-    assert ctl.regs.check(ctl.core) == {"Y": None, "W": None}
+    assert ctl.regressors.regs.check(ctl.core) == {"Y": None, "W": None}
     # k=1: state first, regressors after (the state waits for them); equals the core fed the same
     tau, Y, W, tau_f = regressors(1)
     state(1, tau, wait=False)

@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import MultiDOFJointTrajectory
 
@@ -21,12 +20,12 @@ from ..control.adaptive_setup import build_laws, derived_kd, estimate_over_limit
 from ..ros.joint_states import joint_state_msg
 from ..ros.node_base import run_node
 from ..ros.params import ParamSpec
-from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stream_qos
-from ..ros.regressor_topics import RegressorTopics
+from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS
 from ..ros.arrays import VectorBuffer, vector_from_msg
 from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, base_frame_name
 from .housekeeping import core_logger, logged_save, trigger_save
 from .controller_shell import JointControllerShell, shell_specs
+from .regressor_inputs import RegressorInputs
 
 LAWS = ("sliding_pd", "slotine_li", "direct", "composite", "backstepping")
 REGRESSOR_SOURCES = ("inprocess", "topics")
@@ -159,14 +158,8 @@ class AdaptiveControllerNode(JointControllerShell):
         self.residuals = VectorBuffer(4096)
         self._waiting_for_residual = None  # stamp of the state waiting for its residual
         # regressor_source: topics -- per-stamp buffers, the regressor node's settings
-        self._topics = p["regressor_source"] == "topics"
-        self.regs = RegressorTopics(self.n, p["rate_hz"])
         self.counters.set("regressor_source", p["regressor_source"])
-        if self._topics:  # shown from the start; their increase raises the diagnostics level
-            self.counters.warn_on += ("regressor_missing", "regressor_rejected", "regressor_stale")
-            self.counters.error_on += ("regressor_mismatch",)
-            for k in ("regressor_missing", "regressor_rejected", "regressor_stale", "regressor_mismatch"):
-                self.counters.set(k, 0)
+        self.regressors = RegressorInputs(self) if p["regressor_source"] == "topics" else None
         if self.session.resume():
             self.get_logger().info(f"estimate loaded from {p['estimate_file']} ({self.core.coordinates} parameters)")
             self._check_estimate(p["estimate_file"])
@@ -191,13 +184,8 @@ class AdaptiveControllerNode(JointControllerShell):
                                          DEEP_RELIABLE_QOS)
         self.create_service(Trigger, "~/save_estimate", self._srv_save)
         self.create_service(Trigger, "~/reset_estimate", self._srv_reset)
-        if self._topics:
-            qos = stream_qos(self.p["reliable_streams"])
-            self.io.node.create_subscription(Float64MultiArray, "regressor/slotine_li",
-                                             lambda m: self._on_regressor(m, "slotine_li"), qos)
-            self.io.node.create_subscription(Float64MultiArray, "regressor/filtered",
-                                             lambda m: self._on_regressor(m, "filtered"), qos)
-            self.create_subscription(JointState, "regressor/columns", self._on_columns, LATCHED_QOS)
+        if self.regressors is not None:
+            self.regressors.subscribe()
 
     def _describe(self) -> str:
         c = self.core
@@ -250,8 +238,8 @@ class AdaptiveControllerNode(JointControllerShell):
         g = self._gain_kwargs(self.p)
         with self._lock:
             self.laws.set_gains(**{name: g[name]})
-        if name in ("lam", "filter_lambda"):
-            self.regs.invalidate()  # re-check against the regressor node's settings
+        if name in ("lam", "filter_lambda") and self.regressors is not None:
+            self.regressors.invalidate()
 
     def _on_law(self, _name, value) -> None:
         with self._lock:
@@ -288,47 +276,6 @@ class AdaptiveControllerNode(JointControllerShell):
         ``residual_staleness``, else None."""
         return self.residuals.get(stamp, self.p["residual_staleness"] * 1e9)
 
-    # ------------------------------------------------- regressor_source: topics
-    def _on_columns(self, msg: JointState) -> None:
-        with self._cb_lock:
-            settings = self.regs.on_columns(msg)
-            errs = self.regs.check(self.core)
-            for key, err in errs.items():
-                if err and (key == "Y" or self.p["law"] == "composite"):
-                    self.get_logger().error(f"regressor_source=topics: {err}; cycles needing it get the safe"
-                                            " command")
-            if not any(errs.values()):
-                self.get_logger().info(f"regressor node's columns received ({len(msg.name)}, settings"
-                                       f" {settings}): consistent with this controller")
-            if self._pending is not None:
-                self._try_pending()
-
-    def _on_regressor(self, msg: Float64MultiArray, kind: str) -> None:
-        stamp, val, err = RegressorTopics.parse(msg, kind, self.n, self.core.model.n_params)
-        if err is not None:
-            self.counters.inc("regressor_rejected")
-            if self.log_throttle("reg_bad"):
-                self.get_logger().error(f"regressor/{kind} rejected ({err}); the safe command answers its state")
-            if stamp is None:
-                return
-        with self._cb_lock:
-            pend = self._pending
-            last = self._last_stamp
-            if last is not None and (stamp < last or (stamp == last and (pend is None or pend[0] != stamp))):
-                self.counters.inc("regressor_stale")  # its state was answered already (or superseded)
-                return
-            self.regs.store(kind, stamp, val)
-            if pend is not None and pend[0] == stamp:
-                self._try_pending()
-
-    def _give_up_regressor(self, pend, why: str) -> None:
-        self._pending = None
-        self.regs.drop(pend[0])
-        self.counters.inc("regressor_missing")
-        if self.log_throttle("reg_miss"):
-            self.get_logger().warning(f"no {why} for the state t={pend[0] * 1e-9:.4f} s: safe command sent")
-        self._publish(self._safe_command(), pend[0])
-
     def _residual_wait(self, stamp: int, allow_stale: bool) -> bool:
         """Whether the pending state still waits for its residual (``residual_wait``)."""
         wait = self.p["residual_wait"]
@@ -343,7 +290,7 @@ class AdaptiveControllerNode(JointControllerShell):
 
     def _extra_wait(self, stamp: int, effort, allow_stale: bool) -> str | None:
         """The regressors from the topics, then the residual stamped for the state."""
-        if self._topics and (why := self.regs.waiting_for(stamp, self.p["law"], effort, self.core)) is not None:
+        if self.regressors is not None and (why := self.regressors.waiting_for(stamp, effort)) is not None:
             return why   # the regressor callback (or the watchdog) comes back to it
         if self._residual_wait(stamp, allow_stale):
             if self._waiting_for_residual != stamp:
@@ -353,56 +300,28 @@ class AdaptiveControllerNode(JointControllerShell):
         return None
 
     def _superseded(self, pend) -> bool:
-        """A newer state: a pending state missing only its regressors gets the safe command
-        as ``regressor_missing`` (not as a missed reference)."""
-        if not self._topics:
-            return False
-        why = self.regs.waiting_for(pend[0], self.p["law"], pend[3], self.core)
-        ref = self.refs.lookup(pend[0], int(self.p["reference_tolerance"] * 1e9), max_staleness_ns=-1)
-        if why is None or ref is None:
-            return False
-        self._give_up_regressor(pend, f"{why} before a newer state")
-        return True
+        return self.regressors is not None and self.regressors.superseded(pend)
 
     def _expire_waits(self) -> None:
         pend = self._pending
         if pend is not None and self._waiting_for_residual == pend[0] \
                 and time.monotonic() - self._pending_since > self.p["residual_wait"]:
             self._try_pending()   # the wait expired: answer with what there is
-        pend = self._pending
-        if self._topics and pend is not None:
-            # real time (reference_wait 0): a newer state supersedes the wait (_superseded);
-            # without one, state_timeout ends it
-            wait = self.p["reference_wait"] if self.p["reference_wait"] > 0 else self.p["state_timeout"]
-            if time.monotonic() - self._pending_since > wait:
-                why = self.regs.waiting_for(pend[0], self.p["law"], pend[3], self.core)
-                if why is not None:
-                    self._give_up_regressor(pend, f"{why} within {wait:g} s")
-
-    def _external_regressors(self, stamp: int, law: str, effort) -> dict | None:
-        """This stamp's regressors from the topics as ``compute`` keyword arguments, or
-        None (refused: logged and counted; the caller sends the safe command)."""
-        kw, why = self.regs.take(stamp, law, effort, self.core)
-        if why is not None and why.startswith("mismatch"):
-            self.counters.inc("regressor_mismatch")
-            if self.log_throttle("reg_mismatch"):
-                self.get_logger().error(f"regressor_source=topics refused: {why[len('mismatch: '):]}; safe command")
-        elif why == "missing":  # pragma: no cover - _try_pending waits for them
-            self.counters.inc("regressor_missing")
-        return kw
+        if self.regressors is not None:
+            self.regressors.expire()
 
     def _control(self, stamp, q, v, effort, ref, qd, qdd):
         t0 = time.perf_counter()
         law = self.p["law"]
         ext = None
-        if self._topics and law != "sliding_pd":
-            ext = self._external_regressors(stamp, law, effort)
+        if self.regressors is not None and law != "sliding_pd":
+            ext = self.regressors.take(stamp, law, effort)
             if ext is None:
                 return None
         ff = self.p["feedforward"]
         tau = self.session.cycle(law, q, v, ref, qd, qdd, effort, learning=self.p["learning"], regressors=ext,
-                                   residual=self._residual(stamp) if ff else None,
-                                   residuals_seen=ff and bool(self.residuals))
+                                 residual=self._residual(stamp) if ff else None,
+                                 residuals_seen=ff and bool(self.residuals))
         if tau is not None and law in ADAPTIVE_LAWS:
             self._publish_learning(stamp, self.laws.law_core(law))
         self.session.cycle_time(time.perf_counter() - t0)
@@ -448,9 +367,9 @@ class AdaptiveControllerNode(JointControllerShell):
         self.session.released()
 
     def _diagnostics(self) -> None:
-        if self._topics:
+        if self.regressors is not None:
             with self._cb_lock:
-                err = self.regs.refusal(self.core, self.p["law"])
+                err = self.regressors.refusal()
             self.counters.set("regressor_config", err or "ok")
         self.counters.update(self.session.diagnostics())
 

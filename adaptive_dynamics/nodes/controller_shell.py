@@ -252,11 +252,13 @@ class JointControllerShell(Node):
                 return
             self._last_stamp = stamp
             self.counters.inc("states")
+            waiting = self._pending
+            if waiting is not None and self._superseded(waiting):
+                waiting = None   # the subclass answered it (its safe command from the state it waited with)
             self._last_q, self._last_v = q, v
-            if self._pending is not None and not self._superseded(self._pending):
-                # a newer state supersedes one still waiting
+            if waiting is not None:  # a newer state supersedes one still waiting
                 self.counters.inc("reference_missed")
-                self._publish(self._safe_command(), self._pending[0])
+                self._publish(self._safe_command(), waiting[0])
             self._pending = (stamp, q, v, effort)
             self._pending_since = time.monotonic()
             if not self._try_pending() and self.p["reference_wait"] <= 0.0 and self._reference_missing(stamp):
