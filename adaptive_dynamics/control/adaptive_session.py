@@ -10,7 +10,7 @@ whether the estimate changed since it was saved, the initial estimate a reset re
 
 ``lock`` guards the laws (shared with whoever changes gains live); messages go to
 ``log(level, text, key)`` (``key``: a message that may repeat every cycle, throttled by
-the caller).
+the caller), counted events to ``count(key)`` as they happen.
 """
 from __future__ import annotations
 
@@ -39,11 +39,12 @@ class AdaptiveSession:
     """One node's adaptive laws, their streams and their estimate file (see the module)."""
 
     def __init__(self, laws: AdaptiveLaws, *, lock, estimate_file: str = "",
-                 log: Optional[Callable[..., None]] = None):
+                 log: Optional[Callable[..., None]] = None, count: Optional[Callable[[str], None]] = None):
         self.laws, self.lock, self.estimate_file = laws, lock, estimate_file
         self.core, self.bs, self.task = laws.core, laws.bs, laws.task
         self.theta0 = laws.theta0
         self.log = log or _no_log
+        self._sink = count   # the counts as they happen (else in diagnostics)
         self.counts = {"no_measured_torque": 0, "singular_damping_cycles": 0, "residual_used": 0,
                        "residual_missing": 0}
         self.cycles = 0
@@ -54,6 +55,11 @@ class AdaptiveSession:
         self._acc_n = 0
         self._task_err: list = []
         self._timing_us: list = []
+
+    def _count(self, key: str) -> None:
+        self.counts[key] += 1
+        if self._sink is not None:
+            self._sink(key)
 
     # ------------------------------------------------------------------ the cycle
     def cycle(self, law: str, q, v, ref, qd, qdd, effort, *, learning: bool, regressors: Optional[dict] = None,
@@ -70,7 +76,7 @@ class AdaptiveSession:
         learn = adaptive and learning
         if learn and core.law == "composite" and effort is None:
             learn = False
-            self.counts["no_measured_torque"] += 1
+            self._count("no_measured_torque")
         try:
             with self.lock:
                 if self.task:
@@ -81,7 +87,7 @@ class AdaptiveSession:
                     e = bs.ref.e
                     self._task_err.append(math.sqrt(e.dot(e)))
                     if bs.ref.lam2 > 0.0:
-                        self.counts["singular_damping_cycles"] += 1
+                        self._count("singular_damping_cycles")
                 else:
                     tau = core.compute(q, v, ref.q, qd, qdd, tau_measured=effort, learn=learn, **(regressors or {}))
         except ValueError as exc:  # non-finite input: estimate untouched
@@ -91,9 +97,9 @@ class AdaptiveSession:
             self.log("warning", f"learning frozen: {core.freeze_reason}", "frozen")
         if residual is not None:
             tau += residual
-            self.counts["residual_used"] += 1
+            self._count("residual_used")
         elif residuals_seen:
-            self.counts["residual_missing"] += 1
+            self._count("residual_missing")
         self.cycles += 1
         if adaptive and core.updated:
             self._dpi_acc += core.last_delta_pi
@@ -102,7 +108,8 @@ class AdaptiveSession:
         return tau
 
     def cycle_time(self, seconds: float) -> None:
-        """The caller's whole cycle (conversions and publishing included), for the figures."""
+        """The caller's whole cycle of a computed torque (conversions and publishing
+        included), for the figures."""
         self._timing_us.append(seconds * 1e6)
 
     def update_due(self, decimation: int) -> Optional[np.ndarray]:
@@ -172,7 +179,8 @@ class AdaptiveSession:
         d = self.core.diagnostics()
         vals = {k: d[k] if not isinstance(d[k], float) else round(d[k], 6)
                 for k in ("updates", "frozen_cycles", "rejected_inputs", "projections", "p_norm", "forgetting")}
-        vals.update(self.counts)
+        if self._sink is None:
+            vals.update(self.counts)
         if self._task_err:
             e = np.asarray(self._task_err)
             self._task_err.clear()

@@ -16,8 +16,9 @@ messages:
   frames it belongs to.  A file that cannot be loaded is renamed
   ``<file>.corrupt-<time>`` (nothing learned is deleted) and the session starts fresh.
 
-Every method that touches the controller takes ``lock`` (the node's: its parameter
-callbacks change the controller under the same lock).  Messages go to ``log(level,
+The cycle, the episodes, the refit's swap, the save and the load take ``lock`` (the
+node's: its parameter callbacks change the controller under the same lock);
+:meth:`~SCQPSession.diagnostics` reads counters and norms without it.  Messages go to ``log(level,
 text, key)``; ``key`` names a message that may repeat every cycle (a node throttles by it).
 """
 from __future__ import annotations
@@ -37,6 +38,8 @@ __all__ = ["STATE_FORMAT", "STATE_VERSION", "SCQPSession"]
 
 STATE_FORMAT = "adaptive_dynamics.scqp_state"
 STATE_VERSION = 1
+#: events counted as they happen (the caller's ``count``); the cycle counts are figures
+LIVE_COUNTS = ("overruns", "rejected_inputs", "nonfinite_torque", "refit_failures")
 
 _LOG = logging.getLogger("adaptive_dynamics.scqp")
 
@@ -67,16 +70,20 @@ class SCQPSession:
         Take the QP's posture target from the first state.
     compensates_gravity:
         The robot adds g(q): it is taken off the computed torque.
+    log, count:
+        Where messages go (``log(level, text, key)``) and the events of :data:`LIVE_COUNTS`
+        as they happen (``count(key)``; without it they are in :meth:`diagnostics`).
     """
 
     def __init__(self, ctrl: SCQPController, *, rate_hz: float, lock, header: dict, state_file: str = "",
                  auto_start: bool = False, posture_from_state: bool = False, compensates_gravity: bool = False,
-                 log: Optional[Callable[..., None]] = None):
+                 log: Optional[Callable[..., None]] = None, count: Optional[Callable[[str], None]] = None):
         self.ctrl, self.lock, self.header = ctrl, lock, dict(header)
         self.period_ns = int(round(1e9 / float(rate_hz)))
         self.state_file = state_file
         self.compensates_gravity = bool(compensates_gravity)
         self.log = log or _python_log
+        self._sink = count
         ctrl.collect = False
         self.episode = 0
         self.in_episode = False
@@ -96,6 +103,11 @@ class SCQPSession:
         self._solve_us: list = []
         self._cycle_us: list = []
         self._err: list = []
+
+    def _count(self, key: str) -> None:
+        self.counts[key] += 1
+        if self._sink is not None:
+            self._sink(key)
 
     # ------------------------------------------------------------- the cycle
     def held(self, stamp: int, tolerance_ns: int) -> tuple:
@@ -129,13 +141,13 @@ class SCQPSession:
                 self.log("info", f"episode {self.episode} started at t={stamp * 1e-9:.4f} s")
             if self._last_compute is not None and stamp - self._last_compute > 1.5 * self.period_ns:
                 ctrl.discard_last()
-                self.counts["overruns"] += 1
+                self._count("overruns")
             tw = ref.twist if ref.twist is not None else np.zeros(6)
             acc = ref.accel if ref.accel is not None else np.zeros(6)
             try:
                 tau = ctrl.compute(q, v, ref.position, tw[:3], acc[:3], R_d=ref.rotation, w_d=tw[3:], wdot_d=acc[3:])
             except ValueError as exc:   # non-finite reference model / gains: nothing changed
-                self.counts["rejected_inputs"] += 1
+                self._count("rejected_inputs")
                 self.log("error", f"cycle rejected ({exc}); safe command", "core")
                 tau = None
             res = ctrl.last
@@ -149,7 +161,7 @@ class SCQPSession:
                 tau = tau - ctrl.model.gravity(q)
             self._cycle_us.append((time.perf_counter() - t0) * 1e6)
             if not np.all(np.isfinite(tau)):
-                self.counts["nonfinite_torque"] += 1
+                self._count("nonfinite_torque")
                 self.log("error", "the controller produced a non-finite torque; safe command", "nan")
                 tau = None
         if tau is None:
@@ -224,7 +236,7 @@ class SCQPSession:
                 with self.lock:
                     self.ctrl.residual.abort_refit(job)
                     self._refit_job = None
-                self.counts["refit_failures"] += 1
+                self._count("refit_failures")
                 self.log("error", f"episode {episode}: GP refit failed ({type(exc).__name__}: {exc}); the previous"
                                   " GP stays, the samples are kept for the next refit")
                 return
@@ -321,7 +333,8 @@ class SCQPSession:
                 "gp_points": ctrl.residual.n_points, "gp_pending": ctrl.residual.pending,
                 "refit_running": self.refit_running, "refits": self.refits,
                 "last_refit_s": round(self.last_refit_s, 3),
-                "mrac_adapt": ctrl.mrac.adapt, "mrac_clipped": sum(ctrl.mrac.clip_counts.values()), **self.counts}
+                "mrac_adapt": ctrl.mrac.adapt, "mrac_clipped": sum(ctrl.mrac.clip_counts.values()),
+                **{k: v for k, v in self.counts.items() if self._sink is None or k not in LIVE_COUNTS}}
         for k, val in ctrl.mrac.gain_norms.items():
             vals[f"{k}_norm"] = round(val, 6)
         for name, buf, (a, b) in (("solve", self._solve_us, (50, 100)), ("cycle", self._cycle_us, (50, 99))):

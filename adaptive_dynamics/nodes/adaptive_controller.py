@@ -143,7 +143,7 @@ class AdaptiveControllerNode(JointControllerShell):
         if p["initial_estimate"] == "file" and not is_thunder_file(p["initial_estimate_file"]):
             self._check_estimate(p["initial_estimate_file"])
         self.session = AdaptiveSession(laws, lock=self._lock, estimate_file=p["estimate_file"],
-                                       log=core_logger(self, self.log_throttle))
+                                       log=core_logger(self, self.log_throttle), count=self.counters.inc)
         self.model.warm_up()
         self.p.add_validator(self._validate)
         for name in _GAIN_PARAMS:
@@ -322,9 +322,10 @@ class AdaptiveControllerNode(JointControllerShell):
         tau = self.session.cycle(law, q, v, ref, qd, qdd, effort, learning=self.p["learning"], regressors=ext,
                                  residual=self._residual(stamp) if ff else None,
                                  residuals_seen=ff and bool(self.residuals))
-        if tau is not None and law in ADAPTIVE_LAWS:
-            self._publish_learning(stamp, self.laws.law_core(law))
-        self.session.cycle_time(time.perf_counter() - t0)
+        if tau is not None:
+            if law in ADAPTIVE_LAWS:
+                self._publish_learning(stamp, self.laws.law_core(law))
+            self.session.cycle_time(time.perf_counter() - t0)
         return tau
 
     def _after_command(self, stamp: int, q, v, ref, qd, tau) -> None:

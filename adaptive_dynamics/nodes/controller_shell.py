@@ -1,5 +1,5 @@
-"""The shell every joint-space controller node shares (``controller``,
-``adaptive_controller``): :class:`JointControllerShell` does everything but the law.
+"""The shell every controller node shares (``controller``, ``adaptive_controller``,
+``scqp_controller``): :class:`JointControllerShell` does everything but the law.
 
 Event driven: every ``joint_states`` message (matched by joint name) is answered by
 exactly one command, computed for the reference stamped with the state's time
@@ -18,7 +18,9 @@ the loop watchdog trips on a diverging or saturating loop.
 A node subclasses it with its parameter specs (:func:`shell_specs` + its own) and
 overrides ``_setup_law``, ``_control`` (the law's torque, or None for the safe
 command) and, where it needs them, ``_setup_topics``, ``_describe``,
-``_after_command``, ``_diagnostics``, ``_periodic``, ``_shutdown``.
+``_after_command``, ``_diagnostics``, ``_periodic``, ``_shutdown``, ``_on_trip`` /
+``_on_release`` (the watchdog), and ``_extra_wait`` / ``_superseded`` /
+``_expire_waits`` for a state that waits for inputs besides its reference.
 """
 from __future__ import annotations
 
@@ -231,6 +233,9 @@ class JointControllerShell(Node):
         """A joint state, serialized (``raw=True``) or as a message."""
         self.stall.take()   # a fault drill (inject_stall_ms): the state waits like a stalled process's
         with self._cb_lock:
+            pend = self._pending
+            if pend is not None and (newer := state_stamp(msg)) is not None and newer > pend[0]:
+                self._superseded(pend)   # its own input missing: the subclass may answer it now
             self._last_state_wall = time.monotonic()
             try:
                 stamp, q, v, effort = self.mapper.map(msg)
@@ -252,13 +257,10 @@ class JointControllerShell(Node):
                 return
             self._last_stamp = stamp
             self.counters.inc("states")
-            waiting = self._pending
-            if waiting is not None and self._superseded(waiting):
-                waiting = None   # the subclass answered it (its safe command from the state it waited with)
             self._last_q, self._last_v = q, v
-            if waiting is not None:  # a newer state supersedes one still waiting
+            if self._pending is not None:  # a newer state supersedes one still waiting
                 self.counters.inc("reference_missed")
-                self._publish(self._safe_command(), waiting[0])
+                self._publish(self._safe_command(), self._pending[0])
             self._pending = (stamp, q, v, effort)
             self._pending_since = time.monotonic()
             if not self._try_pending() and self.p["reference_wait"] <= 0.0 and self._reference_missing(stamp):
@@ -315,9 +317,10 @@ class JointControllerShell(Node):
         return None
 
     def _superseded(self, pending) -> bool:
-        """Subclass hook: a newer state came while ``pending`` waits.  True when the
-        subclass answered it (an input of its own was missing); else the shell answers
-        it with the safe command as a missed reference."""
+        """Subclass hook: a state stamped after ``pending`` came while it waits (called
+        before that state is checked).  True when the subclass answered it (an input of
+        its own was missing); else the shell answers it with the safe command as a
+        missed reference once the newer state is accepted."""
         return False
 
     def _expire_waits(self) -> None:

@@ -292,6 +292,7 @@ class MujocoBridgeNode(Node):
         try:
             self.stepper.run_realtime(wait_until=lambda deadline: self._wait_until(deadline, io),
                                       running=lambda: self.context.ok() and not self._done,
+                                      done=lambda: self._done,
                                       after_step=self._after_step, between=self._housekeeping,
                                       stall=self.stall.take)
         finally:

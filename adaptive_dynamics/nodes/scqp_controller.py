@@ -160,7 +160,7 @@ class SCQPControllerNode(JointControllerShell):
                                    state_file=p["state_file"], auto_start=p["auto_start_episode"],
                                    posture_from_state=np.asarray(p["q_posture"]).size != self.n,
                                    compensates_gravity=p["robot_compensates_gravity"],
-                                   log=core_logger(self, self.log_throttle))
+                                   log=core_logger(self, self.log_throttle), count=self.counters.inc)
         self.ctrl = ctrl
         warn = ("qp_fallbacks", "overruns", "reference_refused_cycles", "rejected_inputs", "refit_failures")
         self.counters.warn_on += warn
@@ -229,8 +229,9 @@ class SCQPControllerNode(JointControllerShell):
 
     # ------------------------------------------------------------- the cycle
     def _try_pending(self, allow_stale: bool = False) -> bool:
-        """Answer the pending state: between control instants at once with the held
-        torque; at a control instant once its task reference is here (:class:`SCQPSession`)."""
+        """Answer the pending state: while the watchdog is tripped at once with the safe
+        command; between control instants at once with the held torque; at a control
+        instant once its task reference is here (:class:`SCQPSession`)."""
         stamp, q, v, _effort = self._pending
         if self.loop_watch.tripped:   # the safe command until ~/reset_watchdog: nothing computed or learned
             self._pending = None
@@ -292,9 +293,6 @@ class SCQPControllerNode(JointControllerShell):
     def _srv_end(self, req, res):
         res.success, res.message = self.session.end_episode()
         return res
-
-    def save_state(self) -> str | None:
-        return self.session.save()
 
     def _srv_save(self, req, res):
         return trigger_save(res, self.session.save, what="GP data and MRAC gains", unset="state_file is not set")

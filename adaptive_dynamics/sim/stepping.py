@@ -179,11 +179,13 @@ class PlantStepper:
 
     # ------------------------------------------------------------------ real time
     def run_realtime(self, *, wait_until: Callable[[int], None], running: Callable[[], bool],
-                     after_step: Callable[[], None], between: Callable[[], None],
+                     done: Callable[[], bool], after_step: Callable[[], None], between: Callable[[], None],
                      stall: Callable[[], None] = lambda: None) -> None:
         """Every period: ``wait_until(tick)`` (taking commands as they arrive), then the
         step due at the tick (:meth:`_tick`) and ``after_step()`` (publish), then
-        ``between()`` (diagnostics in the slack); until ``running()`` is false.  The loop
+        ``between()`` (diagnostics in the slack); until ``running()`` is false, or
+        ``done()`` (checked with :attr:`lock` held: it must take no other lock, e.g. not
+        rclpy's context, which a shutdown holds while it waits for this lock).  The loop
         thread runs one SCHED_FIFO priority above its process (when the process has
         one): the ticks go first.  ``stall``: a fault drill, called once per period."""
         period_ns = int(round(self.dt * 1e9))
@@ -208,7 +210,7 @@ class PlantStepper:
                 self.count("skipped_periods", skipped)
             stall()
             with self.lock:
-                if not running():
+                if done():
                     break
                 self._deadline_rt = nxt + (time.time_ns() - clock())
                 event = self._tick()
