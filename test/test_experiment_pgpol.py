@@ -144,3 +144,19 @@ def test_quick_run_over_dds(tmp_path, capsys):
     for f in res["plots"]:
         data = (tmp_path / f).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_the_stated_change_defaults_are_the_learners():
+    """The experiment's docstring states the change test it runs with: the numbers it
+    gives are ``CHANGE_DEFAULTS`` of the learner (a comment that drifts from the code
+    misleads whoever reproduces the paper)."""
+    import re
+    from adaptive_dynamics.experiments import pgpol as exp
+    from adaptive_dynamics.learning.pgpol import CHANGE_DEFAULTS
+    text = " ".join(exp.__doc__.split())
+    m = re.search(r"learner's defaults \(eta ([\d.e-]+), horizon (\d+), lag (\d+), warm-up (\d+)", text)
+    assert m, "the module docstring no longer states the defaults"
+    stated = dict(zip(("change_threshold", "change_horizon", "change_lag", "change_warmup"),
+                      (float(m[1]), int(m[2]), int(m[3]), int(m[4]))))
+    assert stated == {k: CHANGE_DEFAULTS[k] for k in stated}
+    assert exp.CHANGE == CHANGE_DEFAULTS

@@ -96,7 +96,7 @@ from the bag.  Run with the learner's defaults (:data:`CHANGE`) and (full run) w
 paper's test (:data:`PAPER_CHANGE`).
 
 **Change detection:** every learner here runs with the learner's defaults (eta 0.1,
-horizon 300, lag 50, warm-up 300; :mod:`adaptive_dynamics.learning.pgpol`).  The
+horizon 300, lag 50, warm-up 1500: ``CHANGE_DEFAULTS`` of :mod:`adaptive_dynamics.learning.pgpol`).  The
 paper's test (gamma over one sample, cumulative nmse-bar, eta 1e-3) fires on any
 sample much worse than the running average -- in a closed loop every fast move has
 some -- and the payload run repeats with it for comparison.  :func:`change_study`
@@ -165,9 +165,9 @@ LEARNER_BASE: dict[str, Any] = {"n_inducing": 20, "max_iter": 10, "database_size
 CONSTELLATIONS = [((60,), 0), ((60,), 20), ((120,), 0), ((120,), 20), ((480,), 0), ((480,), 20),
                   ((60, 120), 0), ((60, 120), 20), ((60, 480), 0), ((60, 480), 20)]
 QUICK_CONSTELLATIONS = [((480,), 20), ((60, 480), 20)]
-#: change detection (eq. 7-9) of every PGPOL/SGPOL run here (the learner's defaults -- eta
-#: 1e-3, horizon 1000, warm-up 50 -- clear the database every ~0.6 s in a stationary run:
-#: see the module docstring and ``change_detection`` in the JSON)
+#: change detection (eq. 7-9) of every PGPOL/SGPOL run here: the learner's defaults
+#: (``CHANGE_DEFAULTS``, see the module docstring); the paper's one-sample test
+#: (``CHANGE_PAPER``) repeats the payload run in the full experiment
 CHANGE: dict[str, Any] = dict(CHANGE_DEFAULTS)
 PAPER_CHANGE: dict[str, Any] = dict(CHANGE_PAPER)
 #: the payload run: pick-and-place at this speed, the payload attached at the start of the
