@@ -23,6 +23,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .adaptive_setup import AdaptiveLaws
+from .reporting import Reporting
 
 __all__ = ["ADAPTIVE_LAWS", "AdaptiveSession"]
 
@@ -31,11 +32,7 @@ ADAPTIVE_LAWS = ("direct", "composite", "backstepping")
 _ZERO6 = np.zeros(6)
 
 
-def _no_log(level: str, text: str, key: Optional[str] = None) -> None:
-    pass
-
-
-class AdaptiveSession:
+class AdaptiveSession(Reporting):
     """One node's adaptive laws, their streams and their estimate file (see the module)."""
 
     def __init__(self, laws: AdaptiveLaws, *, lock, estimate_file: str = "",
@@ -43,10 +40,8 @@ class AdaptiveSession:
         self.laws, self.lock, self.estimate_file = laws, lock, estimate_file
         self.core, self.bs, self.task = laws.core, laws.bs, laws.task
         self.theta0 = laws.theta0
-        self.log = log or _no_log
-        self._sink = count   # the counts as they happen (else in diagnostics)
-        self.counts = {"no_measured_torque": 0, "singular_damping_cycles": 0, "residual_used": 0,
-                       "residual_missing": 0}
+        super().__init__("adaptive", ("no_measured_torque", "singular_damping_cycles", "residual_used",
+                                      "residual_missing"), log, count)
         self.cycles = 0
         self.dirty = False
         self.last_save = time.monotonic()
@@ -56,14 +51,9 @@ class AdaptiveSession:
         self._task_err: list = []
         self._timing_us: list = []
 
-    def _count(self, key: str) -> None:
-        self.counts[key] += 1
-        if self._sink is not None:
-            self._sink(key)
-
     # ------------------------------------------------------------------ the cycle
     def cycle(self, law: str, q, v, ref, qd, qdd, effort, *, learning: bool, regressors: Optional[dict] = None,
-                residual=None, residuals_seen: bool = False) -> Optional[np.ndarray]:
+              residual=None, residuals_seen: bool = False) -> Optional[np.ndarray]:
         """The torque of ``law`` for one state (model joint order), or ``None`` for the
         safe command (a non-finite input: the estimate is untouched).  ``ref``: the joint
         reference (``.q``; ``qd``, ``qdd`` beside it) or, for backstepping, the task
@@ -179,8 +169,7 @@ class AdaptiveSession:
         d = self.core.diagnostics()
         vals = {k: d[k] if not isinstance(d[k], float) else round(d[k], 6)
                 for k in ("updates", "frozen_cycles", "rejected_inputs", "projections", "p_norm", "forgetting")}
-        if self._sink is None:
-            vals.update(self.counts)
+        vals.update(self.unreported_counts())
         if self._task_err:
             e = np.asarray(self._task_err)
             self._task_err.clear()

@@ -94,16 +94,15 @@ class AdaptiveLaws:
     pi_nominal: np.ndarray = None
     theta0: np.ndarray = None
     #: diag(s_i^2) of ``gamma_scaling: nominal`` in the core's coordinates (None: off): a
-    #: scalar ``gamma`` is multiplied by it, at start and when changed live
+    #: scalar ``gamma`` given to :meth:`set_gains` is multiplied by it
     gamma_scale: Optional[np.ndarray] = None
 
-    def scaled_gamma(self, gamma):
-        """``gamma`` as the core takes it: a scalar times :attr:`gamma_scale` (when on)."""
-        g = np.asarray(gamma, dtype=float)
-        return float(g.reshape(-1)[0]) * self.gamma_scale if self.gamma_scale is not None and g.size == 1 else g
-
     def set_gains(self, **gains) -> None:
-        """Gains of the core; Lambda and K_D also of the fixed-estimate laws."""
+        """Gains of the core (a scalar ``gamma`` scaled by :attr:`gamma_scale`); Lambda and
+        K_D also of the fixed-estimate laws."""
+        g = np.asarray(gains.get("gamma", ()), dtype=float)
+        if self.gamma_scale is not None and g.size == 1:
+            gains["gamma"] = float(g.reshape(-1)[0]) * self.gamma_scale
         self.core.set_gains(**gains)
         shared = {k: v for k, v in gains.items() if k in ("lam", "kd")}
         if shared:
@@ -159,7 +158,7 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
     laws = AdaptiveLaws(task, core, bs, fixed, nominal, core.theta.copy())
     if p["gamma_scaling"] == "nominal":
         laws.gamma_scale = core.nominal_gamma_scale(nominal)
-        core.set_gains(gamma=laws.scaled_gamma(gains["gamma"]))
+        laws.set_gains(gamma=gains["gamma"])
     return laws
 
 

@@ -23,7 +23,6 @@ text, key)``; ``key`` names a message that may repeat every cycle (a node thrott
 """
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -32,6 +31,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..files import atomic_write
+from .reporting import Reporting
 from .scqp import SCQPController
 
 __all__ = ["STATE_FORMAT", "STATE_VERSION", "SCQPSession"]
@@ -41,14 +41,7 @@ STATE_VERSION = 1
 #: events counted as they happen (the caller's ``count``); the cycle counts are figures
 LIVE_COUNTS = ("overruns", "rejected_inputs", "nonfinite_torque", "refit_failures")
 
-_LOG = logging.getLogger("adaptive_dynamics.scqp")
-
-
-def _python_log(level: str, text: str, key: Optional[str] = None) -> None:
-    _LOG.log(getattr(logging, level.upper()), text)
-
-
-class SCQPSession:
+class SCQPSession(Reporting):
     """One SCQP controller run in episodes, with its rate, refits and state file.
 
     Parameters
@@ -82,8 +75,8 @@ class SCQPSession:
         self.period_ns = int(round(1e9 / float(rate_hz)))
         self.state_file = state_file
         self.compensates_gravity = bool(compensates_gravity)
-        self.log = log or _python_log
-        self._sink = count
+        super().__init__("scqp", LIVE_COUNTS, log, count)
+        self.counts.update(computed_cycles=0, held_cycles=0)   # figures, in the diagnostics
         ctrl.collect = False
         self.episode = 0
         self.in_episode = False
@@ -98,16 +91,9 @@ class SCQPSession:
         self._save_lock = threading.Lock()
         self.refits = 0
         self.last_refit_s = 0.0
-        self.counts = {"overruns": 0, "rejected_inputs": 0, "refit_failures": 0, "nonfinite_torque": 0,
-                       "computed_cycles": 0, "held_cycles": 0}
         self._solve_us: list = []
         self._cycle_us: list = []
         self._err: list = []
-
-    def _count(self, key: str) -> None:
-        self.counts[key] += 1
-        if self._sink is not None:
-            self._sink(key)
 
     # ------------------------------------------------------------- the cycle
     def held(self, stamp: int, tolerance_ns: int) -> tuple:
@@ -128,12 +114,10 @@ class SCQPSession:
             if self._posture_from_state:
                 ctrl.qp.q_posture = np.array(q, dtype=float)
                 self._posture_from_state = False
-            if self._restart and not self._start_request:
-                ctrl.start_episode(q, v)           # the MRAC reference model from the arm's state again
-                self._restart = False
-            if self._start_request:
+            if self._restart or self._start_request:   # the MRAC reference model from the arm's state
                 ctrl.start_episode(q, v)
                 self._restart = False
+            if self._start_request:
                 self._start_request = False
                 self.episode += 1
                 self.in_episode = True
@@ -334,15 +318,16 @@ class SCQPSession:
                 "refit_running": self.refit_running, "refits": self.refits,
                 "last_refit_s": round(self.last_refit_s, 3),
                 "mrac_adapt": ctrl.mrac.adapt, "mrac_clipped": sum(ctrl.mrac.clip_counts.values()),
-                **{k: v for k, v in self.counts.items() if self._sink is None or k not in LIVE_COUNTS}}
+                "computed_cycles": self.counts["computed_cycles"], "held_cycles": self.counts["held_cycles"],
+                **self.unreported_counts()}
         for k, val in ctrl.mrac.gain_norms.items():
             vals[f"{k}_norm"] = round(val, 6)
-        for name, buf, (a, b) in (("solve", self._solve_us, (50, 100)), ("cycle", self._cycle_us, (50, 99))):
+        for name, buf, top, pct in (("solve", self._solve_us, "max", 100), ("cycle", self._cycle_us, "p99", 99)):
             if buf:
                 t = np.asarray(buf)
                 buf.clear()
-                vals[f"{name}_p50_us"] = round(float(np.percentile(t, a)), 1)
-                vals[f"{name}_{'max' if b == 100 else 'p99'}_us"] = round(float(np.percentile(t, b)), 1)
+                vals[f"{name}_p50_us"] = round(float(np.percentile(t, 50)), 1)
+                vals[f"{name}_{top}_us"] = round(float(np.percentile(t, pct)), 1)
         if self._err:
             e = np.asarray(self._err)
             self._err.clear()

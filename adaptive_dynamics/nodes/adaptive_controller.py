@@ -212,9 +212,6 @@ class AdaptiveControllerNode(JointControllerShell):
         g = {k: np.asarray(p[k], dtype=float) for k in ("lam", "gamma", "p0", "r")}
         g["kd"] = self._kd(p["kd"])
         self.counters.set("kd_source", "model-derived" if g["kd"] is getattr(self, "_kd_model", None) else "parameter")
-        laws = getattr(self, "laws", None)    # (at start: build_laws scales gamma itself)
-        if laws is not None:
-            g["gamma"] = laws.scaled_gamma(g["gamma"])
         g.update({k: float(p[k]) for k in ("filter_lambda", "lambda0", "k0", "k1")})
         g["max_tracking_error"] = float(p["max_tracking_error"]) or np.inf
         return g

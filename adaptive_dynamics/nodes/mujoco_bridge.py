@@ -116,7 +116,8 @@ class MujocoBridgeNode(Node):
         names = [n for n in p["joint_names"] if n] or None
         q0 = None if list(p["q0"]) == [0.0] else np.asarray(p["q0"], dtype=float)
         self.dt = 1.0 / p["rate_hz"]
-        self.plant = MujocoPlant(resolve_urdf(p, self), joint_names=names, reality=RealityConfig.from_node_parameters(p),
+        self.plant = MujocoPlant(resolve_urdf(p, self), joint_names=names,
+                                 reality=RealityConfig.from_node_parameters(p),
                                  timestep=self.dt, integrator=p["integrator"], q0=q0,
                                  end_effector=p["end_effector"])
         self.n = self.plant.n
@@ -149,7 +150,6 @@ class MujocoBridgeNode(Node):
         steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
         self._diag_last = time.monotonic()
         self._done = False
-        self._started = False
         self._start_wall = time.monotonic()
         self._pace_wall = 0.0
         # both modes start once the graph is connected (_ready): checked at 100 Hz until then;
@@ -184,7 +184,6 @@ class MujocoBridgeNode(Node):
                 and state_subs >= max(1, self.p["wait_for_state_subscribers"]))
 
     def _start(self) -> None:
-        self._started = True
         self.stepper.start()
         self._pace_wall = time.monotonic()
         self._publish_state()
@@ -193,6 +192,10 @@ class MujocoBridgeNode(Node):
             self._rt_thread = threading.Thread(target=self._realtime_loop, daemon=True)
             self._rt_thread.start()
         self.get_logger().info(f"started after {time.monotonic() - self._start_wall:.2f} s (wall)")
+
+    @property
+    def _started(self) -> bool:
+        return self.stepper.started
 
     def _now_ns(self) -> int:
         return int(round(self.plant.time * 1e9))

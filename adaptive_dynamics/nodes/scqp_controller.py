@@ -162,6 +162,8 @@ class SCQPControllerNode(JointControllerShell):
                                    compensates_gravity=p["robot_compensates_gravity"],
                                    log=core_logger(self, self.log_throttle), count=self.counters.inc)
         self.ctrl = ctrl
+        # the watchdog's saturation: at the QP's torque bounds (read-only settings)
+        self._qp_bound = self.limit * p["torque_limit_scale"] * (1.0 - 1e-6)
         warn = ("qp_fallbacks", "overruns", "reference_refused_cycles", "rejected_inputs", "refit_failures")
         self.counters.warn_on += warn
         self.counters.update({**{k: 0 for k in warn}, "mode": p["mode"],
@@ -265,8 +267,7 @@ class SCQPControllerNode(JointControllerShell):
         """Publish ``tau`` for ``stamp``; the loop watchdog sees every torque applied (task
         space: saturation only, at the QP's torque bounds)."""
         if watch and self.p["watchdog"]:
-            bound = self.limit * self.p["torque_limit_scale"] * (1.0 - 1e-6)
-            if self.loop_watch.update(stamp * 1e-9, None, np.sign(tau) * (np.abs(tau) >= bound)):
+            if self.loop_watch.update(stamp * 1e-9, None, np.sign(tau) * (np.abs(tau) >= self._qp_bound)):
                 self._trip()
                 tau = self._safe_command()
                 self.session.answered_safe(stamp)
