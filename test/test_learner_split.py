@@ -107,7 +107,7 @@ def remove(ros, node):
 
 def test_snapshots_flow_and_prediction_uses_the_applied_version(ros, model):
     N = 120
-    upd = ros.add(ModelUpdateNode, robot=ROBOT, learner="rbfn", learner_config=json.dumps(CFG), warmup=30,
+    upd = ros.add(ModelUpdateNode, robot=ROBOT, target_torque="measured", learner="rbfn", learner_config=json.dumps(CFG), warmup=30,
                   learn_decimation=1, block_size=10, publish_period=0.02, hint_lead=0.02, diagnostics_period=0.2)
     pred = ros.add(PredictionNode, robot=ROBOT, learner="rbfn", prediction_lead=LEAD, monitor_decimation=1,
                    diagnostics_period=0.2)
@@ -382,7 +382,7 @@ def test_lead_extrapolation_and_holding_the_last_output(ros, model, monkeypatch)
 
 def test_torque_target_learns_the_measured_torque(ros, model):
     N = 60
-    upd = ros.add(ModelUpdateNode, robot=ROBOT, learner="gmm", target="torque", warmup=20, learn_decimation=1,
+    upd = ros.add(ModelUpdateNode, robot=ROBOT, target_torque="measured", learner="gmm", target="torque", warmup=20, learn_decimation=1,
                   block_size=10, publish_period=0.02, learner_config='{"max_components": 8}')
     probe = Probe(ros, model.joint_names)
     probe.listen_models()
@@ -410,7 +410,7 @@ def test_torque_target_learns_the_measured_torque(ros, model):
 def test_restart_continues_versions_and_reloads_the_model(ros, model, tmp_path):
     upd_file, pred_file = tmp_path / "model.snap", tmp_path / "prediction.snap"
     N = 50
-    kw = dict(robot=ROBOT, learner="gmm", warmup=20, learn_decimation=1, block_size=10, publish_period=0.02,
+    kw = dict(robot=ROBOT, target_torque="measured", learner="gmm", warmup=20, learn_decimation=1, block_size=10, publish_period=0.02,
               learner_config='{"max_components": 8}', model_file=str(upd_file))
     upd = ros.add(ModelUpdateNode, **kw)
     pred = ros.add(PredictionNode, robot=ROBOT, learner="gmm", model_file=str(pred_file))
@@ -509,7 +509,7 @@ def test_a_restart_without_a_file_is_a_new_epoch(ros, model):
     prediction node holding a higher version of the old epoch takes the new run's
     snapshots (created later) at once; so it does after a publisher's huge version."""
     N = 50
-    kw = dict(robot=ROBOT, learner="gmm", warmup=20, learn_decimation=1, block_size=10, publish_period=0.02,
+    kw = dict(robot=ROBOT, target_torque="measured", learner="gmm", warmup=20, learn_decimation=1, block_size=10, publish_period=0.02,
               learner_config='{"max_components": 8}')
     upd = ros.add(ModelUpdateNode, **kw)
     pred = ros.add(PredictionNode, robot=ROBOT, learner="gmm")
@@ -553,7 +553,7 @@ def test_a_restart_without_a_file_is_a_new_epoch(ros, model):
 
 
 def test_an_oversize_learner_state_is_encoded_once(ros, model):
-    upd = ros.add(ModelUpdateNode, robot=ROBOT, learner="rbfn", learner_config=json.dumps(CFG), warmup=20,
+    upd = ros.add(ModelUpdateNode, robot=ROBOT, target_torque="measured", learner="rbfn", learner_config=json.dumps(CFG), warmup=20,
                   learn_decimation=1, block_size=40, publish_period=0.01, max_snapshot_bytes=1024)
     probe = Probe(ros, model.joint_names)
     names = model.joint_names
@@ -578,7 +578,7 @@ def test_an_oversize_learner_state_is_encoded_once(ros, model):
 
 def test_autosave_saves_what_is_learnt_without_waiting(ros, model, tmp_path):
     path = tmp_path / "model.snap"
-    upd = ros.add(ModelUpdateNode, robot=ROBOT, learner="gmm", warmup=20, learn_decimation=1, block_size=10,
+    upd = ros.add(ModelUpdateNode, robot=ROBOT, target_torque="measured", learner="gmm", warmup=20, learn_decimation=1, block_size=10,
                   publish_period=0.02, learner_config='{"max_components": 8}', model_file=str(path),
                   autosave_period=0.05, diagnostics_period=0.05)
     probe = Probe(ros, model.joint_names)
@@ -601,7 +601,7 @@ def test_autosave_saves_what_is_learnt_without_waiting(ros, model, tmp_path):
 
 def test_residual_learner_hints_the_reference_at_the_prediction_lead(ros, model):
     from adaptive_dynamics.nodes.residual_learner import ResidualLearnerNode
-    node = ros.add(ResidualLearnerNode, robot=ROBOT, learner="rbfn", learner_config=json.dumps(CFG),
+    node = ros.add(ResidualLearnerNode, robot=ROBOT, target_torque="measured", learner="rbfn", learner_config=json.dumps(CFG),
                    prediction_lead=LEAD, warmup=20)
     probe = Probe(ros, model.joint_names)
     hints = []

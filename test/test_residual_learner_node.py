@@ -44,6 +44,7 @@ def motion(model, N=N):
     q = Q + 0.01 * np.cos(3 * t)[:, None]        # the robot lags the reference a little
     v = QD - 0.02 * np.sin(3 * t)[:, None]
     tau = 1.5 * v + 0.4 * np.tanh(v / 0.05) + np.sin(q)   # "measured" torque
+    # (the first test's commanded torque: the measured one without a 0.3 N m sensor bias)
     pt = 0.3 * np.sin(q) + 0.1                             # the controller's Y pi_hat
     return Q, QD, QDD, q, v, tau, pt
 
@@ -56,6 +57,7 @@ class Probe:
         self.state = self.node.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
         self.ptorque = self.node.create_publisher(JointState, "adaptive/parametric_torque", PUBLISHER_STREAM_QOS)
         self.update = self.node.create_publisher(JointState, "adaptive/parameter_update", PUBLISHER_STREAM_QOS)
+        self.cmd = self.node.create_publisher(JointState, "controller/tracking_error", PUBLISHER_STREAM_QOS)
         self.ref = self.node.create_publisher(JointTrajectory, "reference", REFERENCE_QOS)
         self.res, self.mon = [], []
         # the checks are exactly-once: a deep reader queue, so a test thread that is slow to
@@ -64,10 +66,14 @@ class Probe:
         self.node.create_subscription(JointState, "feedforward/residual", self.res.append, deep)
         self.node.create_subscription(JointState, "residual_learner/prediction", self.mon.append, deep)
 
-    def send(self, k, q, v, tau, pt):
+    def send(self, k, q, v, tau, pt, cmd=None):
         r = slice(None, None, -1)
+        if cmd is not None and k % 2:   # (a command may come before its state: it waits)
+            self.cmd.publish(joint_state_msg(k * DT, self.rev, effort=cmd[r]))
         self.state.publish(joint_state_msg(k * DT, self.rev, q[r], v[r], tau[r]))
         self.ptorque.publish(joint_state_msg(k * DT, self.rev, effort=pt[r]))
+        if cmd is not None and not k % 2:
+            self.cmd.publish(joint_state_msg(k * DT, self.rev, effort=cmd[r]))
 
 
 def by_stamp(msgs, names):
@@ -85,9 +91,11 @@ def test_learns_by_stamp_and_name_publishes_ahead_and_switches(ros, model):
     probe = Probe(ros, model.joint_names)
     names = model.joint_names
     Q, QD, QDD, q, v, tau, pt = motion(model)
+    cmd = tau - 0.3   # target_torque commanded (the default): the sensor's bias never reaches the target
     probe.ref.publish(reference_batch_msg(0, DT, names, Q, QD, QDD))
     assert ros.spin_until(lambda: len(node.refs) == len(Q) and probe.state.get_subscription_count() > 0
-                          and probe.ptorque.get_subscription_count() > 0, timeout=10.0), (len(node.refs), node.refs.counters, node.counters.as_dict())
+                          and probe.ptorque.get_subscription_count() > 0 and probe.cmd.get_subscription_count() > 0,
+                          timeout=10.0), (len(node.refs), node.refs.counters, node.counters.as_dict())
     ref_core = OnlineResidual(model, "rbfn", {"n_basis": 64, "width": 0.4}, learn_every=2, warmup=50,
                               threaded=False)
     d = 0.02 * np.abs(model.parameters) * np.cos(np.arange(model.n_params))
@@ -97,8 +105,8 @@ def test_learns_by_stamp_and_name_publishes_ahead_and_switches(ros, model):
             probe.update.publish(joint_state_msg(k * DT, model.parameter_names, q=d))
             assert ros.spin_until(lambda: node.core.counters["updates_received"] == 1, timeout=10.0)
             ref_core.add_parameter_update(d)
-        probe.send(k, q[k], v[k], tau[k], pt[k])
-        ref_core.add_sample(np.concatenate([q[k], v[k], QDD[k]]), tau[k] - pt[k])
+        probe.send(k, q[k], v[k], tau[k], pt[k], cmd[k])
+        ref_core.add_sample(np.concatenate([q[k], v[k], QDD[k]]), cmd[k] - pt[k])
         # paced like a real stream (the 1 kHz subscriptions keep the latest 10, as for control)
         assert ros.spin_until(lambda: node.core.counters["samples_offered"] == k + 1, timeout=10.0)
     assert ros.spin_until(lambda: node.core.counters["samples_offered"] == N, timeout=20.0)
@@ -125,13 +133,13 @@ def test_learns_by_stamp_and_name_publishes_ahead_and_switches(ros, model):
     # frozen model (learning off): the published residual is the model's prediction for the
     # *reference* state of that stamp; output off: zeros, while the monitor keeps predicting
     node.set_parameters(to_parameters({"learning": False}))
-    probe.send(N, q[N], v[N], tau[N], pt[N])
+    probe.send(N, q[N], v[N], tau[N], pt[N], cmd[N])
     k_new = N + (int(LEAD * 1e9) // DT)
     assert ros.spin_until(lambda: to_ns(probe.res[-1].header.stamp) == k_new * DT, timeout=10.0)
     got = by_stamp(probe.res, names)
     np.testing.assert_allclose(got[k_new * DT][0], node.core.predict(X[k_new]), rtol=1e-12)
     node.set_parameters(to_parameters({"output": False}))
-    probe.send(N + 1, q[N + 1], v[N + 1], tau[N + 1], pt[N + 1])
+    probe.send(N + 1, q[N + 1], v[N + 1], tau[N + 1], pt[N + 1], cmd[N + 1])
     assert ros.spin_until(lambda: to_ns(probe.mon[-1].header.stamp) >= (k_new + 1) * DT if probe.mon else False,
                           timeout=10.0)
     ros.spin_for(0.2)
@@ -142,7 +150,7 @@ def test_learns_by_stamp_and_name_publishes_ahead_and_switches(ros, model):
 
     # a jump ahead (a late start, a stall): no residuals for the instants skipped
     before, lead_steps, k_jump = len(probe.res), int(LEAD * 1e9) // DT, N + 12
-    probe.send(k_jump, q[k_jump], v[k_jump], tau[k_jump], pt[k_jump])
+    probe.send(k_jump, q[k_jump], v[k_jump], tau[k_jump], pt[k_jump], cmd[k_jump])
     assert ros.spin_until(lambda: to_ns(probe.res[-1].header.stamp) == (k_jump + lead_steps) * DT, timeout=10.0)
     assert [to_ns(m.header.stamp) for m in probe.res[before:]] == \
         list(range(k_jump * DT, (k_jump + lead_steps) * DT + 1, DT))
@@ -151,7 +159,7 @@ def test_learns_by_stamp_and_name_publishes_ahead_and_switches(ros, model):
 def test_bad_input_is_rejected_and_counted(ros, model, tmp_path):
     path = tmp_path / "residual.npz"
     node = ros.add(ResidualLearnerNode, robot=ROBOT, learner="gmm", warmup=20, learn_decimation=1,
-                   prediction_lead=0.0, model_file=str(path))
+                   prediction_lead=0.0, model_file=str(path), target_torque="measured")
     probe = Probe(ros, model.joint_names)
     names = model.joint_names
     Q, QD, QDD, q, v, tau, pt = motion(model, N=80)

@@ -95,7 +95,8 @@ def run_graph_once(robot: str, learner: str, transform: bool, phases: list[float
 
     duration = float(sum(phases))
     boundaries = list(np.cumsum(phases)[:3])
-    lrn = {"learner": learner, "transform": bool(transform), "monitor_decimation": 10,
+    # the paper's residual of the measured torque (the node's default learns the commanded one)
+    lrn = {"learner": learner, "transform": bool(transform), "monitor_decimation": 10, "target_torque": "measured",
            **learner_settings(learner, phases, trajectory), **PHASE_SETTINGS[1]["residual_learner"]}
     if learner_config:   # on top of the experiment's own settings
         import json

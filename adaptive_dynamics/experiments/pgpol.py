@@ -512,7 +512,9 @@ def run_graph(robot: str, spec: dict, bag: str, *, echo: bool = False, timeout: 
                      + (["learner/prediction"] if lrn else [])},
     }
     if lrn:
-        overrides["model_update"] = {"learner": lrn["kind"], "target": "torque", "warmup": 20,
+        # the measured torque, as these runs were made (the node's default learns the commanded one)
+        overrides["model_update"] = {"learner": lrn["kind"], "target": "torque", "target_torque": "measured",
+                                     "warmup": 20,
                                      "acceleration": "measured", "queue_limit": QUEUE_LIMIT,
                                      "reliable_streams": LEARNER_RELIABLE,
                                      "learner_config": json.dumps(lrn.get("config", {})),

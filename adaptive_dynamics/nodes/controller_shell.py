@@ -72,7 +72,8 @@ def shell_specs() -> list[ParamSpec]:
                   " (control.gains.safe_damping: K_D dt / (M_jj + armature) <= 0.2 at 1 kHz, <= 20 % of the effort"
                   " limit per rad/s)", min=0.0, max=1e3),
         ParamSpec("publish_tracking_error", False, "publish controller/tracking_error (JointState:"
-                  " position = q_d - q, velocity = qd_d - qd, effort = command) every cycle"),
+                  " position = q_d - q, velocity = qd_d - qd, effort = command) every cycle; false: only while"
+                  " something subscribes (e.g. a learner with target_torque commanded)"),
         ParamSpec("diagnostics_period", 1.0, "diagnostics publishing period [s] (wall)", min=0.05, max=60.0),
         ParamSpec("hot_path_thread", True, "take joint_states and references on a lean companion node"
                   " (<name>_io) with its own executor thread (lower latency; see HotPath)", read_only=True),
@@ -205,7 +206,7 @@ class JointControllerShell(Node):
         raise NotImplementedError
 
     def _after_command(self, stamp: int, q, v, ref, qd, tau) -> None:
-        if self.p["publish_tracking_error"]:
+        if self.p["publish_tracking_error"] or self.pub_err.get_subscription_count():
             self.pub_err.publish(joint_state_msg(stamp, self.model.joint_names, ref.q - q, qd - v, tau))
 
     def _diagnostics(self) -> None:

@@ -9,8 +9,11 @@ process) and the PGPOL split's ``model_update`` (learning) and ``prediction``.
   (q, qd and the measured torque), ``adaptive/parametric_torque`` and ``reference``
   matched **by stamp**, joints by name; ``adaptive/parameter_update`` checked and handed
   to the core in stream order.  ``target: residual`` learns
-  ``y = tau_measured - tau_parametric``; ``target: torque`` learns the measured torque
-  itself (no parametric model: the state alone makes the sample).
+  ``y = tau - tau_parametric``; ``target: torque`` learns the torque ``tau`` itself (no
+  parametric model).  ``tau`` is the measured joint torque (``target_torque:
+  measured``, the state's ``effort``) or the torque the controller commanded for that
+  state (``commanded``: ``controller/tracking_error``'s ``effort``, matched by stamp):
+  feedback-error learning, which a torque-sensor bias or noise cannot enter.
 * :class:`ResidualOutput` -- the stamped ``feedforward/residual`` stream: on each state
   stamped ``t`` one message per reference point in ``(last published, t + lead]`` and
   not before ``t``, predicted from the reference state ``(q_d, qd_d, qdd_d)`` and
@@ -81,6 +84,11 @@ def learner_specs() -> list[ParamSpec]:
                   min=0.0, max=10.0, read_only=True),
         ParamSpec("acceleration_limit", 10.0, "rad/s^2: the acceleration range of rbfn_box limits",
                   min=1e-3, read_only=True),
+        ParamSpec("target_torque", "commanded", "the torque tau of the target (tau - parametric torque):"
+                  " commanded (the controller's command for the state, controller/tracking_error; a"
+                  " torque-sensor bias or noise cannot enter the feed-forward, and joint_states needs no"
+                  " efforts) | measured (joint_states effort)", choices=["commanded", "measured"],
+                  read_only=True),
         ParamSpec("acceleration", "desired", "qdd of the learning input: desired (reference) | measured"
                   " (filtered difference of the measured velocity)", choices=["desired", "measured"],
                   read_only=True),
@@ -146,9 +154,10 @@ def make_core(p, model, config: dict, *, transform: Optional[bool] = None, prior
 class SampleAssembler:
     """Learning samples from the streams, matched by stamp (see the module docstring).
 
-    A sample is assembled when the parametric torque of a stamp arrives (the state and
-    the reference of that stamp are buffered; a parametric torque that comes first waits
-    for its state), or with ``target="torque"`` when the state arrives.  Its
+    A sample is assembled when the last of its parts has arrived: the state, its
+    parametric torque (``target="residual"``) and, with ``torque="commanded"``, the
+    command for it (:meth:`on_command`); parts that come before their state wait for it
+    (``buffer`` stamps at most).  Its
     ``qdd`` is the reference's acceleration at the state's stamp
     (``acceleration="desired"``) or the low-pass filtered backward difference of the
     measured velocity (``"measured"``).  ``hint_lead_ns`` (not None): on every state
@@ -162,10 +171,15 @@ class SampleAssembler:
 
     def __init__(self, core: OnlineResidual, names, refs: ReferenceBuffer, counters,
                  reject: Callable[[str, Exception], None], *, param_names, target: str = "residual",
-                 acceleration: str = "desired", acceleration_filter_hz: float = 20.0,
+                 torque: str = "measured", acceleration: str = "desired", acceleration_filter_hz: float = 20.0,
                  hint_lead_ns: Optional[int] = None, buffer: int = BUFFER):
         if target not in ("residual", "torque"):
             raise ValueError(f"target must be 'residual' or 'torque', got {target!r}")
+        if torque not in ("measured", "commanded"):
+            raise ValueError(f"torque must be 'measured' or 'commanded', got {torque!r}")
+        self.torque = torque
+        #: the parts a sample waits for besides its state
+        self._needs = (("pt",) if target == "residual" else ()) + (("cmd",) if torque == "commanded" else ())
         self.core = core
         self.names = list(names)
         self.n = len(self.names)
@@ -180,8 +194,8 @@ class SampleAssembler:
         self.mapper = JointStateMapper(self.names)
         self.param_names = list(param_names)
         self._lock = threading.Lock()
-        self._states: OrderedDict = OrderedDict()    # stamp -> (q, v, tau, qdd_measured)
-        self._ptorques: OrderedDict = OrderedDict()  # stamp -> parametric torque (arrived first)
+        self._states: OrderedDict = OrderedDict()    # stamp -> (q, v, tau measured or None, qdd_measured)
+        self._parts: OrderedDict = OrderedDict()     # stamp -> {"pt": parametric torque, "cmd": command}
         self._last_state = None   # (stamp, v) for acceleration: measured
         self._acc = np.zeros(self.n)
         self._x = np.empty(3 * self.n)
@@ -197,8 +211,10 @@ class SampleAssembler:
         was rejected or out of order."""
         try:
             stamp, q, v, tau = self.mapper.map(msg)
-            if v is None or tau is None:
-                raise ValueError("joint_states needs velocities and efforts (the measured torque)")
+            if v is None or (tau is None and self.torque == "measured"):
+                raise ValueError("joint_states needs velocities and efforts (the measured torque; without"
+                                 " efforts: target_torque commanded)" if v is not None else
+                                 "joint_states needs velocities")
         except ValueError as exc:
             self.reject("joint_states", exc)
             return None
@@ -209,17 +225,31 @@ class SampleAssembler:
             acc = None
             if self.acceleration == "measured":
                 acc = self._measured_acc(stamp, v)
-            self._states[stamp] = (q.copy(), v.copy(), tau.copy(), acc)
+            self._states[stamp] = (q.copy(), v.copy(), None if tau is None else tau.copy(), acc)
             while len(self._states) > self.buffer:
                 self._states.popitem(last=False)
-            pt = self._ptorques.pop(stamp, None)
         if self.hint_lead_ns is not None:
             self._hint(stamp)
-        if self.target == "torque":
-            self._learn(stamp, self._zeros)
-        elif pt is not None:
-            self._learn(stamp, pt)
+        self._arrived(stamp, None, None)
         return stamp
+
+    def _arrived(self, stamp: int, part: Optional[str], value) -> None:
+        """``part`` of ``stamp`` arrived (None: its state); the sample is learnt once it is whole."""
+        with self._lock:
+            parts = self._parts.get(stamp)
+            if part is not None:
+                if parts is None:
+                    if self._states and stamp < next(iter(self._states)):
+                        return                      # its state is gone from the buffer already
+                    parts = self._parts[stamp] = {}
+                    while len(self._parts) > self.buffer:
+                        self._parts.popitem(last=False)
+                parts[part] = value
+            if stamp not in self._states or any(k not in (parts or ()) for k in self._needs):
+                return
+            self._parts.pop(stamp, None)
+        parts = parts or {}
+        self._learn(stamp, parts.get("pt", self._zeros), parts.get("cmd"))
 
     def _hint(self, stamp: int) -> None:
         ahead = self.refs.between(stamp - 1, stamp + int(self.hint_lead_ns))
@@ -245,19 +275,25 @@ class SampleAssembler:
         except ValueError as exc:
             self.reject("parametric_torque", exc)
             return
-        with self._lock:
-            if stamp not in self._states:   # the state has not arrived yet: keep it for on_state
-                self._ptorques[stamp] = pt
-                while len(self._ptorques) > self.buffer:
-                    self._ptorques.popitem(last=False)
-                return
-        self._learn(stamp, pt)
+        self._arrived(stamp, "pt", pt)
 
-    def _learn(self, stamp: int, pt: np.ndarray) -> None:
+    def on_command(self, msg: JointState) -> None:
+        """A ``controller/tracking_error`` (``effort``: the torque commanded for the state
+        of its stamp), with ``torque="commanded"``."""
+        try:
+            stamp, cmd = vector_from_msg(msg, self.names, "effort", where="controller/tracking_error")
+        except ValueError as exc:
+            self.reject("command", exc)
+            return
+        self._arrived(stamp, "cmd", cmd)
+
+    def _learn(self, stamp: int, pt: np.ndarray, cmd: Optional[np.ndarray]) -> None:
         if not self.core.learning:
             return
         with self._lock:
             q, v, tau, acc = self._states[stamp]
+        if cmd is not None:
+            tau = cmd
         if acc is None:
             ref = self.refs.lookup(stamp, 0, 0)
             if ref is None or ref.qdd is None:

@@ -34,8 +34,8 @@ from .learner_streams import (SampleAssembler, close_learner, learner_config, le
 
 def specs() -> list[ParamSpec]:
     return robot_specs() + learner_specs() + [
-        ParamSpec("target", "residual", "residual: learn tau_measured - adaptive/parametric_torque (next to the"
-                  " adaptive controller) | torque: learn the measured torque itself (no parametric model; the"
+        ParamSpec("target", "residual", "residual: learn tau - adaptive/parametric_torque (next to the"
+                  " adaptive controller; tau: target_torque) | torque: learn tau itself (no parametric model; the"
                   " parametric torque and parameter updates are not used)", choices=["residual", "torque"],
                   read_only=True),
         ParamSpec("publish_period", 0.1, "s (wall) between learner/model snapshots at most; one is published"
@@ -96,7 +96,8 @@ class ModelUpdateNode(Node):
 
         self.counters = Counters("model_update", self.get_fully_qualified_name(),
                                  warn_on=("joint_states_rejected", "reference_rejected", "parametric_torque_rejected",
-                                          "parameter_update_rejected", "sample_rejected", "snapshots_oversize"))
+                                          "command_rejected", "parameter_update_rejected", "sample_rejected",
+                                          "snapshots_oversize"))
         for k in ("snapshots_published", "bytes_published", "snapshots_oversize"):
             self.counters.set(k, 0)
         self.counters.set("epoch", self.epoch)
@@ -104,7 +105,7 @@ class ModelUpdateNode(Node):
         self.refs = ReferenceBuffer(self.names, capacity=4096, where="reference")
         self.samples = SampleAssembler(self.core, self.names, self.refs, self.counters, self._reject,
                                        param_names=self.model.parameter_names, target=p["target"],
-                                       acceleration=p["acceleration"],
+                                       torque=p["target_torque"], acceleration=p["acceleration"],
                                        acceleration_filter_hz=p["acceleration_filter_hz"],
                                        hint_lead_ns=int(p["hint_lead"] * 1e9))
         self._last_save = time.monotonic()
@@ -118,6 +119,9 @@ class ModelUpdateNode(Node):
         io.create_subscription(JointTrajectory, "reference", self._on_reference, REFERENCE_QOS, raw=True)
         io.create_subscription(JointState, "joint_states", self.samples.on_state, stream_qos(p["reliable_streams"]),
                                raw=True)
+        if p["target_torque"] == "commanded":
+            io.create_subscription(JointState, "controller/tracking_error", self.samples.on_command,
+                                   DEEP_RELIABLE_QOS)
         if not self.torque_target:
             io.create_subscription(JointState, "adaptive/parametric_torque", self.samples.on_parametric_torque,
                                    DEEP_RELIABLE_QOS)

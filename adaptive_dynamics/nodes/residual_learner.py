@@ -52,11 +52,13 @@ class ResidualLearnerNode(Node):
 
         self.counters = Counters("residual_learner", self.get_fully_qualified_name(),
                                  warn_on=("joint_states_rejected", "reference_rejected", "parametric_torque_rejected",
-                                          "parameter_update_rejected", "sample_rejected", "prediction_failed"))
+                                          "command_rejected", "parameter_update_rejected", "sample_rejected",
+                                          "prediction_failed"))
         self.log_throttle = Throttle(1.0)
         self.refs = ReferenceBuffer(self.names, capacity=4096, where="reference")
         self.samples = SampleAssembler(self.core, self.names, self.refs, self.counters, self._reject,
-                                       param_names=self.model.parameter_names, acceleration=p["acceleration"],
+                                       param_names=self.model.parameter_names, torque=p["target_torque"],
+                                       acceleration=p["acceleration"],
                                        acceleration_filter_hz=p["acceleration_filter_hz"],
                                        hint_lead_ns=int(p["prediction_lead"] * 1e9))
         self.p.on_change("prediction_lead", lambda _n, v: setattr(self.samples, "hint_lead_ns", int(v * 1e9)))
@@ -75,6 +77,9 @@ class ResidualLearnerNode(Node):
         io.create_subscription(JointState, "adaptive/parametric_torque", self.samples.on_parametric_torque,
                                DEEP_RELIABLE_QOS)
         io.create_subscription(JointState, "adaptive/parameter_update", self._on_update, DEEP_RELIABLE_QOS)
+        if p["target_torque"] == "commanded":
+            io.create_subscription(JointState, "controller/tracking_error", self.samples.on_command,
+                                   DEEP_RELIABLE_QOS)
         self.create_service(Trigger, "~/save_model", self._srv_save)
         self.create_service(Trigger, "~/reset_model", self._srv_reset)
         steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
