@@ -110,7 +110,7 @@ def test_ardl_on_a_urdf_robot(tmp_path, capsys):
 
 def test_scqp_and_consistency_on_urdf_robots(tmp_path, capsys):
     from adaptive_dynamics.experiments import consistency, scqp
-    assert scqp.main(["--out", str(tmp_path / "s"), "--quick", "--robots", UR5, "--jobs", "1"]) == 0
+    assert scqp.main(["--out", str(tmp_path / "s"), "--quick", "--robots", UR5, "--jobs", "1", "--mode", "project"]) == 0
     res = _last_json(capsys)
     row = res["table"]["ur5_robot/z"]
     urdf = resolve_robot(UR5).urdf

@@ -248,3 +248,21 @@ def test_watchdog_trips_a_gain_set_the_loop_cannot_take_and_keeps_what_was_learn
     res = _trigger(ros, ctl, probe, "reset_watchdog")
     assert res.success and not ctl.loop_watch.tripped
     assert ros.spin_until(lambda: ctl.session.counts["computed_cycles"] > computed, timeout=30.0)
+
+
+def test_the_papers_settings_reach_the_controller_and_bad_bounds_are_refused(ros):
+    """The node's parameters of the departures (docs/decisions.md) give the controller
+    control.scqp.PAPER's settings; the defaults are PROJECT's."""
+    from adaptive_dynamics.control.scqp import PAPER, PROJECT
+    for settings, params in ((PAPER, dict(residual_inertia_bounds=[], mrac_reference="paper", mrac_basis="state",
+                                          gp_prior_mean="zero", gp_target_acceleration="commanded")),
+                             (PROJECT, {})):
+        ctl = _scqp(ros, use_sim_time=False, **params).ctrl
+        assert ctl.qp.residual_inertia_bounds == settings["qp"]["residual_inertia_bounds"]
+        assert ctl.mrac.reference == settings["mrac"]["reference"]
+        assert ctl.mrac.rbf_velocity == settings["mrac"]["rbf_velocity"]
+        assert ctl.mrac.n_rbf == 3 ** (6 if settings["mrac"]["rbf_velocity"] else 3)
+        assert ctl.residual.gp.prior_mean == settings["residual"]["prior_mean"]
+        assert ctl.target_acceleration == settings["target_acceleration"]
+    with pytest.raises(Exception, match="lo, hi"):
+        _scqp(ros, use_sim_time=False, residual_inertia_bounds=[1.2, 0.8])

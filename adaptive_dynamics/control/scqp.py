@@ -45,6 +45,18 @@ from .mrac import TaskSpaceMRAC
 from .qp_id import QPInverseDynamics, QPResult
 
 MODES = ("scqp", "gp_pid", "mrac")
+#: the paper as written (Khadivar et al.): every departure of this implementation off --
+#: ``SCQPController(**PAPER)`` (each entry is a named option; docs/decisions.md measures them)
+PAPER = {"qp": {"residual_inertia_bounds": None},           # eq. 12: E as learned
+         "mrac": {"reference": "paper", "rbf_velocity": True},  # eq. 4/8; Phi over e in R^2l
+         "residual": {"prior_mean": "zero"},                # the GP on the rigid-body prior
+         "target_acceleration": "commanded"}                # e_t at the QP's planned qdd_{t+1}
+#: this implementation's defaults, the same keys (what ``PAPER`` switches off)
+PROJECT = {"qp": {"residual_inertia_bounds": (0.8, 1.25)},
+           "mrac": {"reference": "trajectory", "rbf_velocity": False},
+           "residual": {"prior_mean": "data"},
+           "target_acceleration": "measured"}
+TARGET_ACCELERATIONS = ("measured", "commanded")
 
 
 class ResidualModel:
@@ -60,10 +72,14 @@ class ResidualModel:
         Training-set cap of the GP (FIFO).
     length_scale, signal_var, noise_var, optimize, max_iter:
         :class:`~adaptive_dynamics.learning.gp.ExactGP`'s (standardised units).
+    prior_mean:
+        ``"data"`` (default): away from its data the GP returns the data's mean residual;
+        ``"zero"`` (the paper): it returns zero, i.e. the rigid-body model.
     """
 
     def __init__(self, model, *, subsample: int = 5, max_points: int = 2000, length_scale=None,
-                 signal_var: float = 1.0, noise_var: float = 0.01, optimize: bool = False, max_iter: int = 50):
+                 signal_var: float = 1.0, noise_var: float = 0.01, optimize: bool = False, max_iter: int = 50,
+                 prior_mean: str = "data"):
         if int(subsample) < 1 or int(max_points) < 1:
             raise ValueError("subsample and max_points must be >= 1")
         self.model = model
@@ -72,7 +88,8 @@ class ResidualModel:
         if length_scale is None:     # sqrt(3n) standardised units: the SCQP tables were made with it
             length_scale = float(np.sqrt(3 * n))
         self.gp = ExactGP(3 * n, n, length_scale=length_scale, signal_var=signal_var, noise_var=noise_var,
-                          max_points=int(max_points), refit_every=10 ** 9, optimize=optimize, max_iter=max_iter)
+                          max_points=int(max_points), refit_every=10 ** 9, optimize=optimize, max_iter=max_iter,
+                          prior_mean=prior_mean)
         self._offered = 0
         self._X: list = []
         self._Y: list = []
@@ -82,8 +99,10 @@ class ResidualModel:
         """e = tau - h_bar(q, qd, qdd) (the sign convention of the module docstring)."""
         return np.asarray(tau, dtype=float) - self.model.inverse_dynamics(q, v, qdd)
 
-    def add(self, q, v, qdd, tau) -> bool:
-        """Offer one sample; every ``subsample``-th finite one is kept.  Returns kept."""
+    def add(self, q, v, qdd, tau, qdd_target=None) -> bool:
+        """Offer one sample: input ``(q, v, qdd)``, target ``tau - h_bar(q, v, qdd_target)``
+        (``qdd_target`` default ``qdd``; the paper's: the planned acceleration); every
+        ``subsample``-th finite one is kept.  Returns kept."""
         self._offered += 1
         if (self._offered - 1) % self.subsample:
             return False
@@ -92,7 +111,9 @@ class ResidualModel:
         if x.shape != (3 * self.n,) or tau.shape != (self.n,) or not (np.isfinite(x).all()
                                                                      and np.isfinite(tau).all()):
             return False
-        e = self.target(q, v, qdd, tau)
+        e = self.target(q, v, qdd if qdd_target is None else qdd_target, tau)
+        if not np.isfinite(e).all():
+            return False
         self._X.append(x)
         self._Y.append(e)
         return True
@@ -205,15 +226,26 @@ class SCQPController(NpzState):
         Keyword arguments of :class:`~.qp_id.QPInverseDynamics`,
         :class:`~.mrac.TaskSpaceMRAC` (default here ``reference="trajectory"``; the
         paper's ``"paper"`` lags a moving target) and :class:`ResidualModel`.
+    target_acceleration:
+        A GP sample of the torque ``tau_t``: ``"measured"`` (default) input and target at
+        the acceleration ``tau_t`` produced (the velocity difference over its period);
+        ``"commanded"`` (the paper, sec. IV-B) input ``(q_t, qd_t, qdd_t)`` with the
+        acceleration measured before, target ``tau_t - h_bar(q_t, qd_t, qdd_{t+1})`` at
+        the acceleration the QP planned -- which the QP's own equality makes the GP's
+        previous output: as written, the GP learns what it already predicts.
+    :data:`PAPER` holds the settings of the paper as written, :data:`PROJECT` the defaults.
     """
 
     STATE_WHAT = "an SCQP state file"
 
     def __init__(self, model, *, dt: float, mode: str = "scqp", kp_task: float = 400.0, kd_task: float = 40.0,
                  ki_task: float = 0.0, qp: Optional[Dict[str, Any]] = None, mrac: Optional[Dict[str, Any]] = None,
-                 residual: Optional[Dict[str, Any]] = None):
+                 residual: Optional[Dict[str, Any]] = None, target_acceleration: str = "measured"):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if target_acceleration not in TARGET_ACCELERATIONS:
+            raise ValueError(f"target_acceleration must be one of {TARGET_ACCELERATIONS}, got {target_acceleration!r}")
+        self.target_acceleration = target_acceleration
         self.model, self.dt, self.mode = model, float(dt), mode
         n = self.n = model.n
         self.qp = QPInverseDynamics(model, dt=dt, **(qp or {}))
@@ -224,7 +256,7 @@ class SCQPController(NpzState):
         self._residual_kwargs = dict(residual or {})
         self.mrac = TaskSpaceMRAC(**self._mrac_kwargs)
         self.residual = ResidualModel(model, **self._residual_kwargs)
-        self._prev = None            # (q, v, tau) of the previous cycle
+        self._prev = None            # (q, v, tau, measured qdd, planned qdd) of the previous cycle
         self._qdd = np.zeros(n)      # measured acceleration of the last period
         self._int = np.zeros(3)
         self.episode = 0
@@ -257,10 +289,13 @@ class SCQPController(NpzState):
         q = np.asarray(q, dtype=float)
         v = np.asarray(v, dtype=float)
         if self._prev is not None:
-            qp_, vp_, taup = self._prev
+            qp_, vp_, taup, qdd_then, qdd_plan = self._prev
             self._qdd = (v - vp_) / self.dt
             if self.uses_gp and self.collect:
-                self.residual.add(qp_, vp_, self._qdd, taup)
+                if self.target_acceleration == "measured":    # what tau_t produced
+                    self.residual.add(qp_, vp_, self._qdd, taup)
+                else:   # the paper: input (q_t, qd_t, qdd_t), target at the planned qdd_{t+1}
+                    self.residual.add(qp_, vp_, qdd_then, taup, qdd_target=qdd_plan)
         kin = self.qp.kinematics(q, v)          # shared with the QP below
         T, J = kin[0], kin[1]
         x, xd = T[:3, 3], J[:3] @ v
@@ -275,7 +310,7 @@ class SCQPController(NpzState):
         out = self.qp.solve(q, v, xdd_r, R_des=R_d, w_des=w_d, wdot_des=wdot_d, residual=res,
                             qdd_measured=self._qdd, kinematics=kin)
         self.last = out
-        self._prev = (q.copy(), v.copy(), out.tau.copy())
+        self._prev = (q.copy(), v.copy(), out.tau.copy(), self._qdd.copy(), out.qdd.copy())
         self.steps += 1
         return out.tau
 

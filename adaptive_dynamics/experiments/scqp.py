@@ -2,7 +2,7 @@
 
 ``adaptive-dynamics experiment scqp --out DIR [--quick] [--robots iiwa14,panda|URDF]
 [--tasks z,yz] [--replicates 20] [--episodes 10] [--seconds 10] [--jobs N]
-[--gp-subsample 5] [--gp-max-points 4000] [--adapt-stiffness 4]``
+[--gp-subsample 5] [--gp-max-points 4000] [--adapt-stiffness 4] [--mode both|project|paper]``
 
 The arm tracks an end-effector path with the QP inverse dynamics
 (:mod:`adaptive_dynamics.control.qp_id`) at 200 Hz, five 1 ms MuJoCo steps per control
@@ -32,6 +32,14 @@ Any other arm: ``--robots path/to/arm.urdf`` starts at its
 manipulable of a set of poses in the middle of its joint ranges) with the friction of its
 parameter file.
 
+``--mode`` (default both): ``project``, the settings above (this implementation's
+defaults, :data:`~adaptive_dynamics.control.scqp.PROJECT`); ``paper``, the paper as
+written (:data:`~adaptive_dynamics.control.scqp.PAPER`: the GP's gradient E used as
+learned, eq. 4/8's reference ``r = -B_r^+ A_r zeta_d`` with ``xdd_r = xdd_des + nu``, the
+RBF basis over the whole error e in R^2l, the GP's prior mean zero, its targets
+``tau_t - h_bar(q_t, qd_t, qdd_{t+1})`` at the planned acceleration); the JSON carries each
+as ``project_mode`` / ``paper_mode`` (the top-level figures are the project's).
+
 Each replicate (a noise seed) runs ``--episodes`` episodes of ``--seconds`` s; between
 episodes the GP is refitted on every 5th sample of all episodes so far (Algorithm 1) and
 the MRAC keeps its gains.  The tracking error of an episode is the mean over its control
@@ -56,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from ..control.scqp import SCQPController
+from ..control.scqp import PAPER, PROJECT, SCQPController
 from ..dynamics import RobotModel
 from ..robots import friction
 from ..sim.plant import MujocoPlant, RealityConfig
@@ -82,6 +90,17 @@ RESIDUAL = {"subsample": 5, "max_points": 4000}
 #: class default, 0.5 kp, needs several episodes more to reach the same error here; 2 kp
 #: reached the GP + PID baseline on the Panda's figure-8 only in episode 6, 4 kp in 3)
 MRAC = {"adapt_stiffness": 4.0}
+#: ``--mode``: the paper as written (every departure off, :data:`~adaptive_dynamics.control.scqp.PAPER`)
+#: or this implementation's defaults
+VARIANTS = {"paper": PAPER, "project": PROJECT}
+
+
+def controller_settings(variant: str, residual: dict, mrac: dict, q0) -> dict:
+    """``SCQPController`` keyword arguments of one ``--mode``: its settings, then the
+    experiment's GP size and MRAC rates (the same in both modes)."""
+    v = VARIANTS[variant]
+    return {"qp": {**v["qp"], "q_posture": q0}, "mrac": {**v["mrac"], **mrac},
+            "residual": {**v["residual"], **residual}, "target_acceleration": v["target_acceleration"]}
 
 
 def path_for(task: dict):
@@ -105,16 +124,18 @@ def reality(robot: str, seed: int):
 
 
 def run_replicate(robot: str, task_name: str, method: str, seed: int, episodes: int, seconds: float,
-                  keep_traces: bool = False, residual: dict | None = None, mrac: dict | None = None) -> dict:
+                  keep_traces: bool = False, residual: dict | None = None, mrac: dict | None = None,
+                  variant: str = "project") -> dict:
     """One replicate: ``episodes`` episodes of one approach; per-episode errors
-    (``residual``/``mrac``: the settings, default :data:`RESIDUAL` / :data:`MRAC`)."""
+    (``residual``/``mrac``: the settings, default :data:`RESIDUAL` / :data:`MRAC`;
+    ``variant``: :data:`VARIANTS`)."""
 
     model = RobotModel(robot)
     q0 = start_pose(robot, model)
     plant = MujocoPlant(robot, reality=reality(robot, seed), q0=q0)
     dt = 1.0 / RATE_HZ
-    ctrl = SCQPController(model, dt=dt, mode=method, **GAINS, qp={"q_posture": q0},
-                          residual=dict(residual or RESIDUAL), mrac=dict(mrac or MRAC))
+    ctrl = SCQPController(model, dt=dt, mode=method, **GAINS,
+                          **controller_settings(variant, dict(residual or RESIDUAL), dict(mrac or MRAC), q0))
     T0 = model.frame_pose(q0)
     p0, R0 = T0[:3, 3], T0[:3, :3]
     path = path_for(TASKS[task_name])
@@ -141,7 +162,7 @@ def run_replicate(robot: str, task_name: str, method: str, seed: int, episodes: 
         if keep_traces and ep in (0, episodes - 1):
             traces[ep] = xs
         gp_points.append(ctrl.end_episode())
-    out = {"robot": robot, "task": task_name, "method": method, "seed": seed, "errors": errors,
+    out = {"robot": robot, "task": task_name, "method": method, "seed": seed, "variant": variant, "errors": errors,
            "qp_failures": int(ctrl.qp.fallbacks), "qp_solves": int(ctrl.qp.solves), "gp_points": gp_points,
            "wall_s": round(time.perf_counter() - wall, 2),
            "mrac_gain_norms": ctrl.mrac.gain_norms if method != "gp_pid" else None}
@@ -153,6 +174,44 @@ def run_replicate(robot: str, task_name: str, method: str, seed: int, episodes: 
 
 def _run(args):
     return run_replicate(*args)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    return list(x) if isinstance(x, tuple) else x
+
+
+def mode_table(results: list, robots, tasks, variant: str, out_dir: str, files: list) -> dict:
+    """One ``--mode``'s table (per robot and task) and figures, its plots (the paper
+    mode's named ``scqp_*_<robot>_paper_<task>.png``)."""
+    table: dict[str, Any] = {}
+    suffix = "" if variant == "project" else f"_{variant}"
+    for r in robots:
+        name = label(r)
+        for t in tasks:
+            res = [x for x in results if x["robot"] == r and x["task"] == t]
+            summ = summarise(res)
+            summ["task"] = TASKS[t]
+            if not is_shipped(r):
+                summ["urdf"], summ["start_pose"] = r, [round(float(x), 4) for x in start_pose(r)]
+            table[f"{name}/{t}"] = summ
+            plot_errors(name + suffix, t, summ, out_dir, files)
+            first = next(x for x in res if x["method"] == "gp_pid" and x["seed"] == 0)
+            last = next(x for x in res if x["method"] == "scqp" and x["seed"] == 0)
+            plot_traces(name + suffix, t, first, last, out_dir, files)
+            print(f"[scqp] {variant} mode, {name} {t}: episodes to the GP + PID final {summ['episodes_to_baseline']},"
+                  f" SCQP final / GP + PID final {summ['scqp_final_vs_gp_pid']}, QP failures {summ['qp_failures']}",
+                  flush=True)
+    etb = [v["episodes_to_baseline"] for v in table.values()]
+    out = {"table": table,
+           "episodes_to_baseline": None if None in etb else max(etb),
+           "scqp_final_vs_gp_pid": max(v["scqp_final_vs_gp_pid"] for v in table.values()),
+           "qp_failures": int(sum(v["qp_failures"] for v in table.values())),
+           "ends_lowest": all(v["ends_lowest"] for v in table.values())}
+    out["targets_met"] = bool(out["episodes_to_baseline"] is not None and out["episodes_to_baseline"] <= 3
+                              and out["ends_lowest"] and out["qp_failures"] == 0)
+    return out
 
 
 def summarise(results: list) -> dict:
@@ -252,6 +311,11 @@ def main(argv=None) -> int:
                     help=f"GP size cap (default {RESIDUAL['max_points']})")
     ap.add_argument("--adapt-stiffness", type=float, default=MRAC["adapt_stiffness"],
                     help=f"MRAC adaptation, in units of kp of added stiffness (default {MRAC['adapt_stiffness']})")
+    ap.add_argument("--mode", choices=["both", "project", "paper"], default="both",
+                    help="project: this implementation's defaults; paper: the paper as written, every departure"
+                         " off (E unconditioned, eq. 4/8's MRAC reference, the basis over the whole error, the GP"
+                         " on the rigid-body prior, targets at the planned acceleration); both (default): each,"
+                         " the JSON's project_mode and paper_mode")
     args = ap.parse_args(argv)
     if args.gp_subsample < 1 or args.gp_max_points < 10 or not args.adapt_stiffness > 0:
         raise SystemExit("--gp-subsample >= 1, --gp-max-points >= 10, --adapt-stiffness > 0")
@@ -269,8 +333,9 @@ def main(argv=None) -> int:
         raise SystemExit("--replicates >= 1, --episodes >= 2, --seconds > 0 and --jobs >= 1")
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
-    units = [(r, t, m, s, args.episodes, args.seconds, s == 0 and m in ("scqp", "gp_pid"), residual, mrac)
-             for r in robots for t in tasks for m in METHODS for s in range(args.replicates)]
+    variants = ["project", "paper"] if args.mode == "both" else [args.mode]
+    units = [(r, t, m, s, args.episodes, args.seconds, s == 0 and m in ("scqp", "gp_pid"), residual, mrac, v)
+             for v in variants for r in robots for t in tasks for m in METHODS for s in range(args.replicates)]
     print(f"[scqp] {len(units)} replicate runs ({args.episodes} episodes x {args.seconds:g} s) on"
           f" {args.jobs} process(es) ...", flush=True)
     if args.jobs == 1:
@@ -279,38 +344,18 @@ def main(argv=None) -> int:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(_run, units, chunksize=1))
     files: list[str] = []
-    table: dict[str, Any] = {}
-    for r in robots:
-        name = label(r)
-        for t in tasks:
-            res = [x for x in results if x["robot"] == r and x["task"] == t]
-            summ = summarise(res)
-            summ["task"] = TASKS[t]
-            if not is_shipped(r):
-                summ["urdf"], summ["start_pose"] = r, [round(float(x), 4) for x in start_pose(r)]
-            table[f"{name}/{t}"] = summ
-            plot_errors(name, t, summ, args.out, files)
-            first = next(x for x in res if x["method"] == "gp_pid" and x["seed"] == 0)
-            last = next(x for x in res if x["method"] == "scqp" and x["seed"] == 0)
-            plot_traces(name, t, first, last, args.out, files)
-            print(f"[scqp] {name} {t}: episodes to the GP + PID final {summ['episodes_to_baseline']},"
-                  f" SCQP final / GP + PID final {summ['scqp_final_vs_gp_pid']}, QP failures {summ['qp_failures']}",
-                  flush=True)
-    etb = [v["episodes_to_baseline"] for v in table.values()]
+    modes = {v: mode_table([x for x in results if x["variant"] == v], robots, tasks, v, args.out, files)
+             for v in variants}
     summary: dict[str, Any] = {
         "experiment": "scqp", "quick": bool(args.quick), "robots": [label(r) for r in robots], "tasks": tasks,
         "replicates": args.replicates, "episodes": args.episodes, "episode_s": args.seconds,
         "rate_hz": RATE_HZ, "payload_kg": PAYLOAD_KG, "noise": NOISE, "gains": GAINS, "residual": residual,
-        "mrac": mrac,
-        "table": table,
-        "episodes_to_baseline": None if None in etb else max(etb),
-        "scqp_final_vs_gp_pid": max(v["scqp_final_vs_gp_pid"] for v in table.values()),
-        "qp_failures": int(sum(v["qp_failures"] for v in table.values())),
-        "ends_lowest": all(v["ends_lowest"] for v in table.values()),
+        "mrac": mrac, "modes": variants,
+        # the headline figures: this implementation's (the paper's when only it ran)
+        **modes[variants[0]],
+        **{f"{v}_mode": {**modes[v], "settings": _jsonable(VARIANTS[v])} for v in variants},
         "plots": [os.path.basename(f) for f in files],
         "runtime_s": round(time.perf_counter() - t_start, 1)}
-    summary["targets_met"] = bool(summary["episodes_to_baseline"] is not None and summary["episodes_to_baseline"] <= 3
-                                  and summary["ends_lowest"] and summary["qp_failures"] == 0)
     return write_result(args.out, "scqp", summary)
 
 

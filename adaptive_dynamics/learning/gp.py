@@ -64,9 +64,15 @@ class Standardiser:
         self.std = np.asarray(std, dtype=float)
 
     @classmethod
-    def fit(cls, Z: np.ndarray) -> "Standardiser":
-        mean = Z.mean(axis=0)
-        std = Z.std(axis=0) if Z.shape[0] > 1 else np.ones(Z.shape[1])
+    def fit(cls, Z: np.ndarray, center: bool = True) -> "Standardiser":
+        """The data's mean and standard deviation; ``center=False``: mean 0 and the root
+        mean square (a GP whose prior mean is zero in the data's own units)."""
+        if center:
+            mean = Z.mean(axis=0)
+            std = Z.std(axis=0) if Z.shape[0] > 1 else np.ones(Z.shape[1])
+        else:
+            mean = np.zeros(Z.shape[1])
+            std = np.sqrt(np.mean(Z * Z, axis=0))
         floor = STD_FLOOR * max(1.0, float(std.max()) if std.size else 1.0)
         std = np.where(std > floor, std, 1.0)  # a constant column: leave it unscaled
         return cls(mean, std)
@@ -154,6 +160,10 @@ class ExactGP(Learner):
         inputs), signal variance and noise variance (scalars or per output).
     ard:
         One length scale per input (True) or one per output GP (False: PGPOL eq. 6).
+    prior_mean:
+        The GP's prior mean, which its raw prediction returns to away from its data:
+        ``"data"`` (default) the training targets' mean, ``"zero"`` zero (targets scaled
+        by their root mean square, not centred: SCQP's GP on the rigid-body prior).
     max_points:
         Training-set size cap (FIFO: the oldest samples are dropped).
     refit_every:
@@ -167,9 +177,12 @@ class ExactGP(Learner):
 
     def __init__(self, input_dim: int, output_dim: int, *, length_scale=None, signal_var=1.0,
                  noise_var=0.01, ard: bool = True, max_points: int = 500, refit_every: int = 1,
-                 optimize: bool = False, max_iter: int = 50):
+                 optimize: bool = False, max_iter: int = 50, prior_mean: str = "data"):
         super().__init__(input_dim, output_dim)
         self.ard = bool(ard)
+        if prior_mean not in ("data", "zero"):
+            raise ValueError(f"prior_mean must be 'data' or 'zero', got {prior_mean!r}")
+        self.prior_mean = prior_mean
         d_ls = self.input_dim if self.ard else 1
         o = self.output_dim
         if length_scale is None:  # standardised inputs: one standard deviation of the training inputs
@@ -196,7 +209,8 @@ class ExactGP(Learner):
         return {"input_dim": self.input_dim, "output_dim": self.output_dim,
                 "length_scale": self.ls.tolist(), "signal_var": self.sf2.tolist(),
                 "noise_var": self.sn2.tolist(), "ard": self.ard, "max_points": self.max_points,
-                "refit_every": self.refit_every, "optimize": self.optimize, "max_iter": self.max_iter}
+                "refit_every": self.refit_every, "optimize": self.optimize, "max_iter": self.max_iter,
+                "prior_mean": self.prior_mean}
 
     @property
     def n_points(self) -> int:
@@ -222,7 +236,7 @@ class ExactGP(Learner):
         if self.n_points == 0:
             self._snap = self._fit_data = None
             return
-        xs, ys = Standardiser.fit(self.X), Standardiser.fit(self.Y)
+        xs, ys = Standardiser.fit(self.X), Standardiser.fit(self.Y, center=self.prior_mean == "data")
         Xs, Ys = xs(self.X), ys(self.Y)
         if self.optimize and self.n_points > 1:
             self._optimize(Xs, Ys)

@@ -13,7 +13,7 @@ from trajectory_msgs.msg import MultiDOFJointTrajectory
 
 from ..control.baseline import saturate
 from ..control.mrac import REFERENCES, TaskSpaceMRAC
-from ..control.scqp import MODES, SCQPController
+from ..control.scqp import MODES, TARGET_ACCELERATIONS, SCQPController
 from ..control.scqp_episodes import SCQPSession
 from ..ros.joint_states import joint_state_msg
 from ..ros.node_base import run_node
@@ -41,6 +41,13 @@ def _bound_ok(value) -> str | None:
     if value == -1.0 or value >= 0:
         return None
     return "-1 (the default) or >= 0"
+
+
+def _inertia_bounds_ok(value) -> str | None:
+    v = list(value)
+    if not v or (len(v) == 2 and 0 < v[0] <= 1 <= v[1]):
+        return None
+    return "[] (none) or [lo, hi] with 0 < lo <= 1 <= hi"
 
 
 def specs() -> list[ParamSpec]:
@@ -84,6 +91,9 @@ def specs() -> list[ParamSpec]:
         ParamSpec("mrac_reference", "trajectory", "MRAC reference input: trajectory (r contains xdd_d: the"
                   " reference model follows a moving target) | paper (r = -B_r^+ A_r zeta_d)",
                   choices=list(REFERENCES), read_only=True),
+        ParamSpec("mrac_basis", "position", "MRAC RBF basis over the position error (3 dims) | state: the whole"
+                  " error e in R^2l (the paper's; rbf_per_dim^6 nodes)", choices=["position", "state"],
+                  read_only=True),
         ParamSpec("rbf_per_dim", 3, "MRAC RBF nodes per task axis", min=1, max=9, read_only=True),
         ParamSpec("rbf_span", 0.05, "MRAC RBF centre half-range [m]", min=0.0, max=10.0, read_only=True),
         ParamSpec("gp_subsample", 5, "keep every k-th control cycle as a GP sample", min=1, max=100000,
@@ -95,6 +105,15 @@ def specs() -> list[ParamSpec]:
         ParamSpec("gp_signal_var", 1.0, "GP signal variance (standardised)", min=1e-9, max=1e6, read_only=True),
         ParamSpec("gp_noise_var", 0.01, "GP noise variance (standardised)", min=1e-9, max=1e6, read_only=True),
         ParamSpec("gp_optimize", False, "fit the GP hyperparameters (type-II ML) at every refit", read_only=True),
+        ParamSpec("gp_prior_mean", "data", "what the GP residual returns to away from its data: data (the mean"
+                  " residual) | zero (the paper: the rigid-body model)", choices=["data", "zero"], read_only=True),
+        ParamSpec("gp_target_acceleration", "measured", "GP samples: measured (input and target at the"
+                  " acceleration the torque produced) | commanded (the paper: target at the QP's planned"
+                  " acceleration, which makes it the GP's own previous output)",
+                  choices=list(TARGET_ACCELERATIONS), read_only=True),
+        ParamSpec("residual_inertia_bounds", [0.8, 1.25], "[lo, hi]: the GP's dtau/dqdd E conditioned so that"
+                  " lo M <= M + E <= hi M; [] = E as learned (the paper's eq. 12)", type="float[]",
+                  read_only=True, validator=_inertia_bounds_ok),
         ParamSpec("torque_limit_scale", 1.0, "fraction of the URDF effort limits the QP may use", min=1e-3,
                   max=1.0, read_only=True),
         ParamSpec("kd_fallback", 5.0, "damping [Nm s/rad] of the torque a failed QP solve falls back to",
@@ -124,7 +143,8 @@ class SCQPControllerNode(JointControllerShell):
     def _qp_kwargs(self) -> dict:
         p = self.p
         kw = {k: p[k] for k in WEIGHTS + QP_GAINS}
-        kw.update(torque_limit_scale=p["torque_limit_scale"], kd_fallback=p["kd_fallback"])
+        kw.update(torque_limit_scale=p["torque_limit_scale"], kd_fallback=p["kd_fallback"],
+                  residual_inertia_bounds=tuple(p["residual_inertia_bounds"]) or None)
         q_post = np.asarray(p["q_posture"], dtype=float)
         if q_post.size == self.n:
             kw["q_posture"] = q_post[self.cmd_index]          # joint_names order -> model order
@@ -135,7 +155,8 @@ class SCQPControllerNode(JointControllerShell):
     def _mrac_kwargs(self) -> dict:
         p = self.p
         kw = dict(kp=p["kp_task"], kd=p["kd_task"], adapt=p["adapt"], reference=p["mrac_reference"],
-                  adapt_stiffness=p["adapt_stiffness"], rbf_per_dim=p["rbf_per_dim"], rbf_span=p["rbf_span"])
+                  adapt_stiffness=p["adapt_stiffness"], rbf_per_dim=p["rbf_per_dim"], rbf_span=p["rbf_span"],
+                  rbf_velocity=p["mrac_basis"] == "state")
         for name in RATES:
             kw[name] = None if list(p[name]) == [0.0] else list(p[name])
         for name in BOUNDS:
@@ -147,13 +168,15 @@ class SCQPControllerNode(JointControllerShell):
         ls = list(p["gp_length_scale"])
         return dict(subsample=p["gp_subsample"], max_points=p["gp_max_points"],
                     length_scale=None if ls == [0.0] else (ls[0] if len(ls) == 1 else ls),
-                    signal_var=p["gp_signal_var"], noise_var=p["gp_noise_var"], optimize=p["gp_optimize"])
+                    signal_var=p["gp_signal_var"], noise_var=p["gp_noise_var"], optimize=p["gp_optimize"],
+                    prior_mean=p["gp_prior_mean"])
 
     def _setup_law(self) -> None:
         p = self.p
         ctrl = SCQPController(self.model, dt=1.0 / p["rate_hz"], mode=p["mode"], kp_task=p["kp_task"],
                               kd_task=p["kd_task"], ki_task=p["ki_task"], qp=self._qp_kwargs(),
-                              mrac=self._mrac_kwargs(), residual=self._gp_kwargs())
+                              mrac=self._mrac_kwargs(), residual=self._gp_kwargs(),
+                              target_acceleration=p["gp_target_acceleration"])
         header = {"robot": p["robot"], "joints": list(self.model.joint_names), "frame": self.model.ee_frame,
                   "world_frame": self.world_frame}
         self.session = SCQPSession(ctrl, rate_hz=p["rate_hz"], lock=self._lock, header=header,
