@@ -93,6 +93,17 @@ MRAC = {"adapt_stiffness": 4.0}
 #: ``--mode``: the paper as written (every departure off, :data:`~adaptive_dynamics.control.scqp.PAPER`)
 #: or this implementation's defaults
 VARIANTS = {"paper": PAPER, "project": PROJECT}
+#: ``--mode departures``: the project's settings with ONE of them as the paper writes it
+#: (name -> path in the settings)
+DEPARTURES = {"qp": ("qp",), "mrac_reference": ("mrac", "reference"), "rbf_velocity": ("mrac", "rbf_velocity"),
+              "prior_mean": ("residual", "prior_mean"), "target_acceleration": ("target_acceleration",)}
+for _name, _path in DEPARTURES.items():
+    _v = {k: dict(v) if isinstance(v, dict) else v for k, v in PROJECT.items()}
+    if len(_path) == 1:
+        _v[_path[0]] = PAPER[_path[0]]
+    else:
+        _v[_path[0]][_path[1]] = PAPER[_path[0]][_path[1]]
+    VARIANTS[f"paper_{_name}"] = _v
 
 
 def controller_settings(variant: str, residual: dict, mrac: dict, q0) -> dict:
@@ -196,6 +207,8 @@ def mode_table(results: list, robots, tasks, variant: str, out_dir: str, files: 
             if not is_shipped(r):
                 summ["urdf"], summ["start_pose"] = r, [round(float(x), 4) for x in start_pose(r)]
             table[f"{name}/{t}"] = summ
+            if variant not in ("project", "paper"):   # (one departure: its table only)
+                continue
             plot_errors(name + suffix, t, summ, out_dir, files)
             first = next(x for x in res if x["method"] == "gp_pid" and x["seed"] == 0)
             last = next(x for x in res if x["method"] == "scqp" and x["seed"] == 0)
@@ -311,11 +324,12 @@ def main(argv=None) -> int:
                     help=f"GP size cap (default {RESIDUAL['max_points']})")
     ap.add_argument("--adapt-stiffness", type=float, default=MRAC["adapt_stiffness"],
                     help=f"MRAC adaptation, in units of kp of added stiffness (default {MRAC['adapt_stiffness']})")
-    ap.add_argument("--mode", choices=["both", "project", "paper"], default="both",
+    ap.add_argument("--mode", choices=["both", "project", "paper", "departures"], default="both",
                     help="project: this implementation's defaults; paper: the paper as written, every departure"
                          " off (E unconditioned, eq. 4/8's MRAC reference, the basis over the whole error, the GP"
                          " on the rigid-body prior, targets at the planned acceleration); both (default): each,"
-                         " the JSON's project_mode and paper_mode")
+                         " the JSON's project_mode and paper_mode; departures: both, and the project with each"
+                         " one departure as the paper writes it (paper_<name>_mode)")
     args = ap.parse_args(argv)
     if args.gp_subsample < 1 or args.gp_max_points < 10 or not args.adapt_stiffness > 0:
         raise SystemExit("--gp-subsample >= 1, --gp-max-points >= 10, --adapt-stiffness > 0")
@@ -333,8 +347,10 @@ def main(argv=None) -> int:
         raise SystemExit("--replicates >= 1, --episodes >= 2, --seconds > 0 and --jobs >= 1")
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
-    variants = ["project", "paper"] if args.mode == "both" else [args.mode]
-    units = [(r, t, m, s, args.episodes, args.seconds, s == 0 and m in ("scqp", "gp_pid"), residual, mrac, v)
+    variants = {"both": ["project", "paper"], "departures": ["project", "paper"]
+                + [f"paper_{k}" for k in DEPARTURES]}.get(args.mode, [args.mode])
+    units = [(r, t, m, s, args.episodes, args.seconds, s == 0 and m in ("scqp", "gp_pid") and v in ("project", "paper"),
+              residual, mrac, v)
              for v in variants for r in robots for t in tasks for m in METHODS for s in range(args.replicates)]
     print(f"[scqp] {len(units)} replicate runs ({args.episodes} episodes x {args.seconds:g} s) on"
           f" {args.jobs} process(es) ...", flush=True)
