@@ -87,6 +87,24 @@ def test_true_parameters_give_slotine_li_torque(base):
         np.testing.assert_allclose(tau, ref - kd * s, atol=1e-8 * max(1.0, np.abs(ref).max()))
 
 
+def test_model_input_desired_is_the_pure_feed_forward_of_the_reference():
+    """``model_input = "desired"``: the model term is pinocchio's RNEA at the reference
+    (q_d, qd_d, qdd_d), the feedback -K_D s of the measured state beside it."""
+    model = RobotModel("panda")
+    kd = np.linspace(5.0, 30.0, 7)
+    ctl = AdaptiveController(model, "direct", lam=8.0, kd=kd, pi0=model.parameters)
+    ctl.model_input = "desired"
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        q, v, a = model.random_state(rng)
+        qd, vd, ad = q + 0.1 * rng.standard_normal(7), v + 0.3 * rng.standard_normal(7), a
+        tau = ctl.compute(q, v, qd, vd, ad, learn=False)
+        _, ff = _pin_terms(model.urdf_path, qd, vd, vd, ad)
+        s = v - (vd + 8.0 * (qd - q))
+        np.testing.assert_allclose(ctl.parametric_torque, ff, atol=1e-8 * max(1.0, np.abs(ff).max()))
+        np.testing.assert_allclose(tau, ff - kd * s, atol=1e-8 * max(1.0, np.abs(ff).max()))
+
+
 def test_true_parameters_give_zero_prediction_error_and_no_update():
     """Along an exactly tracked trajectory with the true torque (pinocchio RNEA), the
     composite law's prediction error is O(h^2) and the update vanishes."""

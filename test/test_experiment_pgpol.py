@@ -116,7 +116,7 @@ def test_quick_run_over_dds(tmp_path, capsys):
         assert key in res, key
     tab = res["table_i"]
     cons = res["experiment_1"]["constellations"]
-    assert set(tab) == {"no_ff", "rbd", *cons} and len(cons) == 2
+    assert set(tab) == {"no_ff", "rbd", "rbd_ff", *cons} and len(cons) == 2
     # the identified rigid-body model explains most of the simulated arm (not its ripple and
     # Stribeck friction); the learned feed-forward (split over DDS, in lockstep) lowers the
     # error area against PD alone
@@ -128,6 +128,9 @@ def test_quick_run_over_dds(tmp_path, capsys):
                                                           abs=1e-4)
     assert res["a_total_reduction_best"] > 0.3
     assert res["beats_rbd"] == (tab[res["best_constellation"]] < tab["rbd"])
+    # the paper's baseline, the identified model as a pure feed-forward, also beats PD alone
+    assert res["beats_rbd_ff"] == (tab[res["best_constellation"]] < tab["rbd_ff"])
+    assert 0.3 < res["a_total_reduction_rbd_ff"] < 0.99
     for c in cons:
         r = res["runs"][f"I {c}"]
         assert r["updates_per_sim_s"] > 1 and r["versions_applied"] >= 5 and r["residual_used"] > 1000

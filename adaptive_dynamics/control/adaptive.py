@@ -161,9 +161,10 @@ from ..validation import as_vector
 from .law import NpzState, read_npz
 from .projection import consistency_margins, project_consistent
 
-__all__ = ["AdaptiveController", "LAWS", "spd_gain", "estimate_file"]
+__all__ = ["AdaptiveController", "LAWS", "MODEL_INPUTS", "spd_gain", "estimate_file"]
 
 LAWS = ("direct", "composite")
+MODEL_INPUTS = ("state", "desired")
 FORMAT_VERSION = 1
 
 _MATRIX_GAINS = ("lam", "kd", "gamma", "p0", "r")
@@ -298,6 +299,10 @@ class AdaptiveController(NpzState):
                  projection_min_mass: float = 0.0, refactor_every: int = 1000, adapted_links=None):
         if law not in LAWS:
             raise ValueError(f"unknown adaptive law {law!r}; available: {list(LAWS)}")
+        #: where the model term is evaluated: "state" (Slotine-Li, Y(q, qd, qd_r, qdd_r)) or
+        #: "desired" (a pure feed-forward Y(q_d, qd_d, qd_d, qdd_d) -- with learning, Sadegh &
+        #: Horowitz's desired-compensation law); settable attribute (MODEL_INPUTS)
+        self.model_input = "state"
         self.robot_name = _robot_name(model)
         if friction is not None and bool(friction) != bool(model.friction):
             model = RobotModel(model.model, friction=bool(friction), coulomb_smoothing=model.coulomb_smoothing,
@@ -705,7 +710,10 @@ class AdaptiveController(NpzState):
         # ---- regressor and torque
         model = self.model
         if Y is None:
-            Y = model.slotine_li_regressor(q, v, vr, ar)
+            if self.model_input == "state" or reference is not None:
+                Y = model.slotine_li_regressor(q, v, vr, ar)
+            else:   # the model as a pure feed-forward of the reference (model_input "desired")
+                Y = model.slotine_li_regressor(qd_, vd_, vd_, ad_)
         if self.index is not None:
             Yb = np.take(Y, self.index, axis=1, out=self._Yb)
         else:

@@ -82,6 +82,9 @@ def specs() -> list[ParamSpec]:
         ParamSpec("learning", True, "adapt the estimate (direct, composite, backstepping; off: the law with"
                   " the estimate held)"),
         ParamSpec("feedforward", True, "add feedforward/residual when one is available"),
+        ParamSpec("model_input", "state", "where the model term Y pi_hat is evaluated: state (Slotine-Li,"
+                  " Y(q, qd, qd_r, qdd_r)) | desired (a pure feed-forward Y(q_d, qd_d, qd_d, qdd_d): PGPOL's"
+                  " rigid-body baseline; joint space only)", choices=["state", "desired"], read_only=True),
         ParamSpec("residual_wait", 0.0, "lockstep: once residuals have been received, wait up to this many"
                   " wall s for the residual stamped for the state before answering it (0 = never wait)",
                   min=0.0, max=60.0),
