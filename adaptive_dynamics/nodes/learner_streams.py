@@ -270,22 +270,21 @@ class SampleAssembler:
         return self._acc.copy()
 
     def on_parametric_torque(self, msg: JointState) -> None:
-        try:
-            stamp, pt = vector_from_msg(msg, self.names, "effort", where="adaptive/parametric_torque")
-        except ValueError as exc:
-            self.reject("parametric_torque", exc)
-            return
-        self._arrived(stamp, "pt", pt)
+        """An ``adaptive/parametric_torque`` (``effort``: Y pi_hat for the state of its stamp)."""
+        self._part(msg, "pt", "parametric_torque", "adaptive/parametric_torque")
 
     def on_command(self, msg: JointState) -> None:
         """A ``controller/tracking_error`` (``effort``: the torque commanded for the state
         of its stamp), with ``torque="commanded"``."""
+        self._part(msg, "cmd", "command", "controller/tracking_error")
+
+    def _part(self, msg: JointState, part: str, what: str, topic: str) -> None:
         try:
-            stamp, cmd = vector_from_msg(msg, self.names, "effort", where="controller/tracking_error")
+            stamp, value = vector_from_msg(msg, self.names, "effort", where=topic)
         except ValueError as exc:
-            self.reject("command", exc)
+            self.reject(what, exc)
             return
-        self._arrived(stamp, "cmd", cmd)
+        self._arrived(stamp, part, value)
 
     def _learn(self, stamp: int, pt: np.ndarray, cmd: Optional[np.ndarray]) -> None:
         if not self.core.learning:
