@@ -46,6 +46,38 @@ def test_exact_gp_equals_scikit_learn():
         np.testing.assert_allclose(var[:, j], ys.std[j] ** 2 * s ** 2, rtol=0, atol=1e-10)
 
 
+def test_exact_gp_with_a_zero_prior_mean_equals_scikit_learn_on_raw_targets():
+    """``prior_mean="zero"`` (SCQP's GP on the rigid-body prior): scikit-learn's GP on the
+    uncentred targets with the signal and noise variances in their units; far from the
+    data it returns 0 where ``"data"`` returns the targets' mean."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    X, Y = _data(60)
+    ls, sf2, sn2 = [0.7, 1.3, 2.0], 1.5, 0.05
+    gp = ExactGP(3, 2, length_scale=ls, signal_var=sf2, noise_var=sn2, prior_mean="zero")
+    gp.set_prediction(raw=True).partial_fit(X, Y)
+    Xq = np.random.default_rng(1).uniform(-2, 2, (7, 3))
+    mean, var = gp.predict(Xq, return_var=True)
+    xs = Standardiser.fit(X)
+    rms = np.sqrt(np.mean(Y * Y, axis=0))
+    for j in range(2):
+        c = rms[j] ** 2
+        sk = GaussianProcessRegressor(ConstantKernel(sf2 * c, "fixed") * RBF(ls, "fixed"), alpha=sn2 * c,
+                                      optimizer=None, normalize_y=False)
+        sk.fit(xs(X), Y[:, j])
+        m, sd = sk.predict(xs(Xq), return_std=True)
+        np.testing.assert_allclose(mean[:, j], m, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(var[:, j], sd ** 2, rtol=1e-9, atol=1e-10)
+    far = np.full((1, 3), 50.0)
+    np.testing.assert_allclose(gp.predict(far), 0.0, atol=1e-9)
+    data = ExactGP(3, 2, length_scale=ls, signal_var=sf2, noise_var=sn2).set_prediction(raw=True).partial_fit(X, Y)
+    np.testing.assert_allclose(data.predict(far)[0], Y.mean(axis=0), atol=1e-9)
+    assert ExactGP.from_bytes(gp.to_bytes()).prior_mean == "zero"
+    with pytest.raises(ValueError, match="prior_mean"):
+        ExactGP(3, 2, prior_mean="window")
+
+
 def test_exact_marginal_likelihood_and_gradient_equal_gpy_and_finite_differences():
     GPy = _gpy()
     X, Y = _data(30)
