@@ -82,6 +82,9 @@ def command_line(spec: NodeSpec, workdir: str | None = None) -> list[str]:
     return cmd
 
 
+#: s a node stopped before the drainers (the recorder) has to end on its SIGINT
+DRAIN_GRACE_S = 8.0
+
 # Live graphs of this process and the SIGTERM handler they share (installed only when
 # the process had none: a caller's own handler, e.g. run_graph's, is left alone).
 _live: set = set()
@@ -201,10 +204,25 @@ class GraphProcess:
         """Stop the other nodes, then give draining nodes (the recorder) time to empty
         their queues and exit by themselves."""
         drainers = [s for s in self.nodes if s.drains]
-        for spec in self.nodes:
-            if not spec.drains and not spec.required and self.procs[spec.name].poll() is None:
-                self.procs[spec.name].send_signal(signal.SIGINT)
-                self._interrupted.add(spec.name)
+        others = [s for s in self.nodes if not s.drains and not s.required
+                  and self.procs[s.name].poll() is None]
+        for spec in others:
+            self.procs[spec.name].send_signal(signal.SIGINT)
+            self._interrupted.add(spec.name)
+        # a node that does not end on its SIGINT within the grace (its shutdown blocked) is
+        # terminated, then killed, as stop() does: a drainer waits for its publishers to go
+        t_grace = time.monotonic() + DRAIN_GRACE_S
+        for spec in others:
+            p = self.procs[spec.name]
+            try:
+                p.wait(timeout=max(0.1, t_grace - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.terminate()
+                try:
+                    p.wait(timeout=2.0)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
         t_end = time.monotonic() + limit
         for spec in drainers:
             try:

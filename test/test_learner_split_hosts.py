@@ -422,7 +422,8 @@ def test_split_across_two_network_namespaces(link, tmp_path, capsys):
     try:
         procs.append(Proc("model_update", mu, node_cmd("model_update", {
             "robot": "planar2", "learner": "rbfn", "learner_config": json.dumps({"n_basis": 48, "width": 0.4}),
-            "target": "torque", "warmup": 30, "rbfn_box": "limits", "learn_decimation": 1, "block_size": 10,
+            "target": "torque", "target_torque": "measured",   # (the peer publishes no commands)
+            "warmup": 30, "rbfn_box": "limits", "learn_decimation": 1, "block_size": 10,
             "publish_period": PUBLISH_PERIOD, "diagnostics_period": 0.2},
             [("joint_states", "learn/joint_states"), ("reference", "learn/reference")], wd), env))
         procs.append(Proc("prediction", pr, node_cmd("prediction", {

@@ -159,6 +159,7 @@ class JointControllerShell(Node):
         self.pub_cmd = self.create_publisher(Float64MultiArray, "effort_controller/commands",
                                              PUBLISHER_STREAM_QOS if self.p["reliable_streams"] else COMMAND_QOS)
         self.pub_err = self.create_publisher(JointState, "controller/tracking_error", RELIABLE_STREAM_QOS)
+        self._err_listened = False
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._cb_lock = threading.RLock()  # state/reference (io thread) vs watchdog (main thread)
         self.io = HotPath(self, enabled=self.p["hot_path_thread"])
@@ -206,7 +207,7 @@ class JointControllerShell(Node):
         raise NotImplementedError
 
     def _after_command(self, stamp: int, q, v, ref, qd, tau) -> None:
-        if self.p["publish_tracking_error"] or self.pub_err.get_subscription_count():
+        if self.p["publish_tracking_error"] or self._err_listened:
             self.pub_err.publish(joint_state_msg(stamp, self.model.joint_names, ref.q - q, qd - v, tau))
 
     def _diagnostics(self) -> None:
@@ -410,6 +411,8 @@ class JointControllerShell(Node):
             self._publish(self._safe_command(), stamp)
 
     def _watchdog(self) -> None:
+        # (every 10 ms, not every cycle: whether controller/tracking_error has a reader)
+        self._err_listened = self.pub_err.get_subscription_count() > 0
         with self._cb_lock:
             self._expire_waits()
             now = time.monotonic()
