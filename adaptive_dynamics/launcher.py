@@ -213,16 +213,7 @@ class GraphProcess:
         # terminated, then killed, as stop() does: a drainer waits for its publishers to go
         t_grace = time.monotonic() + DRAIN_GRACE_S
         for spec in others:
-            p = self.procs[spec.name]
-            try:
-                p.wait(timeout=max(0.1, t_grace - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.terminate()
-                try:
-                    p.wait(timeout=2.0)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            _end(self.procs[spec.name], max(0.1, t_grace - time.monotonic()))
         t_end = time.monotonic() + limit
         for spec in drainers:
             try:
@@ -267,20 +258,25 @@ class GraphProcess:
                     if spec.name not in self._interrupted:   # one SIGINT: a second interrupts the node's
                         p.send_signal(signal.SIGINT)         # shutdown (saving what it learned, zero command)
                         self._interrupted.add(spec.name)
-                    try:
-                        p.wait(timeout=grace)
-                    except subprocess.TimeoutExpired:
-                        p.terminate()
-                        try:
-                            p.wait(timeout=2.0)
-                        except subprocess.TimeoutExpired:
-                            p.kill()
-                            p.wait()
+                    _end(p, grace)
             for t in self._threads:
                 t.join(timeout=1.0)
         finally:
             self.kill_all()  # only does something when the orderly part was interrupted
             self._close()
+
+
+def _end(p: subprocess.Popen, grace: float) -> None:
+    """Wait up to ``grace`` s for a node told to stop (SIGINT); then SIGTERM, 2 s, SIGKILL."""
+    try:
+        p.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        try:
+            p.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 class GraphFailed(RuntimeError):

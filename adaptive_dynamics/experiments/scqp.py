@@ -187,12 +187,6 @@ def _run(args):
     return run_replicate(*args)
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    return list(x) if isinstance(x, tuple) else x
-
-
 def mode_table(results: list, robots, tasks, variant: str, out_dir: str, files: list) -> dict:
     """One ``--mode``'s table (per robot and task) and figures, its plots (the paper
     mode's named ``scqp_*_<robot>_paper_<task>.png``)."""
@@ -369,7 +363,7 @@ def main(argv=None) -> int:
         "mrac": mrac, "modes": variants,
         # the headline figures: this implementation's (the paper's when only it ran)
         **modes[variants[0]],
-        **{f"{v}_mode": {**modes[v], "settings": _jsonable(VARIANTS[v])} for v in variants},
+        **{f"{v}_mode": {**modes[v], "settings": VARIANTS[v]} for v in variants},
         "plots": [os.path.basename(f) for f in files],
         "runtime_s": round(time.perf_counter() - t_start, 1)}
     return write_result(args.out, "scqp", summary)
