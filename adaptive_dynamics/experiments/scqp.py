@@ -2,7 +2,7 @@
 
 ``adaptive-dynamics experiment scqp --out DIR [--quick] [--robots iiwa14,panda|URDF]
 [--tasks z,yz] [--replicates 20] [--episodes 10] [--seconds 10] [--jobs N]
-[--gp-subsample 5] [--gp-max-points 4000] [--adapt-stiffness 4] [--mode both|project|paper]``
+[--gp-subsample 5] [--gp-max-points 4000] [--adapt-stiffness 4] [--mode both|project|paper|departures]``
 
 The arm tracks an end-effector path with the QP inverse dynamics
 (:mod:`adaptive_dynamics.control.qp_id`) at 200 Hz, five 1 ms MuJoCo steps per control
