@@ -255,6 +255,141 @@ def test_composite_pd_covariance_stays_spd_and_bounded():
     assert ctl.forgetting == 0.0 or ctl.p_norm <= k1  # ... where forgetting is switched off
 
 
+def _prior_controller(forget_to, lambda0=0.5, p0=None):
+    """Panda composite controller with a constant forgetting rate (k0, k1 huge) fed
+    external W, tau_f at s = 0 (q = q_d, v = v_d, a_d = 0): the update is the
+    prediction-error term (+ the prior pull) alone."""
+    model = RobotModel("panda")
+    ctl = AdaptiveController(model, "composite", r=2.0, lambda0=lambda0, k0=1e12, k1=1e12,
+                             p0=1.0 if p0 is None else p0, pi0=model.parameters, forget_to=forget_to)
+    return model, ctl
+
+
+def _feed(model, ctl, steps, rng, cols, theta_true, Wlog=None):
+    q = np.zeros(7)
+    Y = np.zeros((7, model.n_params))
+    for _ in range(steps):
+        W = np.zeros((7, model.n_params))
+        Wb = rng.standard_normal((7, len(cols)))
+        W[:, ctl.index[cols]] = Wb
+        tau_f = Wb @ theta_true[cols]
+        ctl.compute(q, q, q, q, q, Y=Y, W=W, tau_f=tau_f)
+        if Wlog is not None:
+            Wlog.append((Wb, tau_f))
+
+
+def test_forget_to_prior_is_least_squares_with_an_unforgotten_prior():
+    """forget_to "prior": P^-1 is the exact ZOH solution of d/dt P^-1 = -lambda (P^-1 - P0^-1)
+    + W^T R W (up to the pending prior mass, which it reports), and theta_hat the
+    regularised least squares P (P0^-1 theta_0 + sum a^(N-k) c W_k^T R tau_f,k) to the
+    first order in dt; forget_to "zero" keeps ARDL's P^-1 = a^N P0^-1 + data."""
+    rng = np.random.default_rng(3)
+    lam, N, h = 0.5, 1500, DT
+    a, c = math.exp(-lam * h), -math.expm1(-lam * h) / lam
+    for forget_to in ("zero", "prior"):
+        model, ctl = _prior_controller(forget_to, lam, p0=1.5)
+        b = ctl.n_adapted
+        cols = np.arange(b // 2)   # the first half of the base parameters is excited
+        theta_true = ctl.theta + 0.3 * rng.standard_normal(b)
+        theta0 = ctl.theta.copy()
+        log = []
+        _feed(model, ctl, N, np.random.default_rng(4), cols, theta_true, log)
+        P0i = np.eye(b) / 1.5
+        info = (a ** N) * P0i + ((1 - a ** N) * P0i if forget_to == "prior" else 0.0)
+        rhs = info @ theta0
+        for k, (Wb, tau_f) in enumerate(log):
+            w = (a ** (N - 1 - k)) * c
+            Wf = np.zeros((7, b))
+            Wf[:, cols] = Wb
+            info = info + w * 2.0 * Wf.T @ Wf
+            rhs = rhs + w * 2.0 * Wf.T @ tau_f
+        pending = ctl._prior_mass * P0i if forget_to == "prior" else 0.0
+        np.testing.assert_allclose(ctl.P_inv + pending, info, rtol=1e-9, atol=1e-9)
+        batch = np.linalg.solve(info, rhs)
+        np.testing.assert_allclose(ctl.theta, batch, atol=2e-3)
+        # unexcited directions: "prior" never lets P exceed P0, "zero" lets it grow
+        grow = np.linalg.eigvalsh(ctl.P)[-1]
+        if forget_to == "prior":
+            assert grow <= 1.5 * (1 + PRIOR_SLACK), grow
+        else:
+            assert grow > 1.5 * math.exp(0.9 * lam * N * h), grow
+
+
+PRIOR_SLACK = 0.011   # P lags its floor by at most the injection mass (PRIOR_INJECT)
+
+
+def test_forget_to_prior_returns_unexcited_directions_to_the_prior_at_the_forgetting_rate():
+    """Directions the data never excite: with "prior" the estimate returns to theta_0 as
+    (1 - lambda dt)^N (P = P0 there, the pull lambda P P0^-1 (theta - theta_0); P lags its
+    floor by the injection mass between injections); with
+    "zero" it stays where it was; the excited directions approach the truth either way."""
+    lam, N = 0.5, 2000
+    for forget_to in ("zero", "prior"):
+        model, ctl = _prior_controller(forget_to, lam)
+        b = ctl.n_adapted
+        cols = np.arange(b // 2)
+        free = np.arange(b // 2, b)
+        rng = np.random.default_rng(5)
+        theta_true = ctl.theta + 0.2 * rng.standard_normal(b)
+        start = ctl.theta + 0.1 * rng.standard_normal(b)
+        ctl.set_estimate(theta=start)          # the prior stays the URDF's
+        _feed(model, ctl, N, rng, cols, theta_true)
+        err = np.abs(ctl.theta[cols] - theta_true[cols])
+        assert err.max() < 0.1 * np.abs(start[cols] - theta_true[cols]).max(), err.max()   # (a prior's bias)
+        moved = ctl.theta[free] - ctl.theta_prior[free]
+        if forget_to == "prior":
+            decay = (1 - lam * DT) ** N
+            np.testing.assert_allclose(moved, decay * (start[free] - ctl.theta_prior[free]), rtol=PRIOR_SLACK)
+        else:
+            np.testing.assert_allclose(ctl.theta[free], start[free], atol=1e-12)
+
+
+def test_forget_to_prior_survives_save_and_load(tmp_path):
+    model, ctl = _prior_controller("prior")
+    ctl.set_prior(theta=ctl.theta * 1.1)
+    _feed(model, ctl, 50, np.random.default_rng(0), np.arange(5), ctl.theta)
+    path = ctl.save(tmp_path / "est")
+    new = AdaptiveController.load(path, RobotModel("panda"))
+    assert new.forget_to == "prior"
+    np.testing.assert_array_equal(new.theta_prior, ctl.theta_prior)
+    with pytest.raises(ValueError, match="forget_to must be one of"):
+        new.forget_to = "one"
+    # a file written before forget_to: its estimate is the prior
+    d = dict(np.load(path))
+    del d["theta_prior"]
+    np.savez(tmp_path / "old.npz", **d)
+    old = AdaptiveController(model, "composite", forget_to="prior")
+    old.load_state(tmp_path / "old.npz")
+    np.testing.assert_array_equal(old.theta_prior, ctl.theta)
+
+
+@pytest.mark.parametrize("law", ["direct", "composite"])
+def test_adapt_to_feedforward_adapts_on_the_sliding_variable_the_feedback_would_have_had(law):
+    """compute(feedforward=f): the command gains f exactly; the update is unchanged
+    unless adapt_to_feedforward, then it is the one of s - K_D^-1 f (the s-driven
+    term is linear in s: the difference is dt Gamma Y^T K_D^-1 f, P for composite)."""
+    model = RobotModel("panda")
+    kd = np.array([30.0, 30.0, 20.0, 20.0, 4.0, 4.0, 1.0])
+    f = np.array([0.5, -1.0, 0.3, 0.8, -0.2, 0.1, 0.05])
+    args = _state(model, 7)
+    out = {}
+    for name, ff, adapt in (("none", None, False), ("added", f, False), ("adapted", f, True)):
+        ctl = AdaptiveController(model, law, kd=kd, gamma=0.5, pi0=model.parameters, adapt_to_feedforward=adapt)
+        tau = ctl.compute(*args, feedforward=ff)
+        out[name] = (tau, ctl.last_delta_theta.copy(), ctl)
+    np.testing.assert_allclose(out["added"][0] - out["none"][0], f, atol=1e-12)
+    np.testing.assert_array_equal(out["added"][1], out["none"][1])
+    np.testing.assert_array_equal(out["adapted"][0], out["added"][0])
+    ctl = out["adapted"][2]
+    q, v, q_d, v_d, a_d = args[:5]
+    e, ed = q_d - q, v_d - v
+    Yb = model.slotine_li_regressor(q, v, v_d + ctl.lam @ e, a_d + ctl.lam @ ed)[:, ctl.index]
+    gain = ctl.P if law == "composite" else ctl.gamma
+    np.testing.assert_allclose(out["adapted"][1] - out["none"][1], DT * gain @ Yb.T @ (f / kd), rtol=1e-9, atol=1e-15)
+    with pytest.raises(ValueError, match="feedforward must be"):
+        ctl.compute(*args, feedforward=np.full(7, np.nan))
+
+
 # ----------------------------------------------------------------------------- external regressors
 EXTERNAL_CASES = {
     "direct": dict(law="direct", gamma=0.5),

@@ -45,6 +45,39 @@ of :class:`~adaptive_dynamics.dynamics.RobotModel`.  Closed loop with exact para
   ``V_dot = -s^T K_D s - 1/2 theta_tilde^T (lambda P^-1 + W^T R W) theta_tilde`` for
   any R > 0.
 
+  Forgetting toward the prior (``forget_to="prior"``; ARDL and Slotine & Li forget
+  toward zero information, ``forget_to="zero"``, the default of the core).  What the
+  forgetting removes is replaced by the information of the initial estimate
+  ``theta_0`` (:attr:`theta_prior`: the URDF's, an identified one, ...) with covariance
+  ``P0`` -- recursive least squares whose prior is forgotten only as far as data
+  replace it::
+
+      d/dt P^-1     = -lambda(t) (P^-1 - P0^-1) + W^T R W
+      theta_hat_dot = -P (Y^T s + W^T R e_p + lambda(t) P0^-1 (theta_hat - theta_0))
+
+  (the second line is the exact derivative of ``theta = P (P0^-1 theta_0 + filtered
+  data)``).  Where the motion excites a direction, P is small there and the pull is
+  negligible; where it does not, ``P -> P0`` (never above it) and the estimate returns
+  to ``theta_0`` at rate ``lambda``: an estimate adapted on one motion keeps the prior
+  in the directions that motion did not see, and a trajectory elsewhere starts from
+  what is known rather than from a drift.  This is Ioannou's sigma-modification in the
+  information metric: the Lyapunov function above gains the term
+  ``-lambda theta_tilde^T P0^-1 (theta_hat - theta_0)``, so the estimate stays bounded
+  near ``theta_0`` under disturbances the model cannot express instead of drifting.
+
+A learned residual beside the law (``compute(..., feedforward=f)``)
+-------------------------------------------------------------------
+``tau = Y theta_hat - K_D s + f``.  The s-driven term sees only what the residual left
+to the feedback, so an estimate adapted beside a good residual stops taking the part of
+the model it could express (a Coulomb or Stribeck level the friction columns hold
+everywhere, where the residual holds it only near its data).  With
+``adapt_to_feedforward`` the term uses ``s_v = s - K_D^-1 f`` instead: the sliding
+variable of the same loop with ``f`` supplied by the feedback, so the parametric
+estimate adapts as it would without the residual and the residual keeps what the
+model cannot express.  Where the residual falls back to zero the command is then the
+parametric model such a controller would have on its own.  The prediction-error term
+is unchanged (it never sees ``f``).
+
 Discrete time (control period ``dt``, one call of :meth:`compute` per period)
 ---------------------------------------------------------------------------
 * ``P^-1`` -- exact zero-order-hold solution of its ODE over the step (W, lambda held)::
@@ -61,6 +94,11 @@ Discrete time (control period ``dt``, one call of :meth:`compute` per period)
 
       theta_{k+1} = theta_k - dt P_{k+1} (Y_k^T s_k + W_k^T R e_p,k)
 
+  With ``forget_to="prior"`` the prior's share ``(1 - a) P0^-1`` of each step is
+  accumulated (its mass decays with ``a`` like the rest of ``P^-1``) and added to
+  ``P^-1`` every :data:`PRIOR_INJECT` of mass (about every 20 steps at lambda = 0.5,
+  dt = 1 ms), followed by a refactor: ``P^-1`` is exact after each injection, ``P``
+  lags by at most that mass.  The pull term uses ``P_{k+1}`` like the rest.
   Because ``P_{k+1}^-1 >= dt W^T R W`` the prediction-error part is a contraction
   (eigenvalues of ``dt P_{k+1} W^T R W`` lie in [0, 1]): the update is stable for any
   P0 and R, like recursive least squares.  The direct law is plain forward Euler
@@ -161,10 +199,15 @@ from ..validation import as_vector
 from .law import NpzState, read_npz
 from .projection import consistency_margins, project_consistent
 
-__all__ = ["AdaptiveController", "LAWS", "MODEL_INPUTS", "spd_gain", "estimate_file"]
+__all__ = ["AdaptiveController", "LAWS", "MODEL_INPUTS", "FORGET_TO", "spd_gain", "estimate_file"]
 
 LAWS = ("direct", "composite")
 MODEL_INPUTS = ("state", "desired")
+#: what the composite law's forgetting forgets toward: "zero" (ARDL, Slotine & Li) or
+#: "prior" (the initial estimate's information, module docstring)
+FORGET_TO = ("zero", "prior")
+#: with forget_to "prior": the accumulated prior mass (1 - a per step) added to P^-1 at once
+PRIOR_INJECT = 0.01
 FORMAT_VERSION = 1
 
 _MATRIX_GAINS = ("lam", "kd", "gamma", "p0", "r")
@@ -296,7 +339,8 @@ class AdaptiveController(NpzState):
                  k0: float = 1e3, k1: float = 1e2, base_parameters: bool = True, friction=None,
                  projection: bool = False, pi0=None, max_tracking_error: float = np.inf,
                  robot_compensates_gravity: bool = False, projection_eps: float = 0.0,
-                 projection_min_mass: float = 0.0, refactor_every: int = 1000, adapted_links=None):
+                 projection_min_mass: float = 0.0, refactor_every: int = 1000, adapted_links=None,
+                 forget_to: str = "zero", adapt_to_feedforward: bool = False):
         if law not in LAWS:
             raise ValueError(f"unknown adaptive law {law!r}; available: {list(LAWS)}")
         #: where the model term is evaluated: "state" (Slotine-Li, Y(q, qd, qd_r, qdd_r)) or
@@ -355,6 +399,13 @@ class AdaptiveController(NpzState):
         self.P_inv = 0.5 * (self.P_inv + self.P_inv.T)
         self.forgetting = 0.0
         self.p_norm = float(np.abs(self.P).sum(axis=0).max())
+        #: the estimate the composite law's forgetting returns to (forget_to "prior"): the
+        #: initial estimate; :meth:`set_prior` changes it
+        self.theta_prior = self.theta.copy()
+        self._prior_mass = 0.0
+        self.forget_to = forget_to
+        #: with a ``feedforward`` in :meth:`compute`: the s-driven term adapts on s - K_D^-1 f
+        self.adapt_to_feedforward = bool(adapt_to_feedforward)
 
         # ---- outputs (preallocated, overwritten every call)
         self.e = np.zeros(n)
@@ -396,6 +447,7 @@ class AdaptiveController(NpzState):
         self._abs = np.zeros((b, b))
         self._since_refactor = 0
         self._pi_scratch = np.zeros(b)
+        self._sv = np.zeros(n)
 
     @staticmethod
     def _adapted_columns(model, links):
@@ -424,6 +476,30 @@ class AdaptiveController(NpzState):
         if value == "composite" and self._law != "composite":
             self.filter.reset()
         self._law = value
+
+    @property
+    def forget_to(self) -> str:
+        return self._forget_to
+
+    @forget_to.setter
+    def forget_to(self, value: str) -> None:
+        if value not in FORGET_TO:
+            raise ValueError(f"forget_to must be one of {list(FORGET_TO)}, got {value!r}")
+        self._forget_to = value
+        self._prior_mass = 0.0
+
+    def set_prior(self, pi=None, theta=None) -> None:
+        """The estimate ``forget_to="prior"`` returns to: a full ``pi`` or ``theta`` in
+        the adapted coordinates; neither: the current estimate."""
+        if pi is None and theta is None:
+            self.theta_prior = self.theta.copy()
+            return
+        keep, fixed, has = self.theta.copy(), self.pi_fixed.copy(), self._has_fixed
+        try:
+            self.set_estimate(pi=pi, theta=theta)   # validation and coordinates
+            self.theta_prior = self.theta.copy()
+        finally:
+            self.theta, self.pi_fixed, self._has_fixed = keep, fixed, has
 
     def set_gains(self, **kw) -> None:
         """Validate and set any of :attr:`GAIN_NAMES`; all-or-nothing (a refused value
@@ -464,8 +540,12 @@ class AdaptiveController(NpzState):
             self._r_d = _diag_or_none(self.r)
             self.r_inv = np.linalg.inv(self.r)
             self.r_inv = 0.5 * (self.r_inv + self.r_inv.T)
-        if "p0" in new and hasattr(self, "P"):
-            self.reset_covariance()
+        if "p0" in new:
+            p0i = np.linalg.inv(self.p0)
+            self._p0_inv = 0.5 * (p0i + p0i.T)
+            self._p0_inv_d = _diag_or_none(self._p0_inv)
+            if hasattr(self, "P"):
+                self.reset_covariance()
         if "filter_lambda" in new and hasattr(self, "filter"):
             self.filter.lam = self.filter_lambda
 
@@ -481,6 +561,7 @@ class AdaptiveController(NpzState):
         self.P_inv = 0.5 * (Pi + Pi.T)
         self.p_norm = float(np.abs(self.P).sum(axis=0).max())
         self._since_refactor = 0
+        self._prior_mass = 0.0
 
     def reset_filter(self) -> None:
         self.filter.reset()
@@ -618,7 +699,7 @@ class AdaptiveController(NpzState):
 
     def compute(self, q, v, q_d, v_d, a_d, tau_measured=None, learn: bool = True, *,
                 Y=None, W=None, tau_f=None, reference=None, extra_torque=None,
-                tracking_error: Optional[float] = None) -> np.ndarray:
+                tracking_error: Optional[float] = None, feedforward=None) -> np.ndarray:
         """One control period: torque for the current state, then the parameter update.
 
         Returns a new array (model joint order, NOT saturated).  After the call the
@@ -656,6 +737,13 @@ class AdaptiveController(NpzState):
         added to the command (a backstepping cross term); it is part of neither the
         parametric nor the feedback torque.  ``tracking_error`` replaces ``|q_d - q|`` in
         the freeze test (another generator's error norm, e.g. the task-space error).
+
+        ``feedforward``: a learned residual torque ``f`` added to the command (a residual
+        learner's); with :attr:`adapt_to_feedforward` the s-driven term adapts on
+        ``s_v = s - K_D^-1 f`` -- the sliding variable the loop would show if the
+        feedback had supplied ``f`` -- so the parametric estimate still takes whatever
+        part of the residual it can express (module docstring); otherwise ``f`` is only
+        added.  Not finite: ``ValueError``, nothing changed.
         """
         n = self.n
         x = self._x
@@ -681,6 +769,11 @@ class AdaptiveController(NpzState):
             self._reject(q, v, q_d, v_d, a_d, tau_measured)
         if Y is not None or W is not None or tau_f is not None:
             Y, W, tau_f = self._external(Y, W, tau_f)
+        if feedforward is not None:
+            ff = np.asarray(feedforward, dtype=float)
+            if ff.shape != (n,) or not np.isfinite(ff).all():
+                self.rejected_inputs += 1
+                raise ValueError(f"feedforward must be {n} finite values, got shape {ff.shape}")
         composite = self._law == "composite"
         if composite and learn and tau_measured is None and W is None:
             raise ValueError("the composite law needs tau_measured (the measured joint torque) to learn; "
@@ -732,6 +825,8 @@ class AdaptiveController(NpzState):
         np.add(self.parametric_torque, fb, out=tau)
         if extra_torque is not None:
             tau += extra_torque
+        if feedforward is not None:
+            tau += ff
         Ys = Yb  # regressor of what the controller supplies (s-driven term)
         if self.robot_compensates_gravity:
             Yg = model.regressor(q, self._zero, self._zero)
@@ -769,7 +864,15 @@ class AdaptiveController(NpzState):
             self.freeze_reason = ""
         dth = self._dtheta
         if learn and not self.frozen:
-            g = np.dot(Ys.T, s, out=self._g)
+            sv = s
+            if feedforward is not None and self.adapt_to_feedforward:
+                sv = self._sv
+                if self._kd_d is not None:
+                    np.divide(ff, self._kd_d, out=sv)
+                else:
+                    sv[:] = np.linalg.solve(self.kd, ff)
+                np.subtract(s, sv, out=sv)
+            g = np.dot(Ys.T, sv, out=self._g)
             if composite:
                 self._update_covariance(Wb)
                 Re = self._Re
@@ -778,6 +881,14 @@ class AdaptiveController(NpzState):
                 else:
                     np.dot(self.r, self.prediction_error, out=Re)
                 g += np.dot(Wb.T, Re, out=self._gt)
+                if self._forget_to == "prior" and self.forgetting > 0.0:
+                    d = np.subtract(theta, self.theta_prior, out=self._gt)
+                    if self._p0_inv_d is not None:
+                        d *= self._p0_inv_d
+                    else:
+                        d = np.dot(self._p0_inv, d)
+                    d *= self.forgetting
+                    g += d
                 np.dot(self.P, g, out=dth)
             elif self._gamma_d is not None:
                 np.multiply(self._gamma_d, g, out=dth)
@@ -842,6 +953,12 @@ class AdaptiveController(NpzState):
         RW *= c
         Pi += np.dot(Wb.T, RW, out=self._PP)
         self._since_refactor += 1
+        if self._forget_to == "prior" and a != 1.0:
+            self._prior_mass = a * self._prior_mass + (1.0 - a)
+            if self._prior_mass >= PRIOR_INJECT:
+                Pi += self._prior_mass * self._p0_inv
+                self._prior_mass = 0.0
+                self._since_refactor = self.refactor_every
         if self._since_refactor >= self.refactor_every:
             self._refactor()
         else:
@@ -889,6 +1006,8 @@ class AdaptiveController(NpzState):
             "updates": np.array(self.updates),
             "adapted_links": np.array(self.adapted_links if self.adapted_links is not None else [], dtype=str),
             "pi_fixed": self.pi_fixed.copy(),
+            "forget_to": np.array(self._forget_to),
+            "theta_prior": self.theta_prior.copy(),
             **{f"gain_{k}": np.asarray(v) for k, v in g.items()},
         }
 
@@ -935,7 +1054,13 @@ class AdaptiveController(NpzState):
             Pinv = np.asarray(d.get("P_inv", np.linalg.inv(P)), dtype=float)
             if not (np.all(np.isfinite(P)) and np.all(np.isfinite(Pinv))):
                 raise ValueError(f"{where}: P is not finite")
+        prior = theta
+        if "theta_prior" in d:   # (files before forget_to: their estimate is the prior)
+            prior = np.asarray(d["theta_prior"], dtype=float)
+            if prior.shape != theta.shape or not np.all(np.isfinite(prior)):
+                raise ValueError(f"{where}: theta_prior has shape {prior.shape} or non-finite entries")
         self.theta = theta.copy()
+        self.theta_prior = prior.copy()
         if fixed is not None:
             self.pi_fixed = fixed.copy()
             self._has_fixed = bool(np.any(fixed))
@@ -944,6 +1069,7 @@ class AdaptiveController(NpzState):
             self.P_inv = 0.5 * (Pinv + Pinv.T)
             self.p_norm = float(np.abs(self.P).sum(axis=0).max())
             self._since_refactor = 0
+            self._prior_mass = 0.0
         self.filter.reset()
 
     @classmethod
@@ -960,6 +1086,8 @@ class AdaptiveController(NpzState):
                 "base_parameters": str(d["coordinates"]) == "base" or bool(d["projection"]),
                 "robot_compensates_gravity": bool(d["robot_compensates_gravity"]),
             }
+            if "forget_to" in d:
+                kwargs["forget_to"] = str(d["forget_to"])
             if "adapted_links" in d and d["adapted_links"].size:
                 kwargs["adapted_links"] = [str(x) for x in d["adapted_links"]]
             for k in GAIN_NAMES:
@@ -982,6 +1110,7 @@ class AdaptiveController(NpzState):
             "rejected_inputs": self.rejected_inputs, "projections": self.projections,
             "adapted_links": self.adapted_links or "all",
             "p_norm": self.p_norm, "forgetting": self.forgetting,
+            "forget_to": self._forget_to,
         }
 
 

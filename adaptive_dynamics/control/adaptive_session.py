@@ -79,14 +79,16 @@ class AdaptiveSession(Reporting):
                     if bs.ref.lam2 > 0.0:
                         self._count("singular_damping_cycles")
                 else:
-                    tau = core.compute(q, v, ref.q, qd, qdd, tau_measured=effort, learn=learn, **(regressors or {}))
+                    tau = core.compute(q, v, ref.q, qd, qdd, tau_measured=effort, learn=learn,
+                                       feedforward=residual, **(regressors or {}))
         except ValueError as exc:  # non-finite input: estimate untouched
             self.log("error", f"cycle rejected ({exc}); safe command, estimate frozen", "core")
             return None
         if core.frozen:
             self.log("warning", f"learning frozen: {core.freeze_reason}", "frozen")
         if residual is not None:
-            tau += residual
+            if self.task:   # (the joint-space law adds it itself)
+                tau += residual
             self._count("residual_used")
         elif residuals_seen:
             self._count("residual_missing")

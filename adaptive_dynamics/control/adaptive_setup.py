@@ -130,7 +130,8 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
     pi0 = initial_estimate(model, p["initial_estimate"], scale=p["nominal_scale"], path=p["initial_estimate_file"],
                            links=links, log=log)
     common = dict(dt=1.0 / p["rate_hz"], base_parameters=p["base_parameters"], friction=p["friction"],
-                  projection=p["projection"], robot_compensates_gravity=p["robot_compensates_gravity"])
+                  projection=p["projection"], robot_compensates_gravity=p["robot_compensates_gravity"],
+                  forget_to=p.get("forget_to", "prior"), adapt_to_feedforward=p.get("adapt_to_feedforward", False))
     law = p["adaptation"] if task else p["law"] if p["law"] in ("direct", "composite") else "composite"
     if task:
         bs = BacksteppingController(
@@ -150,6 +151,7 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
         core.load_state(src, covariance=False)   # raises with what differs: friction, base parameters
         if links:   # the links not adapted keep the URDF's values
             core.set_estimate(pi=_urdf_outside(nominal, core.pi, core.columns))
+        core.set_prior()   # the estimate the user starts from is the one forgetting returns to
         log(f"initial estimate loaded from {src}")
     fixed_gains = {k: gains[k] for k in ("lam", "kd")}
     fixed = {} if task else {

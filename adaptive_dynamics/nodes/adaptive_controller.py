@@ -75,6 +75,14 @@ def specs() -> list[ParamSpec]:
                   min=1e-3, max=1e4),
         ParamSpec("lambda0", 0.1, "composite law: maximum forgetting rate [1/s] (bounded-gain forgetting)",
                   min=0.0, max=1e3),
+        ParamSpec("forget_to", "prior", "composite law: what forgetting forgets toward: zero (ARDL, Slotine & Li:"
+                  " all information) | prior (the initial estimate with covariance p0: directions the motion"
+                  " does not excite return to it at the forgetting rate instead of drifting)",
+                  choices=["zero", "prior"], read_only=True),
+        ParamSpec("adapt_to_feedforward", False, "with a feedforward/residual: the s-driven law adapts on"
+                  " s - K_D^-1 f, as if the feedback had supplied the residual f, so the parametric estimate"
+                  " keeps what it can express of it (off: the residual is only added to the command)",
+                  read_only=True),
         ParamSpec("k0", 1000.0, "composite law: |P| at which forgetting would vanish", min=1e-9),
         ParamSpec("k1", 100.0, "composite law: |P| above which forgetting is off", min=1e-9),
         ParamSpec("max_tracking_error", 0.0, "freeze learning while |q_d - q| exceeds this [rad] (law"
