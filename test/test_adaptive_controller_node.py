@@ -205,7 +205,7 @@ def test_estimate_survives_restart_and_layout_mismatch_is_refused(ros, tmp_path)
 
 def test_initial_estimate_file_is_read_and_never_written(ros, tmp_path):
     """initial_estimate=file (e.g. `adaptive-dynamics identify`'s estimate): the start
-    estimate and the reset target; the file itself is not touched, estimate_file still
+    estimate, the reset target and the prior forgetting returns to; the file itself is not touched, estimate_file still
     resumes over it; a missing file is a clear error."""
     import os
     src = str(tmp_path / "ident.npz")
@@ -216,6 +216,10 @@ def test_initial_estimate_file_is_read_and_never_written(ros, tmp_path):
     mtime = os.stat(src).st_mtime_ns
     node = make_node(ros, initial_estimate="file", initial_estimate_file=src)
     np.testing.assert_array_equal(node.core.theta, theta)
+    # ... and the estimate forgetting returns to (the file's own prior was the URDF's)
+    assert node.core.forget_to == "prior"
+    np.testing.assert_array_equal(node.core.theta_prior, theta)
+    assert not np.array_equal(first.core.theta_prior, theta)
     Loop(ros, node, seconds=1.0).run(300)
     assert not np.array_equal(node.core.theta, theta)        # it adapts from there
     ros.executor.remove_node(node)
