@@ -171,7 +171,8 @@ def test_mismatch_malformed_missing_and_stale_regressors(ros):
                           and pub_y.get_subscription_count() >= 1 and pub_w.get_subscription_count() >= 1
                           and cols.get_subscription_count() >= 1, timeout=20.0)
     filt = m.filtered_regressor(20.0, 1e-3)  # the test plays the regressor node
-    core = AdaptiveController(m, "composite", dt=1e-3, **{k: v for k, v in GAINS.items() if k != "law"})
+    core = AdaptiveController(m, "composite", dt=1e-3, forget_to="prior",   # (the node's default)
+                              **{k: v for k, v in GAINS.items() if k != "law"})
 
     def columns(lam):
         settings = {"lam": lam, "filter_lambda": 20.0, "rate_hz": 1000.0, "coordinates": "pi", "friction": False}
