@@ -230,6 +230,25 @@ def test_initial_estimate_file_is_read_and_never_written(ros, tmp_path):
         make_node(ros, initial_estimate="file", initial_estimate_file=str(tmp_path / "missing.npz"))
 
 
+def test_friction_model_file_is_the_fixed_friction_feed_forward(ros, tmp_path):
+    """friction_model_file (identify --friction's friction_<kind>.json) becomes the core's
+    fixed friction; a file for another joint count, or not JSON, is a clear error."""
+    import json
+    from adaptive_dynamics.dynamics.joint_friction import SigmoidFriction
+    good, bad, junk = (str(tmp_path / f) for f in ("f2.json", "f3.json", "junk.json"))
+    for path, n in ((good, 2), (bad, 3)):
+        with open(path, "w") as fh:
+            json.dump(SigmoidFriction([0.1] * n, [0.5] * n, [8.0] * n, [0.02] * n).to_dict(), fh)
+    (tmp_path / "junk.json").write_text("{not json")
+    node = make_node(ros, friction_model_file=good)
+    v = np.array([[0.3, -0.2]])
+    np.testing.assert_allclose(node.core.fixed_friction.torque(v), SigmoidFriction(
+        [0.1] * 2, [0.5] * 2, [8.0] * 2, [0.02] * 2).torque(v))
+    for path, what in ((bad, "has 3 joints"), (junk, "not JSON")):
+        with pytest.raises(ValueError, match=what):
+            make_node(ros, friction_model_file=path)
+
+
 def test_a_loaded_estimate_that_cannot_hold_the_arm_is_reported_at_start(ros, tmp_path):
     """An estimate file whose gravity exceeds the effort limits somewhere in the joint
     ranges (3x the URDF's planar2: 71 N m on the shoulder, limit 50) is named at start

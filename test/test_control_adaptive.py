@@ -390,6 +390,30 @@ def test_adapt_to_feedforward_adapts_on_the_sliding_variable_the_feedback_would_
         ctl.compute(*args, feedforward=np.full(7, np.nan))
 
 
+def test_fixed_friction_is_fed_forward_and_left_out_of_what_the_estimate_learns():
+    """fixed_friction tau_s(qd): the command gains tau_s(qd) at the measured velocity, and
+    the composite law learns exactly as a controller fed tau_measured - tau_s(qd)."""
+    from adaptive_dynamics.dynamics.joint_friction import SigmoidFriction
+    model = RobotModel("panda", friction=True)
+    fs = SigmoidFriction([0.05] * 7, [0.5, 0.9, 0.6, 1.3, 0.8, 0.3, 0.6], [5.1, 9.1, 10.1, 5.6, 8.3, 17.1, 10.3],
+                         [0.04, 0.03, -0.05, 0.04, 0.03, -0.02, 0.0])
+    a = AdaptiveController(model, "composite", pi0=model.parameters, forget_to="prior")
+    b = AdaptiveController(model, "composite", pi0=model.parameters, forget_to="prior")
+    a.fixed_friction = fs
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        q, v, acc = model.random_state(rng)
+        tau = model.inverse_dynamics(q, v, acc) + fs.torque(v[None])[0]
+        ta = a.compute(q, v, q + 0.01, v, acc, tau_measured=tau)
+        tb = b.compute(q, v, q + 0.01, v, acc, tau_measured=tau - fs.torque(v[None])[0])
+        np.testing.assert_allclose(ta - tb, fs.torque(v[None])[0], atol=1e-9)
+        np.testing.assert_allclose(a.theta, b.theta, rtol=0, atol=1e-12)
+    assert np.any(a.theta != a.theta_prior)
+    with pytest.raises(ValueError, match="internal filter"):
+        a.compute(q, v, q, v, acc, Y=np.zeros((7, model.n_params)), W=np.zeros((7, model.n_params)),
+                  tau_f=np.zeros(7))
+
+
 # ----------------------------------------------------------------------------- external regressors
 EXTERNAL_CASES = {
     "direct": dict(law="direct", gamma=0.5),

@@ -131,6 +131,15 @@ def test_quick_run_over_dds(tmp_path, capsys):
     # the paper's baseline, the identified model as a pure feed-forward, also beats PD alone
     assert res["beats_rbd_ff"] == (tab[res["best_constellation"]] < tab["rbd_ff"])
     assert 0.3 < res["a_total_reduction_rbd_ff"] < 0.99
+    # both modes (--mode both, the default): the paper's algorithm (raw fused mean, its change
+    # test) on one constellation beside the project's two, each with its own best and reduction
+    proj, paper = res["experiment_1"]["project_mode"], res["experiment_1"]["paper_mode"]
+    assert proj["constellations"] == cons and proj["best_constellation"] == res["best_constellation"]
+    assert paper["constellations"] == [f"paper {cons[0]}"] and paper["learner"]["raw"] is True
+    a_paper = res["experiment_1"]["a_j"][paper["constellations"][0]]
+    assert len(a_paper) == 7 and paper["a_total_reduction_best"] > 0.3
+    assert res["paper_mode"]["a_total_reduction_best"] == paper["a_total_reduction_best"]
+    assert res["runs"][f"I {paper['constellations'][0]}"]["versions_applied"] > 0
     for c in cons:
         r = res["runs"][f"I {c}"]
         assert r["updates_per_sim_s"] > 1 and r["versions_applied"] >= 5 and r["residual_used"] > 1000

@@ -65,6 +65,16 @@ of :class:`~adaptive_dynamics.dynamics.RobotModel`.  Closed loop with exact para
   ``-lambda theta_tilde^T P0^-1 (theta_hat - theta_0)``, so the estimate stays bounded
   near ``theta_0`` under disturbances the model cannot express instead of drifting.
 
+A fixed friction model beside the law (:attr:`fixed_friction`)
+-----------------------------------------------------------------
+An identified smooth friction model ``tau_s(qd)`` (``identify --friction sigmoid``,
+:mod:`~adaptive_dynamics.dynamics.joint_friction`) is added to the command at the
+measured velocity, ``tau = Y theta_hat - K_D s + tau_s(qd)``, and taken out of the
+measured torque the composite law learns from (``tau_measured - tau_s(qd)``): the
+estimate -- its viscous and Coulomb columns included -- adapts to what the fixed model
+leaves.  Start it from the rigid body identified with that model
+(``estimate_<kind>.npz`` of ``identify``, friction columns zero).
+
 A learned residual beside the law (``compute(..., feedforward=f)``)
 -------------------------------------------------------------------
 ``tau = Y theta_hat - K_D s + f``.  The s-driven term sees only what the residual left
@@ -406,6 +416,8 @@ class AdaptiveController(NpzState):
         self.forget_to = forget_to
         #: with a ``feedforward`` in :meth:`compute`: the s-driven term adapts on s - K_D^-1 f
         self.adapt_to_feedforward = bool(adapt_to_feedforward)
+        #: a fixed joint-friction model beside the estimate (module docstring; None: none)
+        self.fixed_friction = None
 
         # ---- outputs (preallocated, overwritten every call)
         self.e = np.zeros(n)
@@ -448,6 +460,7 @@ class AdaptiveController(NpzState):
         self._since_refactor = 0
         self._pi_scratch = np.zeros(b)
         self._sv = np.zeros(n)
+        self.fixed_friction_torque = np.zeros(n)
 
     @staticmethod
     def _adapted_columns(model, links):
@@ -769,6 +782,14 @@ class AdaptiveController(NpzState):
             self._reject(q, v, q_d, v_d, a_d, tau_measured)
         if Y is not None or W is not None or tau_f is not None:
             Y, W, tau_f = self._external(Y, W, tau_f)
+        tff = None
+        if self.fixed_friction is not None:
+            if W is not None:
+                raise ValueError("a fixed friction model needs the internal filter (not external W, tau_f)")
+            tff = self.fixed_friction.torque(x[n:2 * n][None, :])[0]
+            self.fixed_friction_torque[:] = tff
+            if tau_measured is not None:
+                x[5 * n:] -= tff     # the estimate learns the torque the fixed model leaves
         if feedforward is not None:
             ff = np.asarray(feedforward, dtype=float)
             if ff.shape != (n,) or not np.isfinite(ff).all():
@@ -827,6 +848,8 @@ class AdaptiveController(NpzState):
             tau += extra_torque
         if feedforward is not None:
             tau += ff
+        if tff is not None:
+            tau += tff
         Ys = Yb  # regressor of what the controller supplies (s-driven term)
         if self.robot_compensates_gravity:
             Yg = model.regressor(q, self._zero, self._zero)

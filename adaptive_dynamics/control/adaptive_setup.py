@@ -12,6 +12,7 @@ estimate.  The node keeps what is ROS: parameters, logs, counters, topics.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional
@@ -19,6 +20,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 import numpy as np
 
 from ..dynamics.effort_check import describe, over_limit, range_poses, worst_torques
+from ..dynamics.joint_friction import from_dict
 from ..dynamics.thunder_params import read_thunder_parameters
 from .adaptive import AdaptiveController
 from .backstepping import BacksteppingController
@@ -153,6 +155,9 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
             core.set_estimate(pi=_urdf_outside(nominal, core.pi, core.columns))
         core.set_prior()   # the estimate the user starts from is the one forgetting returns to
         log(f"initial estimate loaded from {src}")
+    if p.get("friction_model_file"):
+        core.fixed_friction = friction_model(model, p["friction_model_file"])
+        log(f"fixed friction feed-forward: {core.fixed_friction!r} from {p['friction_model_file']}")
     fixed_gains = {k: gains[k] for k in ("lam", "kd")}
     fixed = {} if task else {
         name: AdaptiveController(model, "direct", pi0=np.zeros_like(nominal) if which == "zero" else nominal,
@@ -163,6 +168,23 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
         laws.gamma_scale = core.nominal_gamma_scale(nominal)
         laws.set_gains(gamma=gains["gamma"])
     return laws
+
+
+def friction_model(model, path: str):
+    """The joint-friction model in the JSON file ``path`` (``friction_<kind>.json`` of
+    ``adaptive-dynamics identify --friction``: :func:`~adaptive_dynamics.dynamics.joint_friction.from_dict`'s
+    form) for ``model``'s joints; ``ValueError`` saying what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            d = json.load(fh)
+    except OSError as exc:
+        raise ValueError(f"friction_model_file {path!r}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"friction_model_file {path!r} is not JSON ({exc})") from None
+    fm = from_dict(d)
+    if fm.n != model.n:
+        raise ValueError(f"friction_model_file {path!r} has {fm.n} joints, the model {model.n}")
+    return fm
 
 
 def estimate_over_limits(model, pi) -> tuple[int, str]:

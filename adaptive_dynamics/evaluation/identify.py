@@ -17,6 +17,13 @@ from a recording, evaluated on held-out data (no ROS import).
    ``--learner``): overall, and inside and outside the training region
    (:mod:`.regions`: a held-out sample is inside when a training sample's joint
    positions lie within ``--region-radius``, 0.1 rad by default).
+5. With ``--friction sigmoid|stribeck|all``: the rigid body identified again together
+   with a smooth friction model per joint
+   (:func:`~adaptive_dynamics.dynamics.joint_friction.identify_friction`: the Gaz et
+   al. sigmoid + viscous, or Stribeck), each model's held-out nMSE per joint beside the
+   linear (viscous + Coulomb) model's in ``friction_models``, and
+   ``friction_heldout_nmse_ratio`` (smooth / linear, per joint).  ``--friction linear``
+   (the default) leaves them out.
 
 Writes to ``--out``: ``estimate_ls.npz`` and ``estimate_consistent.npz`` (adaptive
 controller state files: ``adaptive_controller`` with ``friction: true``,
@@ -27,7 +34,12 @@ residual learner; with ``--learner KIND`` also that learner
 trained on it, ``learner_KIND.npz``, a ``residual_learner`` ``model_file``, whose prior is
 the identified offsets: where its data does not reach it predicts the identification), plots of
 measured vs predicted torque on the held-out part (``identify_torque.png``) and
-``identify.json`` (printed last).
+``identify.json`` (printed last; with a smooth ``--friction`` model also its fitted
+parameters, ``friction_models.KIND.model``, which
+:func:`~adaptive_dynamics.dynamics.joint_friction.from_dict` reads).  With a smooth
+model also ``friction_KIND.json`` (the model alone: the ``adaptive_controller``'s
+``friction_model_file``) and ``estimate_KIND.npz`` (the rigid body identified with it,
+friction columns zero: its ``initial_estimate_file``).
 """
 from __future__ import annotations
 
@@ -53,7 +65,11 @@ DESCRIPTION = (
     " estimate_consistent.npz (adaptive_controller estimates: friction true, initial_estimate file,"
     " initial_estimate_file PATH), warmstart.npz (inputs and the identified"
     " model's residual: a residual learner's training data; --learner KIND also trains and saves that learner),"
-    " identify_torque.png (measured vs predicted torque, held-out part) and identify.json, printed last.")
+    " identify_torque.png (measured vs predicted torque, held-out part) and identify.json, printed last."
+    "  --friction sigmoid|stribeck|all also identifies the rigid body together with a smooth friction model per"
+    " joint (the Gaz et al. sigmoid + viscous, or Stribeck with an estimated Stribeck velocity) and reports its"
+    " held-out nMSE per joint beside the linear (viscous + Coulomb) model's: friction_models and"
+    " friction_heldout_nmse_ratio (smooth / linear) in identify.json.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,6 +92,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also train this residual learner on the identified model's residual (gmm | rbfn | gp"
                    " | pgpol | sgpol) and save it as learner_KIND.npz; its prior is the identified offsets, so"
                    " where its data does not reach it predicts the identification")
+    p.add_argument("--friction", default="linear", choices=["linear", "sigmoid", "stribeck", "all"],
+                   help="joint friction model to compare with the linear one: linear (viscous f_v v + Coulomb"
+                   " f_c sgn(v), the default, nothing more is fitted) | sigmoid (f_v v + the Gaz et al. sigmoid"
+                   " phi1/(1+exp(-phi2 (v+phi3))) - phi1/(1+exp(-phi2 phi3))) | stribeck (f_v v + f_c tanh(v/eps)"
+                   " + f_s exp(-(v/v_s)^2) tanh(v/eps), eps 0.01 rad/s) | all (both smooth models); each smooth"
+                   " model is identified jointly with the rigid body and its held-out nMSE per joint is reported"
+                   " beside the linear model's (friction_models, friction_heldout_nmse_ratio in identify.json)")
     p.add_argument("--region-radius", type=float, default=REGION_RADIUS, metavar="RAD",
                    help="held-out samples whose joint positions are farther than this from every training"
                    f" sample [rad, Euclidean] are outside the training region (default {REGION_RADIUS}); the"
@@ -116,9 +139,10 @@ def split_prepared(t, q, qd, tau, train: float, cutoff_hz: float = 20.0, decimat
 
 
 def run(args) -> dict:
-    from ..control.adaptive import estimate_file  # lazy: the CLI parser imports this module
+    from ..control.adaptive import AdaptiveController, estimate_file  # lazy: the CLI parser imports this module
     from ..dynamics import RobotModel  # lazy: the CLI parser imports this module
     from ..dynamics.identification import identify, identify_consistent, nmse  # lazy: the CLI parser imports this module
+    from ..dynamics.joint_friction import identify_friction  # lazy: the CLI parser imports this module
     from ..learning import make_learner  # lazy: the CLI parser imports this module
     from ..robot_setup import resolve_robot  # lazy: the CLI parser imports this module
     from .recordings import load_recording  # lazy: the CLI parser imports this module (rosbags)
@@ -126,6 +150,9 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     if not 0.05 <= args.train <= 0.95:
         raise ValueError(f"--train must be in [0.05, 0.95], got {args.train}")
+    friction = getattr(args, "friction", "linear") or "linear"
+    if friction not in ("linear", "sigmoid", "stribeck", "all"):
+        raise ValueError(f"--friction must be linear, sigmoid, stribeck or all, got {friction!r}")
     joints = [j for j in (getattr(args, "joints", None) or "").split(",") if j] or None
     spec = resolve_robot(args.robot, joints, getattr(args, "ee_frame", None))
     model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=True)
@@ -175,6 +202,34 @@ def run(args) -> dict:
         pred["ls+" + args.learner] = base_t + L.predict(np.hstack([qt, qdt, qddt]))
         results["ls+" + args.learner] = {"test_nmse": nmse(taut, pred["ls+" + args.learner]),
                                          "pulled_back_fraction": round(L.pulled_back_fraction, 4)}
+    extra = {}
+    if friction != "linear":
+        kinds = ["sigmoid", "stribeck"] if friction == "all" else [friction]
+        base = model.base_parameters()
+        lin = identify_friction(model, q, qd, qdd, tau, "linear", offset=offset, linear=fits["ls"], base=base)
+        models = {"linear": {"heldout_nmse": results["ls"]["test_nmse"], "train_nmse": results["ls"]["train_nmse"],
+                             "parameters": lin.friction.parameters(), "model": lin.friction.to_dict()}}
+        ratio = {}
+        for kind in kinds:
+            fit = identify_friction(model, q, qd, qdd, tau, kind, offset=offset, linear=fits["ls"], base=base)
+            pred[kind] = fit.torque(model, qt, qdt, qddt)
+            held = nmse(taut, pred[kind])
+            models[kind] = {"heldout_nmse": held, "train_nmse": nmse(tau, fit.torque(model, q, qd, qdd)),
+                            "parameters": fit.friction.parameters(), "model": fit.friction.to_dict(),
+                            "iterations": fit.iterations,
+                            "residual_rmse": [round(float(x), 6) for x in fit.residual_rmse]}
+            ratio[kind] = [round(float(a / max(b, 1e-300)), 4) for a, b in zip(held, results["ls"]["test_nmse"])]
+            # for the adaptive controller: the fixed friction model and the rigid body identified with it
+            path = os.path.join(args.out, f"friction_{kind}.json")
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(fit.friction.to_dict(), fh, indent=1)
+            files[f"friction_{kind}"] = path
+            files[f"estimate_{kind}"] = AdaptiveController(model, args.law, pi0=fit.pi).save(
+                os.path.join(args.out, f"estimate_{kind}.npz"))
+        for m in models.values():
+            for k in ("heldout_nmse", "train_nmse"):
+                m[k] = [round(float(x), 5) for x in m[k]]
+        extra = {"friction_models": models, "friction_heldout_nmse_ratio": ratio}
     for key, r in results.items():
         parts = split_nmse(taut, pred[key], inside)
         r["test_nmse_inside"], r["test_nmse_outside"] = parts["inside"], parts["outside"]
@@ -187,7 +242,7 @@ def run(args) -> dict:
            "train_fraction": args.train, "samples": {"train": int(len(q)), "test": int(len(qt))},
            "region": region,
            "counts": counts, "offset": offset, "results": results, "files": files,
-           "runtime_s": round(time.perf_counter() - t0, 2)}
+           **extra, "runtime_s": round(time.perf_counter() - t0, 2)}
     with open(os.path.join(args.out, "identify.json"), "w") as fh:
         json.dump(out, fh, indent=1, default=_json_default)
     return out
@@ -221,7 +276,8 @@ def _plot(path: str, tau: np.ndarray, pred: dict, joints: list) -> str:
     for j in range(n):
         ax = axes[j // cols, j % cols]
         ax.plot(k, tau[:, j], color="k", lw=1.2, label="measured")
-        for key, color in (("nominal", "#999999"), ("ls", "#4c72b0"), ("consistent", "#c44e52")):
+        for key, color in (("nominal", "#999999"), ("ls", "#4c72b0"), ("consistent", "#c44e52"),
+                           ("sigmoid", "#55a868"), ("stribeck", "#dd8452")):
             if key in pred:
                 ax.plot(k, pred[key][:, j], color=color, lw=0.8, label=key)
         ax.set_ylabel(f"{joints[j]}\n[N m]", fontsize=7)

@@ -105,11 +105,21 @@ some -- and the payload run repeats with it for comparison.  :func:`change_study
 (full run) replays the recorded learning streams through PGPOL and evaluates the test
 over a grid of settings, offline, for the evidence in ``change_detection``.
 
+**Modes** (``--mode``, Table I): ``project`` runs the learners with their defaults -- a
+prediction falls back to its prior, the running mean torque, where the learner's support
+does not reach (``docs/learners.md``); ``paper`` runs the paper's algorithm as far as it
+is a setting (:data:`PAPER_LEARNER`: the fused raw mean everywhere, ``raw_prediction`` on
+``model_update`` and ``prediction``; the paper's one-sample change test); ``both`` (the
+default) runs the learned rows in each mode beside one set of baselines (``--quick``: one
+constellation in the paper mode).  Still not settings: the fusion weights (scaled σ per
+GP), the scalers on the window alone, one sample per update (``docs/design.md``).
+
 JSON (``pgpol.json``, printed last): ``table_i`` (A_total per approach),
 ``a_total_reduction_best``, ``a_total_reduction_rbd``, ``beats_rbd`` (and ``_rbd_ff``: against
 the paper's pure feed-forward baseline), ``table_ii``,
 ``nmse_recovery``, ``change_detected``, ``payload``, ``change_detection``,
-``identification``, ``offline_gp``, and per run (``runs``) the wall time, sim rate,
+``identification``, ``offline_gp``, ``project_mode`` / ``paper_mode`` (each mode's best
+constellation, reduction and comparisons), and per run (``runs``) the wall time, sim rate,
 learner updates and samples per sim second, versions published/applied, feed-forward
 cycles, database clears and ``data_lag_s``.
 """
@@ -173,6 +183,13 @@ QUICK_CONSTELLATIONS = [((480,), 20), ((60, 480), 20)]
 #: (``CHANGE_PAPER``) repeats the payload run in the full experiment
 CHANGE: dict[str, Any] = dict(CHANGE_DEFAULTS)
 PAPER_CHANGE: dict[str, Any] = dict(CHANGE_PAPER)
+#: ``--mode``: Table I's learned rows as the project runs them (the learners' defaults: the
+#: prediction falls back to its prior, the running mean torque, where the learner's support
+#: does not reach) and as the paper's algorithm does (every prediction the GPs' fused raw
+#: mean, the paper's one-sample change test); ``both`` (default) runs each
+MODES = ("both", "project", "paper")
+#: what the paper mode changes in a learned run (the departures that are settings so far)
+PAPER_LEARNER: dict[str, Any] = {"raw": True, "change": PAPER_CHANGE}
 #: the payload run: pick-and-place at this speed, the payload attached at the start of the
 #: dwell at waypoint PAYLOAD_WAYPOINT (a pick point, at rest) of cycle 2 (quick: of cycle 1)
 PAYLOAD_SPEED = 0.5
@@ -523,7 +540,10 @@ def run_graph(robot: str, spec: dict, bag: str, *, echo: bool = False, timeout: 
                                      "learner_config": json.dumps(lrn.get("config", {})),
                                      "learn_decimation": int(round(1000.0 / LEARN_RATE_HZ)),
                                      "publish_period": PUBLISH_PERIOD}
+        if lrn.get("raw"):   # the paper's: the learner's own mean everywhere, no fall-back
+            overrides["model_update"]["raw_prediction"] = True
         overrides["prediction"] = {"learner": lrn["kind"], "monitor_decimation": 10,
+                                   **({"raw_prediction": True} if lrn.get("raw") else {}),
                                    "prediction_lead": PREDICTION_LEAD,
                                    **({"model_file": lrn["model_file"]} if frozen else {})}
     nodes = build_graph("sim", robot=robot, controller="direct", learner=lrn["kind"] if lrn else "none",
@@ -811,8 +831,12 @@ def identification(R: Runner) -> tuple[dict, str]:
     return out, path
 
 
-def experiment_1(R: Runner, estimate: str) -> tuple[dict, dict]:
-    """Table I: A_total per approach; returns (JSON part, traces for the plots)."""
+def experiment_1(R: Runner, estimate: str, mode: str = "both") -> tuple[dict, dict]:
+    """Table I: A_total per approach; returns (JSON part, traces for the plots).  ``mode``
+    (:data:`MODES`): the learned rows as the project runs them, as the paper's algorithm
+    does (:data:`PAPER_LEARNER`), or both; the baselines are run once.  The top-level
+    table and figures are the project mode's (the paper mode's with ``mode="paper"``);
+    ``project_mode`` / ``paper_mode`` give each mode's."""
     traj = task_trajectory(R.robot)
     period = float(traj.period)
     warm, T = (2.0, 5.0) if R.quick else (period, 40.0)
@@ -833,22 +857,41 @@ def experiment_1(R: Runner, estimate: str) -> tuple[dict, dict]:
     evaluate("rbd", R.run("I rbd", {**base, "controller": R.controller("rbd", estimate)}))
     evaluate("rbd_ff", R.run("I rbd_ff", {**base, "controller": R.controller("rbd_ff", estimate)}))
     grid = QUICK_CONSTELLATIONS if R.quick else CONSTELLATIONS
-    cons = {}
-    for windows, knn in grid:
-        key = constellation_key(windows, knn)
-        spec = {**base, "controller": R.controller("learned"),
-                "learner": {"kind": "sgpol" if len(windows) == 1 else "pgpol",
-                            "config": learner_config(windows, knn, CHANGE)}}
-        cons[key] = evaluate(key, R.run(f"I {key}", spec, stream=knn > 0 and windows in ((480,), (60, 480))))
+    modes = ["project", "paper"] if mode == "both" else [mode]
+    per_mode = {}
     a0, arbd = table["no_ff"], table["rbd"]
-    best = min(cons, key=cons.get)
+    for m in modes:
+        cons = {}
+        # the quick run: one learned case of the paper mode
+        for windows, knn in (grid[:1] if (R.quick and m == "paper" and len(modes) > 1) else grid):
+            key = constellation_key(windows, knn)
+            name = key if m == modes[0] else f"{m} {key}"
+            change = PAPER_LEARNER["change"] if m == "paper" else CHANGE
+            spec = {**base, "controller": R.controller("learned"),
+                    "learner": {"kind": "sgpol" if len(windows) == 1 else "pgpol",
+                                "config": learner_config(windows, knn, change),
+                                **({"raw": True} if m == "paper" else {})}}
+            stream = m == modes[0] and knn > 0 and windows in ((480,), (60, 480))
+            cons[name] = evaluate(name, R.run(f"I {name}", spec, stream=stream))
+        best = min(cons, key=cons.get)
+        per_mode[m] = {"table_i": {k: table[k] for k in cons}, "constellations": list(cons), "best_constellation": best,
+                       "a_total_reduction_best": round(1.0 - cons[best] / a0, 5),
+                       "a_total_reduction": {k: round(1.0 - v / a0, 5) for k, v in cons.items()},
+                       "beats_rbd": bool(cons[best] < arbd), "beats_rbd_ff": bool(cons[best] < table["rbd_ff"]),
+                       **({"learner": {k: v for k, v in PAPER_LEARNER.items()}} if m == "paper" else {})}
+    first = per_mode[modes[0]]
+    cons = {k: table[k] for k in first["constellations"]}
+    best = first["best_constellation"]
     out = {"trajectory": {**task_params(R.robot), "q_task": robot_settings(R.robot)["q_task"], "period_s": period},
-           "window_s": [warm, warm + T], "units": "deg^2 ms", "table_i": table, "a_j": per_joint,
+           "window_s": [warm, warm + T], "units": "deg^2 ms",
+           "table_i": {k: v for k, v in table.items() if k in cons or k in ("no_ff", "rbd", "rbd_ff")},
+           "a_j": per_joint, "mode": mode, **{f"{m}_mode": per_mode[m] for m in modes},
            "a_total_second_half": second_half, "second_half_window_s": [warm + T / 2, warm + T],
            "constellations": list(cons), "best_constellation": best,
            "a_total_reduction_best": round(1.0 - cons[best] / a0, 5),
            "a_total_reduction_rbd": round(1.0 - arbd / a0, 5),
-           "a_total_reduction": {k: round(1.0 - v / a0, 5) for k, v in table.items() if k != "no_ff"},
+           "a_total_reduction": {k: round(1.0 - v / a0, 5) for k, v in table.items()
+                                 if k != "no_ff" and (k in cons or k in ("rbd", "rbd_ff"))},
            "beats_rbd": bool(cons[best] < arbd),
            # the paper's baseline: the identified model as a pure feed-forward of the reference
            "a_total_reduction_rbd_ff": round(1.0 - table["rbd_ff"] / a0, 5),
@@ -1179,6 +1222,11 @@ def main(argv=None) -> int:
     ap.add_argument("--part", default="all", choices=["all", "1", "2", "payload"],
                     help="1: identification + Table I; 2: Table II, Fig. 5 and the payload run; payload: only"
                          " the payload run")
+    ap.add_argument("--mode", default="both", choices=list(MODES),
+                    help="Table I's learned rows: project (the learners' defaults: predictions fall back to the"
+                         " prior where the learner's data do not reach), paper (the paper's algorithm: the fused"
+                         " raw mean everywhere, its one-sample change test) or both (default); the JSON carries"
+                         " project_mode / paper_mode")
     ap.add_argument("--reality", default="unmodelled", choices=["unmodelled", "model"],
                     help="the simulated arm: unmodelled (default; config/<robot>.yaml plus a 2 %% position"
                          " ripple and Stribeck friction, which the identified rigid-body model cannot"
@@ -1216,11 +1264,15 @@ def main(argv=None) -> int:
         if args.part in ("all", "1") or (args.part == "2" and not args.quick):
             summary["identification"], est = identification(R)
         if args.part in ("all", "1"):
-            ex1, tr1 = experiment_1(R, est)
+            ex1, tr1 = experiment_1(R, est, args.mode)
             summary["experiment_1"] = ex1
             for k in ("table_i", "a_total_reduction_best", "a_total_reduction_rbd", "beats_rbd",
                       "a_total_reduction_rbd_ff", "beats_rbd_ff", "best_constellation"):
                 summary[k] = ex1[k]
+            for m in ("project", "paper"):
+                if f"{m}_mode" in ex1:
+                    summary[f"{m}_mode"] = {k: ex1[f"{m}_mode"][k] for k in (
+                        "best_constellation", "a_total_reduction_best", "beats_rbd", "beats_rbd_ff")}
             plot_table_i(R.label, ex1, args.out, files)
             plot_tracking(R.label, ex1, tr1, args.out, files)
         if args.part in ("all", "2", "payload"):

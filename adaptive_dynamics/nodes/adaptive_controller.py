@@ -111,6 +111,10 @@ def specs() -> list[ParamSpec]:
                   " *_inertial_REG.yaml); read, never written", read_only=True),
         ParamSpec("nominal_scale", 0.5, "scale of the URDF parameters for initial_estimate=scaled",
                   min=0.0, read_only=True),
+        ParamSpec("friction_model_file", "", "a fixed joint-friction feed-forward tau_s(qd) beside the estimate:"
+                  " friction_<kind>.json of `adaptive-dynamics identify --friction sigmoid|stribeck` (start from"
+                  " its estimate_<kind>.npz); the composite law learns tau_measured - tau_s(qd); joint space,"
+                  " regressor_source inprocess", read_only=True),
         ParamSpec("estimate_file", "", "load the estimate from this .npz at start (if it exists) and save"
                   " it there on shutdown, on ~/save_estimate and every autosave_period", read_only=True),
         ParamSpec("autosave_period", 10.0, "wall s between automatic saves (0 = off)", min=0.0),
@@ -148,6 +152,10 @@ class AdaptiveControllerNode(JointControllerShell):
         if p["law"] == "backstepping" and p["regressor_source"] == "topics":
             raise ValueError("law backstepping computes its regressor in the cycle (its q_dot_r comes from the"
                              " task-space reference, which the regressor node does not see): set"
+                             " regressor_source: inprocess")
+        if p["friction_model_file"] and p["regressor_source"] == "topics":
+            raise ValueError("friction_model_file takes the fixed friction out of the measured torque before the"
+                             " composite law's filter, which regressor_source: topics runs elsewhere: set"
                              " regressor_source: inprocess")
         laws = build_laws(self.model, p, self._gain_kwargs(p), log=self.get_logger().info)
         self.laws, self.task, self.core, self.bs = laws, laws.task, laws.core, laws.bs
