@@ -40,6 +40,20 @@ parameters, ``friction_models.KIND.model``, which
 model also ``friction_KIND.json`` (the model alone: the ``adaptive_controller``'s
 ``friction_model_file``) and ``estimate_KIND.npz`` (the rigid body identified with it,
 friction columns zero: its ``initial_estimate_file``).
+
+``--payload``: what is the load on the flange?  The arm's model is held fixed -- the
+URDF's parameters with the robot's configured joint friction (a shipped robot:
+``friction_viscous`` / ``friction_coulomb`` of its parameter file; a URDF robot: none), or
+an earlier estimate (``--arm-estimate estimate_consistent.npz``: its parameters and
+friction columns) -- and only the 10 inertial parameters of a rigid load fixed to
+``--payload-frame`` (default the end-effector frame) are identified on the ``--train``
+part, with a torque offset per joint (unless ``--no-offset``), physically consistent
+(unless ``--no-consistent``; :func:`~adaptive_dynamics.dynamics.payload.identify_payload`).
+Writes ``payload.json`` (mass, centre of mass and inertia about it in the frame, 1-sigma
+intervals, libfranka's ``setLoad`` values under ``franka``, and the held-out nMSE per joint
+of the arm alone, the arm + offset and the arm + payload; printed last) and
+``payload_urdf_inertial.xml`` (the load as a URDF ``<inertial>`` of a link whose frame is
+the payload frame).  Nothing else is identified or written.
 """
 from __future__ import annotations
 
@@ -53,7 +67,8 @@ import numpy as np
 
 from .regions import REGION_RADIUS, region_summary, split_nmse
 
-__all__ = ["add_arguments", "run", "main", "main_args", "split_prepared", "prepared_pieces", "DESCRIPTION"]
+__all__ = ["add_arguments", "run", "run_payload", "main", "main_args", "split_prepared", "prepared_pieces",
+           "DESCRIPTION"]
 
 DESCRIPTION = (
     "Identify the rigid-body model (base parameters + viscous/Coulomb friction + a torque offset per joint) from"
@@ -69,7 +84,13 @@ DESCRIPTION = (
     "  --friction sigmoid|stribeck|all also identifies the rigid body together with a smooth friction model per"
     " joint (the Gaz et al. sigmoid + viscous, or Stribeck with an estimated Stribeck velocity) and reports its"
     " held-out nMSE per joint beside the linear (viscous + Coulomb) model's: friction_models and"
-    " friction_heldout_nmse_ratio (smooth / linear) in identify.json.")
+    " friction_heldout_nmse_ratio (smooth / linear) in identify.json."
+    "  --payload identifies only the load on the flange instead: the arm's model held fixed (the URDF's with the"
+    " robot's configured friction, or --arm-estimate FILE), the 10 inertial parameters of a rigid load fixed to"
+    " --payload-frame (default the end-effector frame) and a torque offset per joint, physically consistent; writes"
+    " payload.json (mass, centre of mass and inertia about it in that frame with 1-sigma intervals, libfranka's"
+    " setLoad values, held-out nMSE of the arm alone and with the payload; printed last) and"
+    " payload_urdf_inertial.xml.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -103,6 +124,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="held-out samples whose joint positions are farther than this from every training"
                    f" sample [rad, Euclidean] are outside the training region (default {REGION_RADIUS}); the"
                    " nMSE is reported inside and outside it")
+    p.add_argument("--payload", action="store_true",
+                   help="identify only the load on the flange, the arm's model held fixed (the URDF's with the"
+                   " robot's configured joint friction, or --arm-estimate): mass, centre of mass and inertia about it"
+                   " in --payload-frame, a torque offset per joint (unless --no-offset), physically consistent (unless"
+                   " --no-consistent); writes payload.json (printed last) and payload_urdf_inertial.xml")
+    p.add_argument("--arm-estimate", default=None, metavar="PATH",
+                   help="with --payload: the arm's model from an earlier identify estimate (estimate_consistent.npz or"
+                   " estimate_ls.npz, an adaptive_controller state file: its parameters and friction columns) instead"
+                   " of the URDF's")
+    p.add_argument("--payload-frame", default=None, metavar="FRAME",
+                   help="with --payload: the frame the load is fixed to and its result is expressed in (default the"
+                   " end-effector frame; libfranka's setLoad wants the flange, panda_link8 on a Panda)")
 
 
 def prepared_pieces(pieces, cutoff_hz: float, decimate: int = 0):
@@ -150,6 +183,11 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     if not 0.05 <= args.train <= 0.95:
         raise ValueError(f"--train must be in [0.05, 0.95], got {args.train}")
+    if getattr(args, "payload", False):
+        return run_payload(args, t0)
+    for opt in ("arm_estimate", "payload_frame"):
+        if getattr(args, opt, None):
+            raise ValueError(f"--{opt.replace('_', '-')} goes with --payload")
     friction = getattr(args, "friction", "linear") or "linear"
     if friction not in ("linear", "sigmoid", "stribeck", "all"):
         raise ValueError(f"--friction must be linear, sigmoid, stribeck or all, got {friction!r}")
@@ -244,6 +282,74 @@ def run(args) -> dict:
            "counts": counts, "offset": offset, "results": results, "files": files,
            **extra, "runtime_s": round(time.perf_counter() - t0, 2)}
     with open(os.path.join(args.out, "identify.json"), "w") as fh:
+        json.dump(out, fh, indent=1, default=_json_default)
+    return out
+
+
+def _arm_model(args, spec):
+    """``(model, arm_pi, friction, description)`` of the fixed arm for ``--payload``."""
+    from ..control.adaptive import AdaptiveController  # lazy: the CLI parser imports this module
+    from ..dynamics import RobotModel  # lazy: the CLI parser imports this module
+    from ..robots import friction as config_friction
+
+    path = getattr(args, "arm_estimate", None)
+    if path:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--arm-estimate {path!r}: no such file")
+        with np.load(path) as d:
+            if "friction" not in d:
+                raise ValueError(f"--arm-estimate {path!r}: not an adaptive-controller state file (no 'friction')")
+            with_friction = bool(d["friction"])
+        model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=with_friction)
+        pi = AdaptiveController.load(path, model).pi
+        return model, pi, None, f"estimate {path}" + (" (with its friction columns)" if with_friction else "")
+    model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None)
+    if not spec.shipped:
+        return model, None, None, "the URDF's parameters, no joint friction"
+    fv, fc = config_friction(spec.label)
+    idx = model.joint_index(spec.joint_names)           # the parameter file's joint order -> the model's
+    return (model, None, (fv[idx], fc[idx]),
+            f"the URDF's parameters + the friction of config/{spec.label}.yaml (viscous + Coulomb)")
+
+
+def run_payload(args, t0: float) -> dict:
+    """``identify --payload``: the load on the flange with the arm's model fixed."""
+    from ..dynamics.identification import nmse  # lazy: the CLI parser imports this module
+    from ..dynamics.payload import arm_torque, identify_payload  # lazy: the CLI parser imports this module
+    from ..robot_setup import resolve_robot  # lazy: the CLI parser imports this module
+    from .recordings import load_recording  # lazy: the CLI parser imports this module (rosbags)
+
+    if getattr(args, "learner", None) or (getattr(args, "friction", "linear") or "linear") != "linear":
+        raise ValueError("--payload identifies only the payload (the arm fixed): --learner and --friction do not apply")
+    joints = [j for j in (getattr(args, "joints", None) or "").split(",") if j] or None
+    spec = resolve_robot(args.robot, joints, getattr(args, "ee_frame", None))
+    model, arm_pi, fric, arm_what = _arm_model(args, spec)
+    rec = load_recording(args.source, model.joint_names)
+    (q, qd, qdd, tau), (qt, qdt, qddt, taut), counts = split_prepared(
+        rec.t, rec.q, rec.qd, rec.tau, args.train, args.cutoff_hz, args.decimate, where=repr(args.source))
+    os.makedirs(args.out, exist_ok=True)
+    offset = not args.no_offset
+    est = identify_payload(model, q, qd, qdd, tau, arm_pi=arm_pi, frame=getattr(args, "payload_frame", None),
+                           friction=fric, offset=offset, consistent=not args.no_consistent)
+    arm_t = arm_torque(model, qt, qdt, qddt, arm_pi, fric)
+    # the offset alone (the mean training residual of the arm): how much the payload adds beyond a bias
+    bias = np.mean(tau - arm_torque(model, q, qd, qdd, arm_pi, fric), axis=0) if offset else 0.0
+    held = {"arm": nmse(taut, arm_t), "arm+offset": nmse(taut, arm_t + bias),
+            "arm+payload": nmse(taut, arm_t + est.torque(model, qt, qdt, qddt))}
+    files = {"payload_urdf_inertial": os.path.join(args.out, "payload_urdf_inertial.xml")}
+    with open(files["payload_urdf_inertial"], "w", encoding="utf-8") as fh:
+        src = str(args.source).replace("--", "- -")          # (no "--" inside an XML comment)
+        fh.write(f"<!-- the load on {est.frame!r} of {spec.label}, identified (adaptive-dynamics identify, payload)"
+                 f" from {src}: the inertial of the URDF link whose frame is {est.frame!r} -->\n")
+        fh.write(est.urdf_inertial())
+    out = {"command": "identify --payload", "source": str(args.source), "robot": str(args.robot),
+           "joints": model.joint_names, "arm": arm_what, "train_fraction": args.train,
+           "samples": {"train": int(len(q)), "test": int(len(qt))}, "counts": {"recording": rec.counts, **counts},
+           "offset": offset, "payload": est.to_dict(),
+           "heldout_nmse": {k: [round(float(x), 5) for x in v] for k, v in held.items()},
+           "files": {**files, "payload": os.path.join(args.out, "payload.json")},
+           "runtime_s": round(time.perf_counter() - t0, 2)}
+    with open(out["files"]["payload"], "w") as fh:
         json.dump(out, fh, indent=1, default=_json_default)
     return out
 

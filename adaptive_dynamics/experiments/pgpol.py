@@ -1124,8 +1124,9 @@ def plot_table_i(robot: str, ex1: dict, out_dir: str, files: list) -> None:
     ax.set_xticks(x)
     ax.set_xticklabels([g.replace("n=", "n = ") for g in groups])
     ax.set_ylabel("A_total [deg² ms]")
+    which = "the paper's algorithm" if ex1.get("mode") == "paper" else "the learners' defaults"
     ax.set_title(f"{robot}: Experiment I (Table I), total squared tracking-error area over "
-                 f"{ex1['window_s'][1] - ex1['window_s'][0]:.0f} s", fontsize=10)
+                 f"{ex1['window_s'][1] - ex1['window_s'][0]:.0f} s; {which}", fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     save_plot(fig, out_dir, f"pgpol_table1_{robot}.png", files)
