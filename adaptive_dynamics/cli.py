@@ -666,6 +666,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description=_identify.DESCRIPTION)
     _identify.add_arguments(p)
     p.set_defaults(fn=lambda args: _identify.main_args(args))
+    from .evaluation import excite as _excite  # lazy: the CLI starts fast
+    p = sub.add_parser("excite", help="optimise an excitation trajectory for identification (min condition number"
+                       " of the base regressor within the joint, effort and floor limits); CSV + JSON + plot",
+                       description=_excite.DESCRIPTION)
+    _excite.add_arguments(p)
+    p.set_defaults(fn=lambda args: _excite.main_args(args))
     return ap
 
 

@@ -45,6 +45,10 @@ def test_realdata_quick(tmp_path, capsys):
     assert max(res["batch_far_vs_prior_raw_max_per_learner"].values()) > 1.5
     assert res["targets_met"]["out_of_region_vs_id_max"]
     assert res["in_region_vs_id_max"] == min(res["in_region_vs_id_max_per_learner"].values())
+    # the Panda proxy's Stribeck friction: the smooth sigmoid model halves the linear one's
+    # held-out error on the wrist (target 0.5), on both test sets
+    assert res["sigmoid_vs_linear_wrist_max"] <= 0.5, res["friction_vs_linear_wrist_max_per_proxy"]
+    assert set(res["friction_vs_linear_wrist_max_per_proxy"]["sigmoid"]) == {"panda", "iiwa14"}
     assert res["target_met"] == all(res["targets_met"].values())
     for name in res["robots"]:
         assert (tmp_path / f"realdata_regions_{name}.png").stat().st_size > 10_000

@@ -53,7 +53,9 @@ Writes ``payload.json`` (mass, centre of mass and inertia about it in the frame,
 intervals, libfranka's ``setLoad`` values under ``franka``, and the held-out nMSE per joint
 of the arm alone, the arm + offset and the arm + payload; printed last) and
 ``payload_urdf_inertial.xml`` (the load as a URDF ``<inertial>`` of a link whose frame is
-the payload frame).  Nothing else is identified or written.
+the payload frame).  ``--no-arm-friction``: the URDF's arm without joint friction (torques
+measured on the link side of the gears, a Franka's ``tau_J``).  Nothing else is identified
+or written.
 """
 from __future__ import annotations
 
@@ -136,6 +138,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--payload-frame", default=None, metavar="FRAME",
                    help="with --payload: the frame the load is fixed to and its result is expressed in (default the"
                    " end-effector frame; libfranka's setLoad wants the flange, panda_link8 on a Panda)")
+    p.add_argument("--no-arm-friction", action="store_true",
+                   help="with --payload and the URDF's arm: no joint friction in the arm's model (torques measured"
+                   " on the link side of the gears, e.g. a Franka's tau_J) instead of the robot's configured friction")
 
 
 def prepared_pieces(pieces, cutoff_hz: float, decimate: int = 0):
@@ -185,7 +190,7 @@ def run(args) -> dict:
         raise ValueError(f"--train must be in [0.05, 0.95], got {args.train}")
     if getattr(args, "payload", False):
         return run_payload(args, t0)
-    for opt in ("arm_estimate", "payload_frame"):
+    for opt in ("arm_estimate", "payload_frame", "no_arm_friction"):
         if getattr(args, opt, None):
             raise ValueError(f"--{opt.replace('_', '-')} goes with --payload")
     friction = getattr(args, "friction", "linear") or "linear"
@@ -290,10 +295,12 @@ def _arm_model(args, spec):
     """``(model, arm_pi, friction, description)`` of the fixed arm for ``--payload``."""
     from ..control.adaptive import AdaptiveController  # lazy: the CLI parser imports this module
     from ..dynamics import RobotModel  # lazy: the CLI parser imports this module
-    from ..robots import friction as config_friction
+    from ..robots import friction as config_friction  # lazy: the CLI parser imports this module
 
     path = getattr(args, "arm_estimate", None)
     if path:
+        if getattr(args, "no_arm_friction", False):
+            raise ValueError("--no-arm-friction is for the URDF's arm; --arm-estimate brings its own friction columns")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"--arm-estimate {path!r}: no such file")
         with np.load(path) as d:
@@ -304,8 +311,10 @@ def _arm_model(args, spec):
         pi = AdaptiveController.load(path, model).pi
         return model, pi, None, f"estimate {path}" + (" (with its friction columns)" if with_friction else "")
     model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None)
+    if getattr(args, "no_arm_friction", False):
+        return model, None, None, "the URDF's parameters, no joint friction (--no-arm-friction)"
     if not spec.shipped:
-        return model, None, None, "the URDF's parameters, no joint friction"
+        return model, None, None, "the URDF's parameters, no joint friction (a URDF robot: none configured)"
     fv, fc = config_friction(spec.label)
     idx = model.joint_index(spec.joint_names)           # the parameter file's joint order -> the model's
     return (model, None, (fv[idx], fc[idx]),

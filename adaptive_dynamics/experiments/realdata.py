@@ -56,8 +56,10 @@ identification alone, nMSE outside the region; target <= 1.05),
 ``batch_far_vs_prior_max`` (target <= 1.0), ``sigmoid_vs_linear_wrist_max`` (the
 identification with the smooth Gaz et al. sigmoid friction of ``identify --friction``:
 its held-out nMSE over the linear friction's, worst wrist joint over both test sets and
-every proxy; target <= 0.5; ``friction_vs_linear_wrist_max`` adds the Stribeck model;
-per proxy ``friction_heldout_nmse`` and ``friction_vs_linear``), each ``..._per_learner`` and the raw
+the proxies whose joints have a Stribeck term (``smooth_friction``: the Panda's; the
+iiwa's has a position ripple instead, reported in ``..._per_proxy``); target <= 0.5;
+``friction_vs_linear_wrist_max`` adds the Stribeck model; per proxy
+``friction_heldout_nmse`` and ``friction_vs_linear``), each ``..._per_learner`` and the raw
 learners' figures beside them; per proxy (``proxies``) every table: per-joint nMSE
 inside / outside / all per test set, the regions' statistics, the fraction of
 predictions pulled back.  The first proxy's same-trajectory figures keep their keys
@@ -330,13 +332,17 @@ def summarise(per_proxy: dict) -> dict:
            and s["in_region_vs_id_max"] <= TARGETS["in_region_vs_id_max"],
            "batch_far_vs_prior_max": s["batch_far_vs_prior_max"] is not None
            and s["batch_far_vs_prior_max"] <= TARGETS["batch_far_vs_prior_max"]}
-    wrist = {}
+    # the target is the proxies whose joints have friction beyond viscous + Coulomb (a
+    # Stribeck term); the others are reported beside it
+    wrist, per = {}, {}
     for k in FRICTION_MODELS:
-        vals = [max(r["friction_vs_linear"][k][n][WRIST]) for r in per_proxy.values()
-                if k in r.get("friction_vs_linear", {}) for n in r["friction_vs_linear"][k]]
-        wrist[k] = _max(vals)
+        per[k] = {name: _max(max(r["friction_vs_linear"][k][n][WRIST]) for n in r["friction_vs_linear"][k])
+                  for name, r in per_proxy.items() if k in r.get("friction_vs_linear", {})}
+        wrist[k] = _max(per[k][name] for name, r in per_proxy.items()
+                        if name in per[k] and r.get("smooth_friction"))
     s["sigmoid_vs_linear_wrist_max"] = wrist.get("sigmoid")
     s["friction_vs_linear_wrist_max"] = wrist
+    s["friction_vs_linear_wrist_max_per_proxy"] = per
     met["sigmoid_vs_linear_wrist_max"] = (s["sigmoid_vs_linear_wrist_max"] is not None
                                           and s["sigmoid_vs_linear_wrist_max"]
                                           <= FRICTION_TARGET["sigmoid_vs_linear_wrist_max"])
@@ -356,6 +362,7 @@ def offline(args, robots) -> tuple:
                 "other": record(0.5 * seconds, args.seed + 1, robot, trajectory_seed=args.seed + 1000,
                                 centre_shift=OTHER_SHIFT, reality=test_reality)}
         res = evaluate(recs, learners, args.seed, robot)
+        res["smooth_friction"] = bool({**REALITY, **reality}["stribeck_ratio"] > 0)   # (the friction target's proxies)
         name = label(robot)
         _plot(res, recs["train"]["joints"], args.out, files, name)
         per_proxy[name] = _round(res)

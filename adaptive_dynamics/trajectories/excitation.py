@@ -1,0 +1,631 @@
+r"""Optimal excitation trajectories for identification (no ROS import).
+
+The trajectory (Swevers, Ganseman, Tukel, De Schutter, Van Brussel, "Optimal robot
+excitation and identification", IEEE T-RA 13(5), 1997) is a finite Fourier series per
+joint with fundamental angular frequency ``w_f = 2 pi / T`` (``T`` = ``duration``, the
+period) and ``H`` harmonics::
+
+    q_j(t)   = q0_j + sum_{k=1..H}  a_jk / (w_f k) sin(w_f k t) - b_jk / (w_f k) cos(w_f k t)
+    qd_j(t)  =        sum_k  a_jk cos(w_f k t) + b_jk sin(w_f k t)
+    qdd_j(t) =        sum_k  w_f k ( -a_jk sin(w_f k t) + b_jk cos(w_f k t) )
+
+It is periodic with period ``T``.  **Rest at the ends.**  ``qd_j(0) = sum_k a_jk = 0`` and
+``qdd_j(0) = w_f sum_k k b_jk = 0`` are imposed by eliminating the first harmonic::
+
+    a_j1 = - sum_{k>=2} a_jk,      b_j1 = - sum_{k>=2} k b_jk
+
+so the free variables of joint ``j`` are ``x_j = (a_j2..a_jH, b_j2..b_jH, q0_j)``
+(``2H - 1`` numbers, ``H >= 2``) and q, qd, qdd are *linear* in them:
+``q_j(t_i) = P_q(t_i) x_j`` etc.  By periodicity the trajectory is at rest at
+``t = T`` too, at the same position ``q_j(0) = q0_j - sum_k b_jk / (w_f k)``.  Joints that do
+not move (not in ``joints``) keep ``a = b = 0`` and ``q0`` = the middle of their range.
+
+**Criterion.**  With ``t_i = i T / N`` (``i = 0..N-1``, ``N`` = ``samples``) and ``Y_b`` the
+base regressor of the model with viscous and Coulomb friction columns
+(:class:`~adaptive_dynamics.dynamics.RobotModel` ``friction=True``: ``tau = Y pi``, Coulomb
+column ``sgn(qd)``; the base columns ``base_parameters().index``; for a joint subset the
+columns that subset excites, chosen the same way), the stacked regressor is::
+
+    W(x) = [ Y_b(q(t_0), qd(t_0), qdd(t_0)) ; ... ; Y_b(q(t_{N-1}), ...) ]      (N n x p)
+
+and the optimiser minimises ``f(x) = log cond(W) = log(s_max / s_min)`` (``criterion=
+"condition"``) or ``f(x) = -(1/p) log det(W^T W)`` (``criterion="logdet"``, D-optimality),
+``s`` the singular values of ``W``.  Gradients are analytic in ``W``
+(``d s_i = u_i^T dW v_i``) and reach ``x`` through ``dY/dq``, ``dY/dqd``, ``dY/dqdd`` per
+sample (central / forward differences of the batched regressor; Y is quadratic in qd and
+linear in qdd, so those are exact) and the linear maps ``P``.
+
+**Constraints** (on the same grid, each scaled to be O(1), all ``>= 0``; ``m`` = ``margin``)::
+
+    (q_j - lo_j) / r_j - m >= 0,    (up_j - q_j) / r_j - m >= 0          r_j = up_j - lo_j
+    1 - m -+ qd_j / vmax_j >= 0,    1 - m -+ qdd_j / amax_j >= 0          moving joints
+    1 - m -+ tau_j / taumax_j >= 0                                           every joint
+    z_ee(q) - floor_z >= 0                                                   if floor_z is given
+
+with ``tau = M(q) qdd + C(q, qd) qd + g(q)`` of the URDF model (no friction) and ``z_ee`` the
+end-effector frame's height in the base frame.  Solved with ``scipy.optimize.minimize(method=
+"SLSQP")`` from ``starts`` random starts (random coefficients scaled per joint into the
+position / velocity / acceleration limits, ``q0`` near the middle of the range); the feasible
+result with the lowest ``f`` wins.  The winner is then checked on a 1 kHz grid (peaks between
+the optimisation samples): if any limit is exceeded there, its Fourier part is shrunk towards
+``q0`` until none is.
+
+:func:`default_fourier_condition` gives the same condition number for the trajectory node's
+default excitation (:class:`~adaptive_dynamics.trajectories.fourier.ModifiedFourier` ``.random``,
+seed 0, amplitude 0.4 rad, 0.1 Hz, 4 harmonics, scaled into the same limits) for comparison.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+from .base import ACCELERATION_LIMIT, ArrayLike, Samples, Trajectory
+from .fourier import ModifiedFourier
+
+__all__ = ["ExcitationTrajectory", "optimise_excitation", "default_fourier_condition", "stacked_regressor",
+           "excitation_columns", "DEFAULT_FOURIER"]
+
+#: the trajectory node's default ``fourier`` excitation (``nodes/trajectory.py`` parameters)
+DEFAULT_FOURIER = {"seed": 0, "amplitude": 0.4, "base_frequency": 0.1, "harmonics": 4}
+
+CRITERIA = ("condition", "logdet")
+
+
+# ---------------------------------------------------------------------------- helpers
+def _friction_model(model):
+    """``model`` itself if it has friction columns, else a friction twin (same URDF, frame)."""
+    if getattr(model, "friction", False):
+        return model
+    from ..dynamics import RobotModel  # lazy
+    return RobotModel(model.urdf_path, ee_frame=model.ee_frame, friction=True)
+
+
+def _rigid_model(model):
+    """A model without friction columns (the URDF's rigid body: effort limits, inertial Y)."""
+    if not getattr(model, "friction", False):
+        return model
+    from ..dynamics import RobotModel  # lazy
+    return RobotModel(model.urdf_path, ee_frame=model.ee_frame, friction=False)
+
+
+def _finite_range(model):
+    lo, up = np.asarray(model.lower, float), np.asarray(model.upper, float)
+    bounded = np.isfinite(lo) & np.isfinite(up) & (up - lo < 1e6)
+    mid = np.where(bounded, 0.5 * (np.where(bounded, lo, 0) + np.where(bounded, up, 0)), 0.0)
+    return lo, up, bounded, mid
+
+
+def _moving_index(model, joints) -> np.ndarray:
+    if joints is None:
+        return np.arange(model.n)
+    if isinstance(joints, str):
+        joints = [j for j in joints.split(",") if j]
+    idx = []
+    for j in joints:
+        if isinstance(j, (int, np.integer)):
+            if not 0 <= int(j) < model.n:
+                raise ValueError(f"joint index {j} out of range 0..{model.n - 1}")
+            idx.append(int(j))
+        elif j in model.joint_names:
+            idx.append(model.joint_names.index(j))
+        else:
+            raise ValueError(f"unknown joint {j!r}; the model's joints are {model.joint_names}")
+    if not idx:
+        raise ValueError("joints: no joint given")
+    return np.array(sorted(set(idx)))
+
+
+def excitation_columns(model_f, moving: np.ndarray, q_rest: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Columns of ``model_f``'s (friction) regressor that a motion of the joints ``moving``
+    (the others held at ``q_rest``) can identify: ``base_parameters().index`` when every joint
+    moves, else a pivoted QR of random stacked regressors (same rule as the base parameters)."""
+    import scipy.linalg
+    n = model_f.n
+    if len(moving) == n:
+        return np.asarray(model_f.base_parameters().index, dtype=int)
+    rng = np.random.default_rng(seed)
+    K = max(60, int(np.ceil(4 * model_f.n_params / n)))
+    Q = np.tile(q_rest, (K, 1))
+    V, A = np.zeros((K, n)), np.zeros((K, n))
+    for k in range(K):
+        q, v, a = model_f.random_state(rng)
+        Q[k, moving], V[k, moving], A[k, moving] = q[moving], v[moving], a[moving]
+    Wm = model_f.regressor_batch(Q, V, A).reshape(K * n, -1)
+    scale = np.linalg.norm(Wm, axis=0)
+    nonzero = scale > 1e-10 * scale.max()
+    _, R, piv = scipy.linalg.qr(Wm[:, nonzero] / scale[nonzero], mode="economic", pivoting=True)
+    d = np.abs(np.diag(R))
+    rank = int(np.sum(d > 1e-9 * max(d[0], 1e-300)))
+    return np.sort(np.flatnonzero(nonzero)[piv[:rank]])
+
+
+def stacked_regressor(model_f, q, qd, qdd, columns) -> np.ndarray:
+    """``W``: the friction model's regressors at the samples, stacked (K n x len(columns))."""
+    Y = model_f.regressor_batch(q, qd, qdd)
+    return Y[:, :, columns].reshape(-1, len(columns))
+
+
+def _cond(W) -> float:
+    s = np.linalg.svd(W, compute_uv=False)
+    return float(s[0] / s[-1]) if s[-1] > 0 else math.inf
+
+
+# ---------------------------------------------------------------------------- the trajectory
+class ExcitationTrajectory(Trajectory):
+    """A periodic finite Fourier trajectory (Swevers form, see the module docstring).
+
+    ``a``, ``b``: (n, H) [rad/s]; ``q0``: (n,) [rad]; ``period`` [s].  Also carries what the
+    optimisation found (``condition_number``, ``logdet``, ``margins``, ``info``).
+    """
+
+    def __init__(self, a: ArrayLike, b: ArrayLike, q0: ArrayLike, period: float,
+                 joint_names: Optional[Sequence[str]] = None, **info):
+        self.a = np.atleast_2d(np.asarray(a, dtype=float)).copy()
+        self.b = np.atleast_2d(np.asarray(b, dtype=float)).copy()
+        if self.a.shape != self.b.shape:
+            raise ValueError(f"a and b must have the same shape, got {self.a.shape} and {self.b.shape}")
+        self.n, self.H = self.a.shape
+        self.q0 = np.asarray(q0, dtype=float).reshape(-1).copy()
+        if self.q0.shape != (self.n,):
+            raise ValueError(f"q0 must have {self.n} values, got {self.q0.shape}")
+        self.period = float(period)
+        if not (math.isfinite(self.period) and self.period > 0):
+            raise ValueError(f"period must be > 0, got {period!r}")
+        self.duration = None
+        self.w_f = 2.0 * math.pi / self.period
+        self.joint_names = list(joint_names) if joint_names is not None else None
+        self.condition_number = info.pop("condition_number", None)
+        self.logdet = info.pop("logdet", None)
+        self.margins: Dict = info.pop("margins", {}) or {}
+        self.info: Dict = info
+
+    def sample_many(self, ts: ArrayLike) -> Samples:
+        t = np.mod(self._times(ts), self.period)
+        wk = self.w_f * np.arange(1, self.H + 1)
+        arg = np.multiply.outer(t, wk)                      # (T, H)
+        s, c = np.sin(arg), np.cos(arg)
+        q = self.q0 + s @ (self.a / wk).T - c @ (self.b / wk).T
+        qd = c @ self.a.T + s @ self.b.T
+        qdd = -(s @ (self.a * wk).T) + c @ (self.b * wk).T
+        return q, qd, qdd
+
+    def to_dict(self) -> dict:
+        d = {"kind": "swevers_fourier", "period": self.period, "w_f": self.w_f, "harmonics": self.H,
+             "joint_names": self.joint_names, "q0": self.q0.tolist(), "a": self.a.tolist(), "b": self.b.tolist(),
+             "condition_number": self.condition_number, "logdet": self.logdet, "margins": self.margins}
+        d.update(self.info)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ExcitationTrajectory":
+        d = dict(d)
+        for key in ("kind", "w_f", "harmonics"):
+            d.pop(key, None)
+        a, b, q0, period = d.pop("a"), d.pop("b"), d.pop("q0"), d.pop("period")
+        return cls(a, b, q0, period, d.pop("joint_names", None), **d)
+
+    def save(self, path: str, rate_hz: float = 1000.0) -> Dict[str, str]:
+        """Write ``path`` (CSV: ``time`` then ``<joint>/position``, ``<joint>/velocity``,
+        ``<joint>/acceleration`` per joint, ``rate_hz`` samples over one period, both ends
+        included) and the JSON sidecar (``path`` with ``.json``: :meth:`to_dict`)."""
+        path = os.fspath(path)
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        K = int(round(self.period * rate_hz)) + 1
+        ts = np.linspace(0.0, self.period, K)
+        q, qd, qdd = self.sample_many(ts)
+        names = self.joint_names or [f"joint{j}" for j in range(self.n)]
+        header = (["time"] + [f"{nm}/position" for nm in names] + [f"{nm}/velocity" for nm in names]
+                  + [f"{nm}/acceleration" for nm in names])
+        with open(path, "w", newline="") as fh:
+            fh.write(",".join(header) + "\n")
+            np.savetxt(fh, np.column_stack([ts, q, qd, qdd]), delimiter=",", fmt="%.9g")
+        side = os.path.splitext(path)[0] + ".json"
+        with open(side, "w") as fh:
+            json.dump(self.to_dict(), fh, indent=1, default=_json_default)
+        return {"csv": path, "json": side}
+
+
+def _json_default(o):
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+# ---------------------------------------------------------------------------- the problem
+class _Problem:
+    """Objective, constraints and their Jacobians in the reduced variables x (cached per x)."""
+
+    def __init__(self, model_r, model_f, moving, q_rest, columns, period, H, N, criterion,
+                 acc_limit, margin, floor_z):
+        self.mr, self.mf = model_r, model_f
+        self.n, self.moving, self.q_rest = model_r.n, moving, q_rest
+        self.cols, self.H, self.N, self.criterion = columns, H, N, criterion
+        self.margin, self.floor_z = margin, floor_z
+        self.P = model_r.n_params                                     # inertial columns
+        self.pi = np.asarray(model_r.parameters, dtype=float)
+        self.w = 2 * math.pi / period
+        self.ts = np.arange(N) * period / N
+        self.nz = 2 * H - 1
+        self.Pq, self.Pqd, self.Pqdd = self.bases(self.ts)
+        self.lo, self.up, bounded, _ = _finite_range(model_r)
+        self.pos_joints = np.array([j for j in moving if bounded[j]], dtype=int)
+        self.vmax = np.asarray(model_r.velocity_limit, float)
+        self.amax = np.broadcast_to(np.asarray(acc_limit, float), (self.n,)).copy()
+        self.emax = np.asarray(model_r.effort_limit, float)
+        self._x = None
+
+    # linear maps -------------------------------------------------------------
+    def reduction(self) -> np.ndarray:
+        """(2H+1, 2H-1): z -> (a_1..a_H, b_1..b_H, q0)."""
+        H = self.H
+        R = np.zeros((2 * H + 1, 2 * H - 1))
+        for k in range(2, H + 1):
+            R[k - 1, k - 2] = 1.0
+            R[0, k - 2] = -1.0                        # a_1 = -sum a_k
+            R[H + k - 1, H - 1 + k - 2] = 1.0
+            R[H, H - 1 + k - 2] = -float(k)           # b_1 = -sum k b_k
+        R[2 * H, 2 * H - 2] = 1.0
+        return R
+
+    def bases(self, ts):
+        H, w = self.H, self.w
+        wk = w * np.arange(1, H + 1)
+        arg = np.multiply.outer(ts, wk)
+        s, c = np.sin(arg), np.cos(arg)
+        one, zero = np.ones((len(ts), 1)), np.zeros((len(ts), 1))
+        Fq = np.hstack([s / wk, -c / wk, one])
+        Fqd = np.hstack([c, s, zero])
+        Fqdd = np.hstack([-s * wk, c * wk, zero])
+        R = self.reduction()
+        return Fq @ R, Fqd @ R, Fqdd @ R
+
+    def split(self, x):
+        return np.asarray(x, float).reshape(len(self.moving), self.nz)
+
+    def coefficients(self, x):
+        """Full (a, b, q0) of every joint."""
+        Z = self.split(x) @ self.reduction().T                         # (m, 2H+1)
+        a, b = np.zeros((self.n, self.H)), np.zeros((self.n, self.H))
+        q0 = self.q_rest.copy()
+        a[self.moving], b[self.moving], q0[self.moving] = Z[:, :self.H], Z[:, self.H:2 * self.H], Z[:, -1]
+        return a, b, q0
+
+    def states(self, x):
+        Z = self.split(x)
+        q = np.tile(self.q_rest, (self.N, 1))
+        qd, qdd = np.zeros((self.N, self.n)), np.zeros((self.N, self.n))
+        q[:, self.moving] = self.Pq @ Z.T
+        qd[:, self.moving] = self.Pqd @ Z.T
+        qdd[:, self.moving] = self.Pqdd @ Z.T
+        return q, qd, qdd
+
+    def full_regressor(self, q, qd, qdd):
+        """(N, n, P + 2n): rigid Y with viscous and Coulomb columns (RobotModel's layout)."""
+        n, P = self.n, self.P
+        Y = np.zeros((len(q), n, P + 2 * n))
+        Y[:, :, :P] = self.mr.regressor_batch(q, qd, qdd)
+        idx = np.arange(n)
+        Y[:, idx, P + idx] = qd
+        Y[:, idx, P + n + idx] = np.sign(qd)
+        return Y
+
+    # evaluation ----------------------------------------------------------------
+    def _eval(self, x):
+        x = np.asarray(x, float)
+        if self._x is not None and np.array_equal(x, self._x):
+            return self._cache
+        q, qd, qdd = self.states(x)
+        Y = self.full_regressor(q, qd, qdd)
+        W = Y[:, :, self.cols].reshape(-1, len(self.cols))
+        # singular values / right vectors from the (small) Gram matrix: much cheaper than an SVD
+        # of the tall W, and accurate enough at the condition numbers met here (< 1e6)
+        lam, V = np.linalg.eigh(W.T @ W)                              # ascending
+        s = np.sqrt(np.maximum(lam, 1e-300))
+        p = len(s)
+        if self.criterion == "condition":
+            f = math.log(s[-1] / s[0])
+            u_max, u_min = W @ V[:, -1] / s[-1], W @ V[:, 0] / s[0]
+            G = np.outer(u_max, V[:, -1]) / s[-1] - np.outer(u_min, V[:, 0]) / s[0]
+        else:
+            f = -2.0 * float(np.sum(np.log(s))) / p
+            G = -(2.0 / p) * W @ ((V / lam) @ V.T)
+        tau = Y[:, :, :self.P] @ self.pi
+        self._x, self._cache = x.copy(), {"q": q, "qd": qd, "qdd": qdd, "f": f, "G": G, "tau": tau,
+                                         "s": s}
+        return self._cache
+
+    def _derivatives(self, c):
+        """dY_inertial/d(state) applied where needed: per joint m, arrays (N, n, P)."""
+        if "dY" in c:
+            return c["dY"]
+        q, qd, qdd = c["q"], c["qd"], c["qdd"]
+        reg = self.mr.regressor_batch
+        h = 1e-6
+        dY = {}
+        Y0 = reg(q, qd, qdd)
+        for j in self.moving:
+            e = np.zeros(self.n)
+            e[j] = h
+            dY["q", j] = (reg(q + e, qd, qdd) - reg(q - e, qd, qdd)) / (2 * h)
+            e[j] = 1.0                                # quadratic in qd, linear in qdd: exact
+            dY["qd", j] = (reg(q, qd + e, qdd) - reg(q, qd - e, qdd)) / 2.0
+            dY["qdd", j] = reg(q, qd, qdd + e) - Y0
+        c["dY"] = dY
+        return dY
+
+    def fun(self, x):
+        return self._eval(x)["f"]
+
+    def jac(self, x):
+        c = self._eval(x)
+        dY = self._derivatives(c)
+        n, P, N = self.n, self.P, self.N
+        Gfull = np.zeros((N, n, P + 2 * n))
+        Gfull[:, :, self.cols] = c["G"].reshape(N, n, len(self.cols))
+        Gin = Gfull[:, :, :P]
+        idx = np.arange(n)
+        gvisc = Gfull[:, idx, P + idx]                                 # (N, n): d/dqd of viscous column
+        out = np.zeros((len(self.moving), self.nz))
+        for r, j in enumerate(self.moving):
+            gq = np.einsum("kic,kic->k", Gin, dY["q", j])
+            gqd = np.einsum("kic,kic->k", Gin, dY["qd", j]) + gvisc[:, j]
+            gqdd = np.einsum("kic,kic->k", Gin, dY["qdd", j])
+            out[r] = self.Pq.T @ gq + self.Pqd.T @ gqd + self.Pqdd.T @ gqdd
+        return out.ravel()
+
+    # constraints ---------------------------------------------------------------
+    def cons(self, x):
+        c = self._eval(x)
+        q, qd, qdd, tau = c["q"], c["qd"], c["qdd"], c["tau"]
+        m, mv, pj = self.margin, self.moving, self.pos_joints
+        parts = []
+        if pj.size:
+            r = self.up[pj] - self.lo[pj]
+            parts += [((q[:, pj] - self.lo[pj]) / r - m).ravel(), ((self.up[pj] - q[:, pj]) / r - m).ravel()]
+        parts += [(1 - m - qd[:, mv] / self.vmax[mv]).ravel(), (1 - m + qd[:, mv] / self.vmax[mv]).ravel(),
+                  (1 - m - qdd[:, mv] / self.amax[mv]).ravel(), (1 - m + qdd[:, mv] / self.amax[mv]).ravel(),
+                  (1 - m - tau / self.emax).ravel(), (1 - m + tau / self.emax).ravel()]
+        if self.floor_z is not None:
+            parts.append(self._ee_z(q) - self.floor_z)
+        return np.concatenate(parts)
+
+    def _ee_z(self, q):
+        return np.array([self.mr.frame_pose(qk)[2, 3] for qk in q])
+
+    def _lin_jac(self, Pm, cols_j, scale):
+        """Rows (N x len(cols_j), flattened sample-major) of d(state[:, cols_j] * scale)/dx."""
+        N, nz, M = self.N, self.nz, len(self.moving)
+        J = np.zeros((N, len(cols_j), M, nz))
+        for r, j in enumerate(cols_j):
+            J[:, r, int(np.flatnonzero(self.moving == j)[0]), :] = Pm * scale[r]
+        return J.reshape(N * len(cols_j), M * nz)
+
+    def cons_jac(self, x):
+        c = self._eval(x)
+        mv, pj = self.moving, self.pos_joints
+        blocks = []
+        if pj.size:
+            r = self.up[pj] - self.lo[pj]
+            Jq = self._lin_jac(self.Pq, pj, 1.0 / r)
+            blocks += [Jq, -Jq]
+        Jv = self._lin_jac(self.Pqd, mv, 1.0 / self.vmax[mv])
+        Ja = self._lin_jac(self.Pqdd, mv, 1.0 / self.amax[mv])
+        blocks += [-Jv, Jv, -Ja, Ja]
+        # effort: dtau[k, i]/dx
+        dY = self._derivatives(c)
+        N, n, M, nz = self.N, self.n, len(mv), self.nz
+        Jt = np.zeros((N, n, M, nz))
+        for r, j in enumerate(mv):
+            dq, dqd, dqdd = dY["q", j] @ self.pi, dY["qd", j] @ self.pi, dY["qdd", j] @ self.pi   # (N, n)
+            Jt[:, :, r, :] = (dq[:, :, None] * self.Pq[:, None, :] + dqd[:, :, None] * self.Pqd[:, None, :]
+                              + dqdd[:, :, None] * self.Pqdd[:, None, :])
+        Jt = (Jt / self.emax[None, :, None, None]).reshape(N * n, M * nz)
+        blocks += [-Jt, Jt]
+        if self.floor_z is not None:
+            Jf = np.zeros((N, M, nz))
+            for k, qk in enumerate(c["q"]):
+                Jz = self.mr.jacobian(qk)[2]
+                Jf[k] = Jz[mv, None] * self.Pq[k][None, :]
+            blocks.append(Jf.reshape(N, M * nz))
+        return np.vstack(blocks)
+
+    # starts ----------------------------------------------------------------------
+    def random_start(self, rng, amplitude=0.5):
+        """Random coefficients scaled per joint into the position/velocity/acceleration limits
+        (margin doubled), q0 near the middle."""
+        M, H = len(self.moving), self.H
+        Z = np.zeros((M, self.nz))
+        Z[:, :2 * H - 2] = rng.uniform(-1, 1, (M, 2 * H - 2)) * amplitude * self.w
+        lo, up, bounded, mid = _finite_range(self.mr)
+        for r, j in enumerate(self.moving):
+            span = (up[j] - lo[j]) if bounded[j] else 2 * math.pi
+            Z[r, -1] = mid[j] + (rng.uniform(-0.15, 0.15) * span if bounded[j] else 0.0)
+            zf = Z[r].copy()
+            zf[-1] = 0.0
+            dev, vel, acc = self.Pq @ zf, self.Pqd @ zf, self.Pqdd @ zf
+            s = 1.0
+            m2 = 2 * self.margin + 0.02
+            if bounded[j]:
+                room = min(up[j] - m2 * span - Z[r, -1], Z[r, -1] - lo[j] - m2 * span)
+                s = min(s, room / max(np.abs(dev).max(), 1e-12))
+            s = min(s, (1 - m2) * self.vmax[j] / max(np.abs(vel).max(), 1e-12),
+                    (1 - m2) * self.amax[j] / max(np.abs(acc).max(), 1e-12))
+            Z[r, :-1] *= max(s, 0.0)
+        return Z.ravel()
+
+
+def _margins(traj: ExcitationTrajectory, model_r, acc_limit, floor_z, rate_hz=1000.0) -> dict:
+    """Min over one period (``rate_hz`` grid) of the room to each limit, per joint (>= 0: holds)."""
+    K = int(round(traj.period * rate_hz)) + 1
+    ts = np.linspace(0.0, traj.period, K)
+    q, qd, qdd = traj.sample_many(ts)
+    tau = model_r.regressor_batch(q, qd, qdd) @ np.asarray(model_r.parameters, float)
+    lo, up = np.asarray(model_r.lower, float), np.asarray(model_r.upper, float)
+    amax = np.broadcast_to(np.asarray(acc_limit, float), (traj.n,))
+    out = {"position_lower": (q - lo).min(0), "position_upper": (up - q).min(0),
+           "velocity": (model_r.velocity_limit - np.abs(qd)).min(0),
+           "acceleration": (amax - np.abs(qdd)).min(0),
+           "effort": (model_r.effort_limit - np.abs(tau)).min(0)}
+    out = {k: [float(x) if np.isfinite(x) else None for x in v] for k, v in out.items()}
+    if floor_z is not None:
+        step = max(1, K // 2000)
+        z = np.array([model_r.frame_pose(qk)[2, 3] for qk in q[::step]])
+        out["floor"] = float(z.min() - floor_z)
+    return out
+
+
+def _violated(margins: dict) -> bool:
+    for k, v in margins.items():
+        vals = [v] if not isinstance(v, list) else v
+        if any(x is not None and x < 0 for x in vals):
+            return True
+    return False
+
+
+def optimise_excitation(model, *, duration: float = 20.0, harmonics: int = 5, joints=None,
+                        criterion: str = "condition", starts: int = 4, seed: int = 0,
+                        floor_z: Optional[float] = None, samples: Optional[int] = None,
+                        acc_limit: ArrayLike = ACCELERATION_LIMIT, margin: float = 0.02, maxiter: int = 100,
+                        amplitude: float = 0.5) -> ExcitationTrajectory:
+    """The optimal excitation trajectory of ``model`` (see the module docstring).
+
+    Parameters
+    ----------
+    model:
+        A :class:`~adaptive_dynamics.dynamics.RobotModel` (with or without friction; both
+        the rigid URDF model and its friction twin are used).
+    duration:
+        Period ``T`` [s].
+    harmonics:
+        ``H >= 2`` (the first harmonic is spent on the rest conditions).
+    joints:
+        Names or indices of the joints that move (default all); the others rest at the
+        middle of their range.
+    criterion:
+        ``"condition"`` (minimise cond W) or ``"logdet"`` (maximise log det W^T W).
+    starts, seed:
+        Number of random starts and their seed.
+    floor_z:
+        Keep the end-effector frame at or above this height [m] in the base frame.
+    samples:
+        ``N``, samples per period of the criterion and constraints (default ``40 H``).
+    acc_limit:
+        Joint acceleration limit [rad/s^2] (scalar or per joint).
+    margin:
+        Fraction kept free of each limit on the optimisation grid.
+    maxiter:
+        SLSQP iterations per start.
+    amplitude:
+        Scale [rad] of the random starting coefficients.
+    """
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    H = int(harmonics)
+    if H < 2:
+        raise ValueError(f"harmonics must be >= 2 (the first is spent on zero end velocity/acceleration), got {H}")
+    if not (math.isfinite(duration) and duration > 0):
+        raise ValueError(f"duration must be > 0 [s], got {duration!r}")
+    if int(starts) < 1:
+        raise ValueError(f"starts must be >= 1, got {starts}")
+    N = int(samples) if samples is not None else 40 * H
+    with _one_blas_thread():
+        return _optimise(model, duration, H, joints, criterion, starts, seed, floor_z, N, acc_limit, margin,
+                         maxiter, amplitude)
+
+
+def _one_blas_thread():
+    """Small dense linear algebra many times over: one BLAS thread is far faster (threads
+    contend on a loaded machine; measured 30x on the eigen-decompositions here)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:      # optional
+        import contextlib
+        return contextlib.nullcontext()
+    return threadpool_limits(1)
+
+
+def _optimise(model, duration, H, joints, criterion, starts, seed, floor_z, N, acc_limit, margin, maxiter,
+              amplitude):
+    from scipy.optimize import minimize
+
+    model_r, model_f = _rigid_model(model), _friction_model(model)
+    moving = _moving_index(model_r, joints)
+    _, _, _, mid = _finite_range(model_r)
+    cols = excitation_columns(model_f, moving, mid, seed)
+    if N * model_r.n < len(cols):
+        raise ValueError(f"samples={N}: {N * model_r.n} regressor rows for {len(cols)} parameters; raise samples")
+    prob = _Problem(model_r, model_f, moving, mid, cols, float(duration), H, N, criterion, acc_limit,
+                    float(margin), floor_z)
+    rng = np.random.default_rng(seed)
+    runs = []
+    best = None
+    for s in range(int(starts)):
+        x0 = prob.random_start(rng, amplitude)
+        res = minimize(prob.fun, x0, jac=prob.jac, method="SLSQP",
+                       constraints=[{"type": "ineq", "fun": prob.cons, "jac": prob.cons_jac}],
+                       options={"maxiter": int(maxiter), "ftol": 1e-7})
+        viol = float(max(0.0, -prob.cons(res.x).min()))
+        f = float(prob.fun(res.x))
+        runs.append({"start": s, "objective": f, "violation": viol, "iterations": int(res.nit),
+                     "status": int(res.status), "message": str(res.message)})
+        key = (viol > 1e-6, f if viol <= 1e-6 else viol)
+        if best is None or key < best[0]:
+            best = (key, res.x.copy())
+    x = best[1]
+    a, b, q0 = prob.coefficients(x)
+    traj = ExcitationTrajectory(a, b, q0, duration, model_r.joint_names)
+    # verify on a 1 kHz grid; shrink the Fourier part towards q0 until every limit holds
+    shrink = 1.0
+    margins = _margins(traj, model_r, acc_limit, floor_z)
+    while _violated(margins) and shrink > 0.05:
+        shrink *= 0.97
+        traj = ExcitationTrajectory(a * shrink, b * shrink, q0, duration, model_r.joint_names)
+        margins = _margins(traj, model_r, acc_limit, floor_z)
+    qs, qds, qdds = traj.sample_many(prob.ts)
+    W = stacked_regressor(model_f, qs, qds, qdds, cols)
+    sv = np.linalg.svd(W, compute_uv=False)
+    traj.condition_number = float(sv[0] / sv[-1])
+    traj.logdet = float(2 * np.sum(np.log(sv)))
+    traj.margins = margins
+    traj.info = {"criterion": criterion, "samples": N, "columns": [int(c) for c in cols],
+                 "moving_joints": [model_r.joint_names[j] for j in moving],
+                 "acc_limit": np.broadcast_to(np.asarray(acc_limit, float), (model_r.n,)).tolist(),
+                 "floor_z": floor_z, "margin": margin, "shrink": shrink, "seed": seed, "starts": runs,
+                 "feasible": not _violated(margins)}
+    return traj
+
+
+def default_fourier_condition(model, duration: Optional[float] = None, harmonics: Optional[int] = None, *,
+                              joints=None, samples: int = 200, acc_limit: ArrayLike = ACCELERATION_LIMIT,
+                              seed: int = DEFAULT_FOURIER["seed"], amplitude: float = DEFAULT_FOURIER["amplitude"],
+                              columns=None) -> float:
+    """cond W (same columns, ``samples`` points over one period) of the trajectory node's
+    default excitation: :meth:`ModifiedFourier.random` with the node's seed and amplitude,
+    period ``duration`` (default 1 / 0.1 Hz = 10 s) and ``harmonics`` (default 4), scaled into
+    the model's position and velocity limits and ``acc_limit``, centred at the middle of the
+    range; with ``joints`` only those joints move (the others rest at the middle)."""
+    model_r, model_f = _rigid_model(model), _friction_model(model)
+    T = float(duration) if duration is not None else 1.0 / DEFAULT_FOURIER["base_frequency"]
+    L = int(harmonics) if harmonics is not None else DEFAULT_FOURIER["harmonics"]
+    moving = _moving_index(model_r, joints)
+    _, _, _, mid = _finite_range(model_r)
+    cols = excitation_columns(model_f, moving, mid) if columns is None else np.asarray(columns, int)
+    m = len(moving)
+    amax = np.broadcast_to(np.asarray(acc_limit, float), (model_r.n,))
+    traj = ModifiedFourier.random(m, np.random.default_rng(seed), q_center=mid[moving], amplitude=amplitude,
+                                  w_f=2 * math.pi / T, L=L, lower=model_r.lower[moving], upper=model_r.upper[moving],
+                                  vel_limit=model_r.velocity_limit[moving], acc_limit=amax[moving])
+    ts = np.arange(int(samples)) * T / int(samples)
+    qm, qdm, qddm = traj.sample_many(ts)
+    q = np.tile(mid, (len(ts), 1))
+    qd, qdd = np.zeros_like(q), np.zeros_like(q)
+    q[:, moving], qd[:, moving], qdd[:, moving] = qm, qdm, qddm
+    with _one_blas_thread():
+        return _cond(stacked_regressor(model_f, q, qd, qdd, cols))
