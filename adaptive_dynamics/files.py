@@ -1,4 +1,5 @@
-"""Durable atomic file writes (no ROS): learners, snapshots, estimates, generated robot files.
+"""Durable atomic file writes (no ROS): learners, snapshots, estimates, generated robot files;
+:func:`json_default`, the ``json.dump`` fallback for numpy values in the JSON results.
 
 :func:`atomic_write` writes to a temporary file in the target's directory, flushes and
 ``fsync``s it, renames it over the target (``os.replace``: atomic on POSIX) and then
@@ -11,7 +12,19 @@ import os
 import tempfile
 from typing import Callable, Union
 
-__all__ = ["atomic_write", "atomic_write_text"]
+import numpy as np
+
+__all__ = ["atomic_write", "atomic_write_text", "json_default"]
+
+
+def json_default(o):
+    """``json.dump(..., default=json_default)``: numpy arrays as lists, numpy scalars as
+    Python numbers; anything else ``TypeError`` naming its type."""
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def _fsync_dir(directory: str) -> None:

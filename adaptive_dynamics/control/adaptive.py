@@ -507,12 +507,10 @@ class AdaptiveController(NpzState):
         if pi is None and theta is None:
             self.theta_prior = self.theta.copy()
             return
-        keep, fixed, has = self.theta.copy(), self.pi_fixed.copy(), self._has_fixed
-        try:
-            self.set_estimate(pi=pi, theta=theta)   # validation and coordinates
-            self.theta_prior = self.theta.copy()
-        finally:
-            self.theta, self.pi_fixed, self._has_fixed = keep, fixed, has
+        th, _ = self._adapted(pi, theta)
+        if self.projection:
+            project_consistent(th, self._proj_links, eps=self.projection_eps, min_mass=self.projection_min_mass)
+        self.theta_prior = th
 
     def set_gains(self, **kw) -> None:
         """Validate and set any of :attr:`GAIN_NAMES`; all-or-nothing (a refused value
@@ -585,6 +583,19 @@ class AdaptiveController(NpzState):
         ``theta`` in the adapted coordinates (length :attr:`n_adapted`).  With
         ``adapted_links``, ``pi`` also sets the fixed part (its entries outside the
         adapted columns); ``theta`` leaves it as it is."""
+        th, fixed = self._adapted(pi, theta)
+        self.theta = th
+        if fixed is not None:
+            self.pi_fixed = fixed
+            self._has_fixed = bool(np.any(fixed))
+        if self.projection:
+            self.projected = project_consistent(self.theta, self._proj_links, eps=self.projection_eps,
+                                                min_mass=self.projection_min_mass)
+
+    def _adapted(self, pi, theta):
+        """``(theta, fixed part)`` of exactly one of a full ``pi`` (fixed: its entries
+        outside the adapted columns) or ``theta`` (fixed: None), validated; ``ValueError``
+        naming what is wrong."""
         if (pi is None) == (theta is None):
             raise ValueError("give exactly one of pi (full) or theta (adapted coordinates)")
         if pi is not None:
@@ -613,13 +624,7 @@ class AdaptiveController(NpzState):
                                  f"got {th.size}")
             if not np.all(np.isfinite(th)):
                 raise ValueError("theta must be finite")
-        self.theta = np.array(th, dtype=float)
-        if fixed is not None:
-            self.pi_fixed = fixed
-            self._has_fixed = bool(np.any(fixed))
-        if self.projection:
-            self.projected = project_consistent(self.theta, self._proj_links, eps=self.projection_eps,
-                                                min_mass=self.projection_min_mass)
+        return np.array(th, dtype=float), fixed
 
     @property
     def pi(self) -> np.ndarray:

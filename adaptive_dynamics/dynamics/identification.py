@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from .inertial import pseudo_inertias
 
-__all__ = ["Identification", "prepare", "segments", "identify", "identify_consistent", "nmse"]
+__all__ = ["Identification", "prepare", "segments", "identify", "identify_consistent", "nmse", "solve_sdp"]
 
 
 @dataclass
@@ -232,6 +232,21 @@ def _pseudo_inertia_basis() -> np.ndarray:
     return pseudo_inertias(np.eye(10))
 
 
+def solve_sdp(prob, xs, solver, what: str) -> np.ndarray:
+    """Solve the cvxpy problem ``prob`` with ``solver`` (default: Clarabel, else SCS) and
+    return ``xs.value``; ``RuntimeError`` naming ``what`` when no solver is installed or
+    the solver does not reach an optimum."""
+    import cvxpy as cp   # lazy: only the consistent identifications need it (slow import)
+
+    names = [solver] if solver else [s_ for s_ in ("CLARABEL", "SCS") if s_ in cp.installed_solvers()]
+    if not names:
+        raise RuntimeError(f"no SDP solver for cvxpy (installed: {cp.installed_solvers()}); install clarabel or scs")
+    prob.solve(solver=names[0])
+    if prob.status not in ("optimal", "optimal_inaccurate") or xs.value is None:
+        raise RuntimeError(f"{what}: solver {names[0]} ended with status {prob.status!r}")
+    return np.asarray(xs.value, dtype=float)
+
+
 def identify_consistent(model, q, qd, qdd, tau, *, weights=None, offset: bool = False, prior=None,
                         prior_weight: float = 1e-6, solver: str | None = None) -> Identification:
     """Physically consistent identification: least squares over the full parameters
@@ -279,14 +294,7 @@ def identify_consistent(model, q, qd, qdd, tau, *, weights=None, offset: bool = 
         cons.append(0.5 * (Ji + Ji.T) >> 0)
     cons.append(x[P:nP] >= 0)                                        # viscous, Coulomb
     obj = cp.Minimize(cp.sum_squares(R @ xs - z) + prior_weight * cp.sum_squares(xs - x0))
-    prob = cp.Problem(obj, cons)
-    names = [solver] if solver else [s_ for s_ in ("CLARABEL", "SCS") if s_ in cp.installed_solvers()]
-    if not names:
-        raise RuntimeError(f"no SDP solver for cvxpy (installed: {cp.installed_solvers()}); install clarabel or scs")
-    prob.solve(solver=names[0])
-    if prob.status not in ("optimal", "optimal_inaccurate") or xs.value is None:
-        raise RuntimeError(f"consistent identification: solver {names[0]} ended with status {prob.status!r}")
-    sol = np.asarray(xs.value, dtype=float) / scale
+    sol = solve_sdp(cp.Problem(obj, cons), xs, solver, "consistent identification") / scale
     pi = sol[:nP].copy()
     pi[P:] = np.maximum(pi[P:], 0.0)
     eig = np.linalg.eigvalsh(pseudo_inertias(pi[:P].reshape(n, 10)))[:, 0]

@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .inertial import inertia_matrix, pseudo_inertia, transform_matrix
-from .identification import _check, _pseudo_inertia_basis
+from .identification import _check, _pseudo_inertia_basis, solve_sdp
 
 __all__ = ["PayloadEstimate", "identify_payload", "arm_torque", "payload_columns"]
 
@@ -247,7 +247,6 @@ def _consistent(R, z, scale, min_mass, solver):
     """min |R xs - z|^2 s.t. J(x[:10]) >= 0, x[0] >= min_mass, x = xs / scale (cvxpy SDP)."""
     import cvxpy as cp
 
-
     p = R.shape[1]
     xs = cp.Variable(p)
     x = cp.multiply(1.0 / scale, xs)
@@ -256,13 +255,7 @@ def _consistent(R, z, scale, min_mass, solver):
     cons = [0.5 * (J + J.T) >> 0, x[0] >= min_mass]
     # a vanishing ridge keeps the program strictly convex where the data leave a direction free
     prob = cp.Problem(cp.Minimize(cp.sum_squares(R @ xs - z) + 1e-10 * cp.sum_squares(xs)), cons)
-    names = [solver] if solver else [s for s in ("CLARABEL", "SCS") if s in cp.installed_solvers()]
-    if not names:
-        raise RuntimeError(f"no SDP solver for cvxpy (installed: {cp.installed_solvers()}); install clarabel or scs")
-    prob.solve(solver=names[0])
-    if prob.status not in ("optimal", "optimal_inaccurate") or xs.value is None:
-        raise RuntimeError(f"consistent payload identification: solver {names[0]} ended with status {prob.status!r}")
-    return np.asarray(xs.value, dtype=float) / scale
+    return solve_sdp(prob, xs, solver, "consistent payload identification") / scale
 
 
 def _coulomb_joints(model, arm_pi, friction) -> np.ndarray:

@@ -26,6 +26,8 @@ import time
 
 import numpy as np
 
+from ..files import json_default
+
 DESCRIPTION = __doc__
 
 
@@ -76,29 +78,19 @@ def run(args) -> dict:
     same = default_fourier_condition(model, args.duration, args.harmonics, joints=joints, samples=N,
                                      acc_limit=acc, columns=cols)
     os.makedirs(args.out, exist_ok=True)
-    files = traj.save(os.path.join(args.out, "excitation.csv"))
-    out = traj.to_dict()
-    out.update({
+    csv = os.path.join(args.out, "excitation.csv")
+    extra = {
         "robot": spec.label, "default_condition_number": default,
         "condition_vs_default": traj.condition_number / default,
         "default_trajectory": dict(DEFAULT_FOURIER, period=1.0 / DEFAULT_FOURIER["base_frequency"],
                                    note="the trajectory node's default fourier excitation"),
         "default_same_period_condition_number": same,
         "condition_vs_default_same_period": traj.condition_number / same,
-        "files": {"csv": files["csv"], "json": files["json"],
+        "files": {"csv": csv, "json": traj.sidecar(csv),
                   "png": _plot(os.path.join(args.out, "excitation.png"), traj, model, acc)},
-        "wall_s": round(time.monotonic() - t0, 2)})
-    with open(files["json"], "w") as fh:
-        json.dump(out, fh, indent=1, default=_json_default)
-    return out
-
-
-def _json_default(o):
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o)}")
+        "wall_s": round(time.monotonic() - t0, 2)}
+    traj.save(csv, extra=extra)
+    return {**traj.to_dict(), **extra}
 
 
 def _plot(path: str, traj, model, acc) -> str:
@@ -145,7 +137,7 @@ def main_args(args) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"excite: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(out, default=_json_default))
+    print(json.dumps(out, default=json_default))
     return 0
 
 

@@ -67,6 +67,7 @@ import time
 
 import numpy as np
 
+from ..files import json_default
 from .regions import REGION_RADIUS, region_summary, split_nmse
 
 __all__ = ["add_arguments", "run", "run_payload", "main", "main_args", "split_prepared", "prepared_pieces",
@@ -287,7 +288,7 @@ def run(args) -> dict:
            "counts": counts, "offset": offset, "results": results, "files": files,
            **extra, "runtime_s": round(time.perf_counter() - t0, 2)}
     with open(os.path.join(args.out, "identify.json"), "w") as fh:
-        json.dump(out, fh, indent=1, default=_json_default)
+        json.dump(out, fh, indent=1, default=json_default)
     return out
 
 
@@ -359,7 +360,7 @@ def run_payload(args, t0: float) -> dict:
            "files": {**files, "payload": os.path.join(args.out, "payload.json")},
            "runtime_s": round(time.perf_counter() - t0, 2)}
     with open(out["files"]["payload"], "w") as fh:
-        json.dump(out, fh, indent=1, default=_json_default)
+        json.dump(out, fh, indent=1, default=json_default)
     return out
 
 
@@ -369,14 +370,6 @@ def _learner_defaults(kind: str, X: np.ndarray) -> dict:
         span = np.maximum(hi - lo, 1e-6)
         return {"low": lo - 0.2 * span, "high": hi + 0.2 * span}
     return {}
-
-
-def _json_default(o):
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    raise TypeError(type(o).__name__)
 
 
 def _plot(path: str, tau: np.ndarray, pred: dict, joints: list) -> str:
@@ -422,5 +415,5 @@ def main_args(args) -> int:
     except (RuntimeError, ImportError) as exc:       # the SDP solver (cvxpy / Clarabel) failed or is missing
         print(f"identify: the consistent identification failed ({exc}); --no-consistent skips it", file=sys.stderr)
         return 2
-    print(json.dumps(out, default=_json_default))
+    print(json.dumps(out, default=json_default))
     return 0

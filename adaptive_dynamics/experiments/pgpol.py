@@ -144,6 +144,7 @@ from ..control.adaptive import estimate_file
 from ..dynamics import RobotModel
 from ..dynamics.identification import identify, prepare
 from ..evaluation.streams import read_streams
+from ..files import json_default
 from ..launcher import run_to_end
 from ..learning import make_learner
 from ..learning.pgpol import CHANGE_DEFAULTS, CHANGE_PAPER, ChangeTest
@@ -870,7 +871,7 @@ def experiment_1(R: Runner, estimate: str, mode: str = "both") -> tuple[dict, di
             spec = {**base, "controller": R.controller("learned"),
                     "learner": {"kind": "sgpol" if len(windows) == 1 else "pgpol",
                                 "config": learner_config(windows, knn, change),
-                                **({"raw": True} if m == "paper" else {})}}
+                                **({"raw": PAPER_LEARNER["raw"]} if m == "paper" else {})}}
             stream = m == modes[0] and knn > 0 and windows in ((480,), (60, 480))
             cons[name] = evaluate(name, R.run(f"I {name}", spec, stream=stream))
         best = min(cons, key=cons.get)
@@ -878,7 +879,7 @@ def experiment_1(R: Runner, estimate: str, mode: str = "both") -> tuple[dict, di
                        "a_total_reduction_best": round(1.0 - cons[best] / a0, 5),
                        "a_total_reduction": {k: round(1.0 - v / a0, 5) for k, v in cons.items()},
                        "beats_rbd": bool(cons[best] < arbd), "beats_rbd_ff": bool(cons[best] < table["rbd_ff"]),
-                       **({"learner": {k: v for k, v in PAPER_LEARNER.items()}} if m == "paper" else {})}
+                       **({"learner": dict(PAPER_LEARNER)} if m == "paper" else {})}
     first = per_mode[modes[0]]
     cons = {k: table[k] for k in first["constellations"]}
     best = first["best_constellation"]
@@ -1301,15 +1302,7 @@ def main(argv=None) -> int:
     summary["runs"] = R.runs
     summary["plots"] = [os.path.basename(f) for f in files]
     summary["runtime_s"] = round(time.perf_counter() - t_start, 1)
-    return write_result(args.out, "pgpol", summary, default=_json_default)
-
-
-def _json_default(x):
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    raise TypeError(f"not JSON-able: {type(x).__name__}")
+    return write_result(args.out, "pgpol", summary, default=json_default)
 
 
 if __name__ == "__main__":

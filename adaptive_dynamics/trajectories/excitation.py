@@ -63,6 +63,7 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
+from ..files import json_default
 from .base import ACCELERATION_LIMIT, ArrayLike, Samples, Trajectory
 from .fourier import ModifiedFourier
 
@@ -208,10 +209,16 @@ class ExcitationTrajectory(Trajectory):
         a, b, q0, period = d.pop("a"), d.pop("b"), d.pop("q0"), d.pop("period")
         return cls(a, b, q0, period, d.pop("joint_names", None), **d)
 
-    def save(self, path: str, rate_hz: float = 1000.0) -> Dict[str, str]:
+    @staticmethod
+    def sidecar(path: str) -> str:
+        """The JSON sidecar :meth:`save` writes beside the CSV ``path``."""
+        return os.path.splitext(os.fspath(path))[0] + ".json"
+
+    def save(self, path: str, rate_hz: float = 1000.0, extra: Optional[dict] = None) -> Dict[str, str]:
         """Write ``path`` (CSV: ``time`` then ``<joint>/position``, ``<joint>/velocity``,
         ``<joint>/acceleration`` per joint, ``rate_hz`` samples over one period, both ends
-        included) and the JSON sidecar (``path`` with ``.json``: :meth:`to_dict`)."""
+        included) and the JSON sidecar (:meth:`sidecar`: :meth:`to_dict`, updated with
+        ``extra``)."""
         path = os.fspath(path)
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
@@ -224,18 +231,10 @@ class ExcitationTrajectory(Trajectory):
         with open(path, "w", newline="") as fh:
             fh.write(",".join(header) + "\n")
             np.savetxt(fh, np.column_stack([ts, q, qd, qdd]), delimiter=",", fmt="%.9g")
-        side = os.path.splitext(path)[0] + ".json"
+        side = self.sidecar(path)
         with open(side, "w") as fh:
-            json.dump(self.to_dict(), fh, indent=1, default=_json_default)
+            json.dump({**self.to_dict(), **(extra or {})}, fh, indent=1, default=json_default)
         return {"csv": path, "json": side}
-
-
-def _json_default(o):
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
 # ---------------------------------------------------------------------------- the problem
