@@ -50,7 +50,11 @@ with adaptation off, ``tau = Y(q, qd, qd_r, qdd_r) pi_hat - K_D s (+ feedforward
   more than a pure feed-forward;
 * the paper's rigid-body baseline (``rbd_ff``): the same model as a pure feed-forward of
   the reference, ``Y(q_d, qd_d, qd_d, qdd_d) pi_hat - K_D s`` (``model_input: desired``);
-* learned feed-forward: law ``pd`` plus the prediction node's ``feedforward/residual``.
+* learned feed-forward: law ``pd`` plus the prediction node's ``feedforward/residual``
+  (the paper's, and ``--project-prior mean``); the project mode's default
+  (``--project-prior rbd``) is the ``rbd`` controller plus the prediction of a learner of
+  its residual (``model_update`` ``target: residual``), so that where the learner's data
+  do not reach the feed-forward is the identified rigid-body model.
 
 Gains: the soft ones of ``config/<robot>.yaml`` (``lam`` = 10 1/s, ``kd``; Panda
 K_P = 300/300/200/200/40/40/10 N m/rad, K_D = 30/30/20/20/4/4/1 N m s/rad): without
@@ -106,8 +110,10 @@ some -- and the payload run repeats with it for comparison.  :func:`change_study
 over a grid of settings, offline, for the evidence in ``change_detection``.
 
 **Modes** (``--mode``, Table I): ``project`` runs the learners with their defaults -- a
-prediction falls back to its prior, the running mean torque, where the learner's support
-does not reach (``docs/learners.md``); ``paper`` runs the paper's algorithm as far as it
+prediction falls back to its prior where the learner's support does not reach
+(``docs/learners.md``) -- on the residual of the identified rigid-body model, so the
+prior is that model (``--project-prior rbd``, default; ``mean``: the torque itself, the
+prior the running mean torque); ``paper`` runs the paper's algorithm as far as it
 is a setting (:data:`PAPER_LEARNER`: the fused raw mean everywhere, ``raw_prediction`` on
 ``model_update`` and ``prediction``; the paper's one-sample change test); ``both`` (the
 default) runs the learned rows in each mode beside one set of baselines (``--quick``: one
@@ -189,6 +195,12 @@ PAPER_CHANGE: dict[str, Any] = dict(CHANGE_PAPER)
 #: does not reach) and as the paper's algorithm does (every prediction the GPs' fused raw
 #: mean, the paper's one-sample change test); ``both`` (default) runs each
 MODES = ("both", "project", "paper")
+#: ``--project-prior``: what the project mode's learners fall back to -- ``rbd`` (default):
+#: they learn the residual of the identified rigid-body model (``target: residual``), the
+#: controller feeds that model forward beside them (``law: direct`` on the identified
+#: estimate, learning off), so the prior is the rigid-body model; ``mean``: they learn the
+#: torque itself (``target: torque``, the paper's) and fall back to the running mean torque
+PROJECT_PRIORS = ("rbd", "mean")
 #: what the paper mode changes in a learned run (the departures that are settings so far)
 PAPER_LEARNER: dict[str, Any] = {"raw": True, "change": PAPER_CHANGE}
 #: the payload run: pick-and-place at this speed, the payload attached at the start of the
@@ -534,7 +546,8 @@ def run_graph(robot: str, spec: dict, bag: str, *, echo: bool = False, timeout: 
     }
     if lrn:
         # the measured torque, as these runs were made (the node's default learns the commanded one)
-        overrides["model_update"] = {"learner": lrn["kind"], "target": "torque", "target_torque": "measured",
+        overrides["model_update"] = {"learner": lrn["kind"], "target": lrn.get("target", "torque"),
+                                     "target_torque": "measured",
                                      "warmup": 20,
                                      "acceleration": "measured", "queue_limit": QUEUE_LIMIT,
                                      "reliable_streams": LEARNER_RELIABLE,
@@ -776,8 +789,11 @@ class Runner:
 
     def controller(self, mode: str, estimate_file: str = "") -> dict:
         rbd = mode in ("rbd", "rbd_ff")
-        p = {"law": "direct" if rbd else "sliding_pd", "learning": False, "feedforward": mode == "learned",
+        p = {"law": "direct" if rbd else "sliding_pd", "learning": False,
+             "feedforward": mode in ("learned", "learned_rbd"),
              "friction": True, "initial_estimate": "zero", "autosave_period": 0.0, **self.gains}
+        if mode == "learned_rbd":   # the project's: the learner's residual on the identified model
+            p.update(law="direct", estimate_file=estimate_file)
         if rbd:
             p["estimate_file"] = estimate_file
         if mode == "rbd_ff":   # the paper's: the model a pure feed-forward of the reference
@@ -832,7 +848,8 @@ def identification(R: Runner) -> tuple[dict, str]:
     return out, path
 
 
-def experiment_1(R: Runner, estimate: str, mode: str = "both") -> tuple[dict, dict]:
+def experiment_1(R: Runner, estimate: str, mode: str = "both",
+                 project_prior: str = "rbd") -> tuple[dict, dict]:
     """Table I: A_total per approach; returns (JSON part, traces for the plots).  ``mode``
     (:data:`MODES`): the learned rows as the project runs them, as the paper's algorithm
     does (:data:`PAPER_LEARNER`), or both; the baselines are run once.  The top-level
@@ -868,9 +885,11 @@ def experiment_1(R: Runner, estimate: str, mode: str = "both") -> tuple[dict, di
             key = constellation_key(windows, knn)
             name = key if m == modes[0] else f"{m} {key}"
             change = PAPER_LEARNER["change"] if m == "paper" else CHANGE
-            spec = {**base, "controller": R.controller("learned"),
+            on_rbd = m == "project" and project_prior == "rbd"
+            spec = {**base, "controller": R.controller("learned_rbd", estimate) if on_rbd else R.controller("learned"),
                     "learner": {"kind": "sgpol" if len(windows) == 1 else "pgpol",
                                 "config": learner_config(windows, knn, change),
+                                **({"target": "residual"} if on_rbd else {}),
                                 **({"raw": PAPER_LEARNER["raw"]} if m == "paper" else {})}}
             stream = m == modes[0] and knn > 0 and windows in ((480,), (60, 480))
             cons[name] = evaluate(name, R.run(f"I {name}", spec, stream=stream))
@@ -879,7 +898,7 @@ def experiment_1(R: Runner, estimate: str, mode: str = "both") -> tuple[dict, di
                        "a_total_reduction_best": round(1.0 - cons[best] / a0, 5),
                        "a_total_reduction": {k: round(1.0 - v / a0, 5) for k, v in cons.items()},
                        "beats_rbd": bool(cons[best] < arbd), "beats_rbd_ff": bool(cons[best] < table["rbd_ff"]),
-                       **({"learner": dict(PAPER_LEARNER)} if m == "paper" else {})}
+                       **({"learner": dict(PAPER_LEARNER)} if m == "paper" else {"prior": project_prior})}
     first = per_mode[modes[0]]
     cons = {k: table[k] for k in first["constellations"]}
     best = first["best_constellation"]
@@ -1229,6 +1248,11 @@ def main(argv=None) -> int:
                          " prior where the learner's data do not reach), paper (the paper's algorithm: the fused"
                          " raw mean everywhere, its one-sample change test) or both (default); the JSON carries"
                          " project_mode / paper_mode")
+    ap.add_argument("--project-prior", default="rbd", choices=list(PROJECT_PRIORS),
+                    help="the project mode's learners: rbd (default; they learn the residual of the identified"
+                         " rigid-body model, which the controller feeds forward beside them: where their data do"
+                         " not reach, the prediction falls back to that model) or mean (they learn the torque"
+                         " itself, as the paper's, and fall back to the running mean torque)")
     ap.add_argument("--reality", default="unmodelled", choices=["unmodelled", "model"],
                     help="the simulated arm: unmodelled (default; config/<robot>.yaml plus a 2 %% position"
                          " ripple and Stribeck friction, which the identified rigid-body model cannot"
@@ -1266,7 +1290,7 @@ def main(argv=None) -> int:
         if args.part in ("all", "1") or (args.part == "2" and not args.quick):
             summary["identification"], est = identification(R)
         if args.part in ("all", "1"):
-            ex1, tr1 = experiment_1(R, est, args.mode)
+            ex1, tr1 = experiment_1(R, est, args.mode, args.project_prior)
             summary["experiment_1"] = ex1
             for k in ("table_i", "a_total_reduction_best", "a_total_reduction_rbd", "beats_rbd",
                       "a_total_reduction_rbd_ff", "beats_rbd_ff", "best_constellation"):
