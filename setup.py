@@ -13,7 +13,7 @@ package_name = "adaptive_dynamics"
 # One console script per node plus the umbrella CLI.  Nodes are added here as
 # they are implemented (adaptive_dynamics/nodes/<name>.py exposes main()).
 NODES = ["mujoco_bridge", "trajectory", "controller", "adaptive_controller", "scqp_controller", "regressor",
-         "recorder", "residual_learner", "model_update", "prediction"]
+         "recorder", "residual_learner", "model_update", "prediction", "external_torque"]
 
 
 def _files(pattern):

@@ -243,6 +243,8 @@ def _add_graph_args(p, *, sim_default=True) -> None:
     p.add_argument("--duration", type=float, default=0.0, help="sim: stop after this many sim seconds; real: after"
                    " this many wall seconds, whether or not a robot answers (0 = run until Ctrl-C)")
     p.add_argument("--record", action="store_true", help="also record an MCAP bag (see --bag)")
+    p.add_argument("--monitor", action="store_true", help="add the external_torque node: external joint torques,"
+                   " end-effector wrench and contact flag from the momentum observer (launch monitor:=true)")
     p.add_argument("--bag", default=None, help="bag directory (must not exist)")
     p.add_argument("--namespace", default="", help="namespace of every node and topic")
     p.add_argument("--preset", default="franka", choices=sorted(REAL_PRESETS), help="real: robot stack")
@@ -265,7 +267,7 @@ def _graph_from_args(args, scenario):
                        ee_frame=args.ee_frame, controller=args.controller, learner=args.learner,
                        learner_split=args.learner_split, use_sim_time=ust, record=args.record, mode=args.mode,
                        duration=args.duration, namespace=args.namespace, preset=args.preset, bag=args.bag,
-                       overrides=_overrides(args.set), without=tuple(args.without))
+                       overrides=_overrides(args.set), without=tuple(args.without), monitor=args.monitor)
 
 
 def _cmd_launch(args) -> int:
@@ -668,7 +670,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=lambda args: _identify.main_args(args))
     from .evaluation import excite as _excite  # lazy: the CLI starts fast
     p = sub.add_parser("excite", help="optimise an excitation trajectory for identification (min condition number"
-                       " of the base regressor within the joint, effort and floor limits); CSV + JSON + plot",
+                       " of the base regressor within the joint, effort, floor and self-collision limits; --payload:"
+                       " the wrist alone, for the payload); CSV + JSON + plot, played by trajectory type file",
                        description=_excite.DESCRIPTION)
     _excite.add_arguments(p)
     p.set_defaults(fn=lambda args: _excite.main_args(args))

@@ -10,6 +10,7 @@ Parameter files are ROS 2 parameter YAMLs under ``config/``; later files win:
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,7 +111,8 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
                 record: bool = False, mode: str = "lockstep", duration: float = 0.0, namespace: str = "",
                 preset: str = "franka", bag: str | None = None,
                 overrides: dict[str, dict[str, Any]] | None = None, without: tuple[str, ...] = (),
-                joints=None, ee_frame: str | None = None, param_files: tuple = ()) -> list[NodeSpec]:
+                joints=None, ee_frame: str | None = None, param_files: tuple = (),
+                monitor: bool = False) -> list[NodeSpec]:
     """The nodes of ``scenario`` ("sim": MuJoCo bridge + trajectory + controller; "real":
     trajectory + controller against a robot's ros2_control stack).
 
@@ -128,6 +130,10 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     ``learner/model``) and ``prediction`` (publishes ``feedforward/residual`` from them).
     ``without`` names nodes of the graph not to start here: they run elsewhere (another
     host on the same ROS_DOMAIN_ID), and the lockstep bridge still waits for them.
+    ``monitor`` adds the ``external_torque`` node (external joint torques, end-effector
+    wrench, contact flag; :func:`monitor_node_for`): on the adaptive controller's estimate
+    when the graph has one (its ``friction``, ``adapted_links`` and ``friction_model_file``),
+    else on the URDF's model, with the learner's residual when a learner runs.
 
     ``robot``: a shipped robot name, or a URDF file (:func:`~adaptive_dynamics.robot_setup.resolve_robot`:
     ``joints`` to use a subset of its moving joints, the others locked; ``ee_frame``; a
@@ -217,6 +223,12 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         # the split's nodes may run on other hosts: the same parameter files, a ROS_DOMAIN_ID in common
         for name in (("model_update", "prediction") if learner_split else ("residual_learner",)):
             nodes.append(NodeSpec(name, name, files, dict(lrn), list(remaps), namespace))
+    if monitor:
+        mon = monitor_node_for(nodes, ctl, overrides.get(ctl, {}), learner != "none", common, mode)
+        nodes.append(mon)
+        if sim:  # one more /clock and joint_states subscriber before the lockstep bridge starts
+            nodes[0].params["wait_for_nodes"] += 1
+            nodes[0].params["wait_for_state_subscribers"] += 1
     if record:
         rec = {**common, **({"bag": bag} if bag else {})}
         if sim and duration > 0:
@@ -228,10 +240,32 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
                               drains=sim and duration > 0))
     for spec in nodes:
         spec.params.update(overrides.get(spec.name, {}))
+    if not task_space and (traj.params.get("type") == "file" or any(_sets(f, "type", "file") for f in files)):
+        _file_trajectory(traj, nodes[0] if sim else None, robot_spec, overrides.get("mujoco_bridge", {}))
     unknown = sorted(set(without) - {s.name for s in nodes})
     if unknown:
         raise ValueError(f"without: {unknown} not in this graph ({[s.name for s in nodes]})")
     return [s for s in nodes if s.name not in without]
+
+
+def _file_trajectory(traj: NodeSpec, bridge: NodeSpec | None, robot_spec, bridge_overrides: dict) -> None:
+    """``type: file``: the trajectory file's path made absolute (the nodes may start
+    elsewhere), and in simulation the bridge starting where the file starts (``q0``,
+    unless set), so the reference does not jump at t = 0."""
+    resolved = _resolved(traj, {})
+    if resolved.get("type") != "file":
+        return
+    path = str(resolved.get("trajectory_file") or "")
+    if not path:
+        raise ValueError("trajectory type file: set trajectory.trajectory_file (e.g. --set"
+                         " trajectory.trajectory_file=out/excite/excitation.json)")
+    path = os.path.abspath(path)
+    traj.params["trajectory_file"] = path
+    if bridge is None or "q0" in bridge_overrides or robot_spec is None:
+        return
+    from .trajectories.from_file import load_trajectory_file  # lazy: scipy
+    start = load_trajectory_file(path, robot_spec.joint_names).sample(0.0)[0]
+    bridge.params["q0"] = [float(x) for x in start]
 
 
 def _resolved(spec: NodeSpec, spec_overrides: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +278,29 @@ def _resolved(spec: NodeSpec, spec_overrides: dict[str, Any]) -> dict[str, Any]:
     out.update(spec.params)
     out.update(spec_overrides)
     return out
+
+
+#: adaptive-controller parameters the external_torque node must share to read its estimate
+MONITOR_SHARED = ("friction", "adapted_links", "friction_model_file")
+
+
+def monitor_node_for(nodes: list[NodeSpec], ctl: str, ctl_overrides: dict[str, Any], learner: bool,
+                     common: dict[str, Any], mode: str) -> NodeSpec:
+    """The ``external_torque`` node of ``monitor``: ``model_source: estimate`` next to an
+    ``adaptive_controller`` (with its resolved :data:`MONITOR_SHARED` parameters), else
+    ``urdf``; ``use_residual`` when a learner publishes ``feedforward/residual``."""
+    spec = next(s for s in nodes if s.name == ctl)
+    params: dict[str, Any] = {**common, "use_residual": bool(learner)}
+    if nodes[0].name == "mujoco_bridge":
+        params["reliable_streams"] = mode == "lockstep"
+    if ctl == "adaptive_controller":
+        resolved = _resolved(spec, ctl_overrides)
+        params["model_source"] = "estimate"
+        params.update({k: resolved[k] for k in MONITOR_SHARED if k in resolved})
+    else:
+        params["model_source"] = "urdf"
+    return NodeSpec("external_torque", "external_torque", list(spec.param_files), params, list(spec.remappings),
+                    spec.namespace)
 
 
 #: controller parameters the regressor node must share for ``regressor_source: topics``
@@ -279,11 +336,16 @@ def regressor_node_for(ctl: NodeSpec, ctl_overrides: dict[str, Any]) -> NodeSpec
 def _sets_topics(path: str) -> bool:
     """Whether a parameter file sets ``regressor_source: topics`` anywhere (a cheap
     pre-check; which node it applies to is resolved by ``load_param_file``)."""
+    return _sets(path, "regressor_source", "topics")
+
+
+def _sets(path: str, key: str, value: Any) -> bool:
+    """Whether a parameter file sets ``key: value`` anywhere (a cheap pre-check)."""
     import yaml
 
     def walk(x) -> bool:
         if isinstance(x, dict):
-            return x.get("regressor_source") == "topics" or any(walk(v) for v in x.values())
+            return x.get(key) == value or any(walk(v) for v in x.values())
         return False
 
     with open(path, encoding="utf-8") as f:

@@ -21,6 +21,11 @@ ARGS = {
     "namespace": ("", "namespace of every node/topic (e.g. fr3, lbr)"),
     "preset": ("franka", "real: franka | lbr | gazebo"),
     "without": ("", "comma-separated nodes of the graph not to start here (they run on another host)"),
+    "monitor": ("false", "true: add the external_torque node (external joint torques, end-effector wrench,"
+                " contact flag from the momentum observer on the controller's model)"),
+    "trajectory": ("", "the trajectory node's type (default: the parameter files'), e.g. file"),
+    "trajectory_file": ("", "trajectory:=file: the file to play (excitation.json / .csv of `adaptive-dynamics"
+                        " excite`)"),
 }
 
 
@@ -28,11 +33,14 @@ def generate(scenario):
     def make(context):
         a = {k: LaunchConfiguration(k).perform(context) for k in ARGS}
         ust = None if a["use_sim_time"] == "" else a["use_sim_time"].lower() == "true"
+        traj = {k: v for k, v in (("type", a["trajectory"]), ("trajectory_file", a["trajectory_file"])) if v}
         nodes = build_graph(scenario, robot=a["robot"], controller=a["controller"], learner=a["learner"],
                             learner_split=a["learner_split"].lower() == "true", use_sim_time=ust,
                             record=a["record"].lower() == "true", mode=a["mode"], duration=float(a["duration"]),
                             namespace=a["namespace"], preset=a["preset"],
-                            without=tuple(n.strip() for n in a["without"].split(",") if n.strip()))
+                            overrides={"trajectory": traj} if traj else None,
+                            without=tuple(n.strip() for n in a["without"].split(",") if n.strip()),
+                            monitor=a["monitor"].lower() == "true")
         return [Node(package="adaptive_dynamics", executable=s.executable, name=s.name,
                      namespace=s.namespace or None, parameters=[*s.param_files, s.params],
                      remappings=s.remappings, output="screen") for s in nodes]

@@ -45,6 +45,7 @@ def _msg_class(topic: str):
     from std_msgs.msg import Float64MultiArray
     from trajectory_msgs.msg import JointTrajectory, MultiDOFJointTrajectory
     from diagnostic_msgs.msg import DiagnosticArray
+    from geometry_msgs.msg import WrenchStamped
     known = {
         "joint_states": JointState, "reference": JointTrajectory, "task_reference": MultiDOFJointTrajectory,
         "effort_controller/commands": Float64MultiArray, "controller/tracking_error": JointState,
@@ -52,6 +53,7 @@ def _msg_class(topic: str):
         "feedforward/residual": JointState, "adaptive/parameters": JointState,
         "adaptive/parameter_update": JointState, "adaptive/parametric_torque": JointState,
         "residual_learner/prediction": JointState, "learner/prediction": JointState,
+        "external_torque": JointState, "contact": JointState, "external_wrench": WrenchStamped,
     }
     return known.get(topic)
 

@@ -1,0 +1,169 @@
+"""Contact detection on the external-torque estimate of the momentum observer
+(:mod:`.momentum_observer`).  No ROS import.
+
+Per-joint thresholds
+--------------------
+A joint is in contact when ``|r_i|`` exceeds its threshold::
+
+    threshold_i(t) = base_i + k_u sqrt(model_std_i^2 + std_i(t)^2)
+
+* ``base_i`` -- set by hand, or calibrated from free motion (:class:`ThresholdCalibration`):
+  ``"max"``: ``margin * max |r_i|`` over the segment (zero false alarms on it by
+  construction, ``margin`` > 1 for what the segment did not visit) or ``"std"``:
+  ``|mean r_i| + k std r_i`` (a Gaussian bound; an unmodelled bias enters through the mean).
+* the model's own uncertainty, scaled by ``k_u`` (``uncertainty_gain``): ``model_std_i``, a
+  constant (e.g. the identification residual's standard deviation per joint: the torque
+  the identified model does not explain), and ``std_i(t)``, a time-varying one (a residual
+  learner's predictive standard deviation at the current state): where the model is
+  unsure, the threshold rises; where it has data, it stays at ``base``.
+
+Decision (per sample)
+---------------------
+A joint enters contact after ``min_samples`` consecutive samples above its threshold
+(a debounce against single-sample spikes: each costs one sample of detection delay) and
+leaves it when ``|r_i|`` falls below ``release * threshold_i`` (hysteresis, 0 < release
+<= 1).  The contact flag is "any joint in contact"; :attr:`ContactDetector.contacts`
+counts its rising edges.  Without thresholds (:attr:`ContactDetector.configured` False)
+there is never a contact.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..validation import as_vector, per_joint
+
+__all__ = ["ContactDetector", "ThresholdCalibration", "CALIBRATION_METHODS"]
+
+CALIBRATION_METHODS = ("max", "std")
+
+
+class ThresholdCalibration:
+    """Per-joint statistics of r over a free-motion segment (running: max |r|, mean and
+    variance by Welford's update), turned into thresholds by :meth:`thresholds`."""
+
+    def __init__(self, n: int):
+        self.n = int(n)
+        self.count = 0
+        self.t_first = self.t_last = math.nan
+        self.max_abs = np.zeros(self.n)
+        self.mean = np.zeros(self.n)
+        self._m2 = np.zeros(self.n)
+
+    def add(self, t: float, r) -> None:
+        r = as_vector(r, self.n, "r")
+        if self.count == 0:
+            self.t_first = float(t)
+        self.t_last = float(t)
+        self.count += 1
+        np.maximum(self.max_abs, np.abs(r), out=self.max_abs)
+        d = r - self.mean
+        self.mean += d / self.count
+        self._m2 += d * (r - self.mean)
+
+    @property
+    def duration(self) -> float:
+        """Time covered [s] (0 before two samples)."""
+        return 0.0 if self.count < 2 else self.t_last - self.t_first
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.sqrt(self._m2 / self.count) if self.count else np.zeros(self.n)
+
+    def thresholds(self, method: str = "max", *, margin: float = 1.5, k: float = 5.0, floor=0.0) -> np.ndarray:
+        """``"max"``: ``margin * max |r|``; ``"std"``: ``|mean| + k std``; at least ``floor``
+        (scalar or per joint)."""
+        if self.count == 0:
+            raise ValueError("no samples to calibrate from")
+        if method == "max":
+            thr = float(margin) * self.max_abs
+        elif method == "std":
+            thr = np.abs(self.mean) + float(k) * self.std
+        else:
+            raise ValueError(f"calibration method must be one of {list(CALIBRATION_METHODS)}, got {method!r}")
+        return np.maximum(thr, per_joint(floor, self.n, "floor", one_for_all=True))
+
+
+class ContactDetector:
+    """Contact flag and the joints involved (module docstring).
+
+    ``thresholds``: base thresholds [N m] (scalar or per joint, > 0), or None (set later
+    with :meth:`set_thresholds`; ``n`` then gives the number of joints).
+    """
+
+    def __init__(self, thresholds=None, *, n: Optional[int] = None, joint_names: Optional[Sequence[str]] = None,
+                 uncertainty_gain: float = 0.0, model_std=0.0, release: float = 0.8, min_samples: int = 1):
+        if n is None:
+            if thresholds is None:
+                n = len(joint_names) if joint_names is not None else None
+            else:
+                n = np.size(thresholds)
+        if not n:
+            raise ValueError("give the thresholds, n or the joint names")
+        self.n = int(n)
+        self.joint_names = list(joint_names) if joint_names is not None else [f"joint{i + 1}" for i in range(self.n)]
+        if len(self.joint_names) != self.n:
+            raise ValueError(f"{len(self.joint_names)} joint names for {self.n} joints")
+        self.thresholds = None
+        if thresholds is not None:
+            self.set_thresholds(thresholds)
+        self.uncertainty_gain = float(uncertainty_gain)
+        if not (self.uncertainty_gain >= 0 and math.isfinite(self.uncertainty_gain)):
+            raise ValueError(f"uncertainty_gain must be >= 0, got {uncertainty_gain!r}")
+        self.model_std = per_joint(model_std, self.n, "model_std", one_for_all=True)
+        self.release = float(release)
+        if not 0 < self.release <= 1:
+            raise ValueError(f"release must be in (0, 1], got {release!r}")
+        self.min_samples = int(min_samples)
+        if self.min_samples < 1:
+            raise ValueError(f"min_samples must be >= 1, got {min_samples!r}")
+        self.active = np.zeros(self.n, dtype=bool)
+        self._above = np.zeros(self.n, dtype=int)
+        self.contact = False
+        self.contacts = 0
+
+    @property
+    def configured(self) -> bool:
+        return self.thresholds is not None
+
+    def set_thresholds(self, thresholds) -> None:
+        thr = per_joint(thresholds, self.n, "thresholds", one_for_all=True)
+        if not np.all(thr > 0):
+            raise ValueError(f"thresholds must be > 0 [N m], got {thr.tolist()}")
+        self.thresholds = thr
+
+    def clear_thresholds(self) -> None:
+        self.thresholds = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.active[:] = False
+        self._above[:] = 0
+        self.contact = False
+
+    def effective_thresholds(self, std=None) -> np.ndarray:
+        """The thresholds with the uncertainty term (``std``: the time-varying part, or None)."""
+        if self.thresholds is None:
+            return np.full(self.n, np.inf)
+        var = self.model_std ** 2
+        if std is not None:
+            var = var + as_vector(std, self.n, "std") ** 2
+        return self.thresholds + self.uncertainty_gain * np.sqrt(var)
+
+    def update(self, r, std=None):
+        """``(contact, joints)`` after the sample ``r`` (``joints``: a bool per joint, a copy)."""
+        r = np.abs(as_vector(r, self.n, "r"))
+        thr = self.effective_thresholds(std)
+        above = r > thr
+        self._above = np.where(above, self._above + 1, 0)
+        self.active = (self._above >= self.min_samples) | (self.active & (r > self.release * thr))
+        was = self.contact
+        self.contact = bool(self.active.any())
+        if self.contact and not was:
+            self.contacts += 1
+        return self.contact, self.active.copy()
+
+    def joints_in_contact(self) -> list:
+        return [j for j, a in zip(self.joint_names, self.active) if a]

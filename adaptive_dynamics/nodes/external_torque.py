@@ -1,0 +1,354 @@
+"""``external_torque`` node: external joint torques, the end-effector wrench and a contact
+flag from the generalized-momentum observer (:mod:`adaptive_dynamics.control.momentum_observer`,
+:mod:`adaptive_dynamics.control.contact`) on the URDF's model or the adaptive
+controller's estimate, plus the residual learner's prediction.
+
+A thin adapter: parameters -> the cores; every ``joint_states`` (measured torque in
+``effort``; matched by joint name) -> one observer step -> ``external_torque``,
+``external_wrench`` and ``contact``, all stamped with the state's stamp.
+
+Manual (topics, parameters, calibration, diagnostics): ``docs/nodes.md#external_torque``;
+parameters: ``ros2 param describe /external_torque <name>``.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import WrenchStamped
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+
+from ..control.adaptive_setup import friction_model
+from ..control.contact import CALIBRATION_METHODS, ContactDetector, ThresholdCalibration
+from ..control.momentum_observer import (TORQUE_TIMINGS, EstimateLayout, MomentumObserver, damped_transpose_pinv,
+                                         observer_model)
+from ..ros.arrays import VectorBuffer, vector_from_msg
+from ..ros.joint_states import JointStateMapper, joint_state_msg
+from ..ros.node_base import Counters, diagnostic_array, run_node
+from ..ros.params import ParamSpec, declare_params
+from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stream_qos
+from ..ros.stamps import from_ns
+from ..validation import per_joint
+from .housekeeping import Throttle
+from .robot_params import armature_of, load_robot, robot_specs
+
+MODEL_SOURCES = ("urdf", "estimate")
+#: declared with the robot's parameters (the model is built from them)
+_MODEL_PARAMS = ("friction", "coulomb_smoothing")
+
+
+def _lengths(n):
+    """Validator of a per-joint array parameter: 1 or ``n`` values (any while ``n`` is unknown)."""
+    def check(value) -> str | None:
+        return None if n is None or len(value) in (1, n) else f"needs 1 or {n} values (one per joint), got {len(value)}"
+    return check
+
+
+def _thresholds_check(n):
+    lengths = _lengths(n)
+
+    def check(value) -> str | None:
+        v = np.asarray(value, dtype=float)
+        if (why := lengths(v)) is not None:
+            return why
+        if np.any(v < 0) or (np.any(v == 0) and not np.all(v == 0)):
+            return "each threshold must be > 0 [N m] ([0] = none: no contact detection until calibrated)"
+        return None
+    return check
+
+
+def specs(n: int | None = None) -> list[ParamSpec]:
+    """Every parameter (``n``: the robot's joints, for the per-joint arrays' lengths)."""
+    return robot_specs() + monitor_specs(n)
+
+
+def monitor_specs(n: int | None = None) -> list[ParamSpec]:
+    """The observer's, the detector's and the streams' parameters (beside the robot's)."""
+    lengths = _lengths(n)
+    return [
+        ParamSpec("model_source", "urdf", "urdf: the URDF's rigid-body model | estimate: the adaptive controller's"
+                  " estimate on adaptive/parameters (the URDF's model until the first arrives)",
+                  choices=list(MODEL_SOURCES), read_only=True),
+        ParamSpec("friction", False, "the estimate carries viscous + Coulomb friction columns (as the adaptive"
+                  " controller's `friction`); with model_source urdf they are zero", read_only=True),
+        ParamSpec("coulomb_smoothing", 0.0, "eps [rad/s] of the estimate's Coulomb term tanh(v / eps); 0 = sgn(v),"
+                  " as the adaptive controller's model", min=0.0, read_only=True),
+        ParamSpec("adapted_links", [""], "the adaptive controller's adapted_links (to read its estimate; the"
+                  " other links keep the URDF's values); [''] = every link", type="str[]", read_only=True),
+        ParamSpec("friction_model_file", "", "a fixed joint-friction model beside the estimate (the adaptive"
+                  " controller's friction_model_file: friction_<kind>.json of `adaptive-dynamics identify`)",
+                  read_only=True),
+        ParamSpec("use_residual", False, "subtract the learned residual feedforward/residual (stamped for the"
+                  " state's instant, else the newest within residual_staleness) from what the observer reports"),
+        ParamSpec("residual_staleness", 0.01, "use a residual at most this old [s] when none is stamped for the"
+                  " state's instant", min=0.0, max=10.0),
+        ParamSpec("gains", [50.0], "observer gains K_O [1/s], 1 or n values (> 0): r follows the external"
+                  " torque with time constant 1/K_O", type="float[]", min=1e-3, max=1e5, validator=lengths),
+        ParamSpec("torque_timing", "held", "held: the effort of a state is the torque applied over the step"
+                  " before it (the simulator; an effort command held) | sampled: a torque sensor read at the"
+                  " instants (the step uses the mean of the two samples)", choices=list(TORQUE_TIMINGS),
+                  read_only=True),
+        ParamSpec("max_gap", 0.1, "a gap between states longer than this [s] holds the estimate and restarts"
+                  " the integration (counted in gaps)", min=1e-4, max=60.0),
+        ParamSpec("thresholds", [0.0], "contact thresholds on |external torque| [N m], 1 or n values (> 0);"
+                  " [0] = none (no contact detection until calibrated); set by a calibration",
+                  type="float[]", min=0.0, validator=_thresholds_check(n)),
+        ParamSpec("calibrate", 0.0, "> 0: calibrate the thresholds from this many seconds of (free-motion!)"
+                  " states from now on, then set `thresholds` and return to 0 (at start too)", min=0.0, max=3600.0),
+        ParamSpec("calibration_method", "max", "max: calibration_margin x max |r| over the segment | std:"
+                  " |mean r| + calibration_k x std r", choices=list(CALIBRATION_METHODS)),
+        ParamSpec("calibration_margin", 1.5, "calibration_method max: factor on the largest |r| seen",
+                  min=1.0, max=100.0),
+        ParamSpec("calibration_k", 5.0, "calibration_method std: standard deviations above |mean|",
+                  min=0.0, max=100.0),
+        ParamSpec("threshold_floor", [0.0], "smallest calibrated threshold [N m], 1 or n values", type="float[]",
+                  min=0.0, validator=lengths),
+        ParamSpec("model_std", [0.0], "the model's own torque uncertainty [N m] per joint, 1 or n values (e.g."
+                  " the identification residual's standard deviation), added as uncertainty_gain x std",
+                  type="float[]", min=0.0, validator=lengths),
+        ParamSpec("uncertainty_gain", 0.0, "k_u: threshold = thresholds + k_u x model_std", min=0.0, max=100.0),
+        ParamSpec("release", 0.8, "a joint leaves contact below release x its threshold (hysteresis)",
+                  min=0.01, max=1.0),
+        ParamSpec("min_samples", 1, "consecutive samples above the threshold before a joint is in contact",
+                  min=1, max=1000),
+        ParamSpec("publish_wrench", True, "publish external_wrench (the damped pseudo-inverse of J^T)"),
+        ParamSpec("wrench_frame", "", "frame of external_wrench (its axes, moment about its origin); empty ="
+                  " the end effector (ee_frame)", read_only=True),
+        ParamSpec("wrench_damping", 0.05, "largest damping of the pseudo-inverse of J^T, reached at a singular"
+                  " pose", min=0.0, max=10.0),
+        ParamSpec("wrench_threshold", 0.05, "smallest singular value of J below which the damping rises",
+                  min=1e-6, max=10.0),
+        ParamSpec("reliable_streams", True, "subscribe joint_states reliably (lockstep); false = best effort"
+                  " depth 1 (real time)", read_only=True),
+        ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages (wall)", min=0.05, max=60.0),
+    ]
+
+
+class ExternalTorqueNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("external_torque", **kwargs)
+        p = self.p = declare_params(self, robot_specs() + [s for s in monitor_specs() if s.name in _MODEL_PARAMS])
+        model, _ = load_robot(p, self, friction=p["friction"], coulomb_smoothing=p["coulomb_smoothing"])
+        self.model = model
+        self.n = n = model.n
+        declare_params(self, [s for s in monitor_specs(n) if s.name not in _MODEL_PARAMS])
+        self.names = list(model.joint_names)
+        self.counters = Counters("external_torque", self.get_fully_qualified_name(),
+                                 warn_on=("joint_states_rejected", "out_of_order", "estimate_rejected",
+                                          "residual_rejected", "nonfinite_output"))
+        self.log_throttle = Throttle(1.0)
+        self._lock = threading.RLock()
+        # ---- the cores
+        fixed = friction_model(model, p["friction_model_file"]) if p["friction_model_file"] else None
+        self.observer = MomentumObserver(observer_model(model), p["gains"], fixed_friction=fixed,
+                                         armature=armature_of(p, n), torque_timing=p["torque_timing"],
+                                         max_gap=p["max_gap"], copy=False)
+        self.layout = None
+        if p["model_source"] == "estimate":
+            self.layout = EstimateLayout(model, adapted_links=[x for x in p["adapted_links"] if x])
+        self.detector = ContactDetector(None, n=n, joint_names=self.names, uncertainty_gain=p["uncertainty_gain"],
+                                        model_std=p["model_std"], release=p["release"],
+                                        min_samples=p["min_samples"])
+        self._set_thresholds(p["thresholds"])
+        self.wrench_frame = p["wrench_frame"] or model.ee_frame
+        model.frame_id(self.wrench_frame)   # raises naming the frames
+        self.mapper = JointStateMapper(model.joint_names)
+        self.residuals = VectorBuffer(4096)
+        self._origin = None          # stamp [ns] of the first state: t = (stamp - origin) * 1e-9
+        self._last_stamp = None
+        self._estimate_stamp = None
+        self._calibration = None     # (ThresholdCalibration, seconds)
+        self._peak = np.zeros(n)     # max |r| since the last diagnostics
+        self.counters.set("model", "urdf" if self.layout is None else "estimate (waiting for adaptive/parameters)")
+        # ---- live parameters
+        for name in ("gains", "max_gap"):
+            self.p.on_change(name, self._on_observer_param)
+        for name in ("uncertainty_gain", "model_std", "release", "min_samples"):
+            self.p.on_change(name, self._on_detector_param)
+        self.p.on_change("thresholds", lambda _n, v: self._set_thresholds(v))
+        self.p.on_change("calibrate", lambda _n, v: self._start_calibration(v))
+        # ---- topics
+        self.pub_torque = self.create_publisher(JointState, "external_torque", PUBLISHER_STREAM_QOS)
+        self.pub_wrench = self.create_publisher(WrenchStamped, "external_wrench", PUBLISHER_STREAM_QOS)
+        self.pub_contact = self.create_publisher(JointState, "contact", PUBLISHER_STREAM_QOS)
+        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(JointState, "joint_states", self._on_state, stream_qos(p["reliable_streams"]),
+                                 raw=True)   # serialized -> arrays (wire.py)
+        self.create_subscription(JointState, "feedforward/residual", self._on_residual, DEEP_RELIABLE_QOS)
+        if self.layout is not None:
+            self.create_subscription(JointState, "adaptive/parameters", self._on_estimate, LATCHED_QOS)
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(p["diagnostics_period"], self._diagnostics, clock=steady)
+        self._start_calibration(p["calibrate"])
+        self.get_logger().info(
+            f"model {p['model_source']}{' + friction' if p['friction'] else ''}"
+            f"{' + fixed friction' if fixed is not None else ''}, residual {'on' if p['use_residual'] else 'off'},"
+            f" K_O {np.asarray(p['gains']).tolist()} 1/s, thresholds "
+            f"{self.detector.thresholds.tolist() if self.detector.configured else 'none'}; joints {self.names}")
+
+    # ------------------------------------------------------------- parameters
+    def _set_thresholds(self, value) -> None:
+        v = np.asarray(value, dtype=float)
+        with self._lock:
+            if v.size == 0 or np.all(v == 0):
+                self.detector.clear_thresholds()
+            else:
+                self.detector.set_thresholds(v)
+
+    def _on_observer_param(self, _name, _value) -> None:
+        with self._lock:
+            self.observer.set_gains(self.p["gains"])
+            self.observer.max_gap = float(self.p["max_gap"])
+
+    def _on_detector_param(self, _name, _value) -> None:
+        p = self.p
+        with self._lock:
+            d = self.detector
+            d.uncertainty_gain = float(p["uncertainty_gain"])
+            d.model_std = per_joint(p["model_std"], self.n, "model_std", one_for_all=True)
+            d.release = float(p["release"])
+            d.min_samples = int(p["min_samples"])
+
+    def _start_calibration(self, seconds) -> None:
+        if seconds > 0:
+            with self._lock:
+                self._calibration = (ThresholdCalibration(self.n), float(seconds))
+            self.counters.set("calibration", f"running ({seconds:g} s)")
+            self.get_logger().info(f"calibrating the contact thresholds from the next {seconds:g} s of states"
+                                   " (free motion, please)")
+
+    def _finish_calibration(self, cal: ThresholdCalibration) -> list:
+        p = self.p
+        thr = cal.thresholds(p["calibration_method"], margin=p["calibration_margin"], k=p["calibration_k"],
+                             floor=p["threshold_floor"])
+        return np.maximum(thr, 1e-9).tolist()
+
+    # ------------------------------------------------------------- callbacks
+    def _reject(self, what: str, exc) -> None:
+        self.counters.inc(f"{what}_rejected")
+        if self.log_throttle(what):
+            self.get_logger().error(f"{what} rejected: {exc}")
+
+    def _on_residual(self, msg: JointState) -> None:
+        try:
+            stamp, f = vector_from_msg(msg, self.names, "effort", where="feedforward/residual")
+        except ValueError as exc:
+            return self._reject("residual", exc)
+        with self._lock:
+            self.residuals.add(stamp, f)
+
+    def _on_estimate(self, msg: JointState) -> None:
+        try:
+            stamp, theta = vector_from_msg(msg, None, "position", where="adaptive/parameters")
+            pi = self.layout.to_pi(msg.name, theta)
+        except ValueError as exc:
+            return self._reject("estimate", exc)
+        with self._lock:
+            if self._estimate_stamp is not None and stamp < self._estimate_stamp:
+                self.counters.inc("estimate_out_of_order")
+                return
+            self._estimate_stamp = stamp
+            self.observer.set_parameters(pi)
+        self.counters.inc("estimates_applied")
+        self.counters.set("model", "estimate")
+
+    def _on_state(self, msg) -> None:
+        try:
+            stamp, q, v, tau = self.mapper.map(msg)
+            if v is None or tau is None:
+                raise ValueError("joint_states carries no " + ("velocities" if v is None else "efforts (measured"
+                                                               " torques)"))
+        except ValueError as exc:
+            return self._reject("joint_states", exc)
+        done = None
+        with self._lock:
+            if self._last_stamp is not None and stamp <= self._last_stamp:
+                self.counters.inc("out_of_order")
+                if self.log_throttle("order"):
+                    self.get_logger().warning(f"joint_states stamp {stamp} ns not after {self._last_stamp} ns:"
+                                              " ignored")
+                return
+            if self._origin is None:
+                self._origin = stamp
+            residual = None
+            if self.p["use_residual"]:
+                residual = self.residuals.get(stamp, self.p["residual_staleness"] * 1e9)
+                if residual is None:
+                    self.counters.inc("residual_missing")
+            gaps = self.observer.gaps
+            try:
+                r = self.observer.update((stamp - self._origin) * 1e-9, q, v, tau, residual)
+            except ValueError as exc:
+                return self._reject("joint_states", exc)
+            self._last_stamp = stamp
+            if self.observer.gaps != gaps:
+                self.counters.inc("gaps")
+            if not np.all(np.isfinite(r)):   # never publish NaN: start over
+                self.observer.reset()
+                self.counters.inc("nonfinite_output")
+                return
+            contact, joints = self.detector.update(r)
+            if self._calibration is not None:
+                cal, seconds = self._calibration
+                cal.add((stamp - self._origin) * 1e-9, r)
+                if cal.duration >= seconds:
+                    self._calibration = None
+                    done = self._finish_calibration(cal)
+            np.maximum(self._peak, np.abs(r), out=self._peak)
+            wrench = None
+            if self.p["publish_wrench"]:
+                J = self.model.jacobian(q, self.wrench_frame, "local")
+                Jp, _smin, lam2 = damped_transpose_pinv(J, damping=self.p["wrench_damping"],
+                                                        threshold=self.p["wrench_threshold"])
+                wrench = Jp @ r
+                if lam2 > 0:
+                    self.counters.inc("wrench_damped")
+        self.counters.inc("states")
+        self.pub_torque.publish(joint_state_msg(stamp, self.names, effort=r))
+        if wrench is not None and np.all(np.isfinite(wrench)):
+            self.pub_wrench.publish(_wrench_msg(stamp, self.wrench_frame, wrench))
+        idx = np.flatnonzero(joints)
+        self.pub_contact.publish(joint_state_msg(stamp, [self.names[i] for i in idx], effort=r[idx]))
+        if contact and self.log_throttle("contact"):
+            self.get_logger().info(f"contact at {[self.names[i] for i in idx]}: external torque"
+                                   f" {np.round(r[idx], 3).tolist()} N m")
+        if done is not None:
+            self.get_logger().info(f"calibrated contact thresholds {np.round(done, 4).tolist()} N m")
+            self.p.set("thresholds", done)
+            self.p.set("calibrate", 0.0)
+            self.counters.set("calibration", "done")
+
+    # ------------------------------------------------------------- housekeeping
+    def _diagnostics(self) -> None:
+        with self._lock:
+            peak, self._peak = self._peak, np.zeros(self.n)
+            d = self.detector
+            self.counters.update({
+                "contacts": d.contacts, "in_contact": ",".join(d.joints_in_contact()) or "none",
+                "thresholds": np.round(d.effective_thresholds(), 4).tolist() if d.configured else "none",
+                "max_abs_external_torque": np.round(peak, 4).tolist()})
+        level = DiagnosticStatus.WARN if not self.detector.configured and self._calibration is None else None
+        message = "no contact thresholds (set thresholds or calibrate)" if level is not None else None
+        st = self.counters.status(level, message)
+        self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [st]))
+
+
+def _wrench_msg(stamp: int, frame: str, w) -> WrenchStamped:
+    msg = WrenchStamped()
+    msg.header.stamp = from_ns(stamp)
+    msg.header.frame_id = frame
+    f, m = msg.wrench.force, msg.wrench.torque
+    f.x, f.y, f.z = (float(x) for x in w[:3])
+    m.x, m.y, m.z = (float(x) for x in w[3:])
+    return msg
+
+
+def main(args=None) -> int:
+    return run_node(ExternalTorqueNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""external_torque node over DDS: joint_states of a free motion, then with an external
+torque, give the stamped external torque the ROS-free observer computes, the wrench and
+the contact flag; the thresholds calibrated from the free motion; bad states refused and
+nothing NaN published; the adaptive controller's estimate and the learned residual used."""
+from __future__ import annotations
+
+import numpy as np
+import pinocchio as pin
+import pytest
+from geometry_msgs.msg import WrenchStamped
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+
+from adaptive_dynamics.control.adaptive import AdaptiveController
+from adaptive_dynamics.control.contact import ThresholdCalibration
+from adaptive_dynamics.control.momentum_observer import EstimateLayout, MomentumObserver, observer_model
+from adaptive_dynamics.dynamics import RobotModel
+from adaptive_dynamics.nodes.external_torque import ExternalTorqueNode
+from adaptive_dynamics.ros.joint_states import joint_state_msg
+from adaptive_dynamics.ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS
+from adaptive_dynamics.ros.stamps import to_ns
+
+pytestmark = pytest.mark.ros
+
+ROBOT = "planar2"
+DT = 1e-3
+T0 = 5_000_000_000          # the stream's first stamp [ns]
+
+
+def simulate(model, K, ext=None, friction=None, seed=0):
+    """Computed-torque tracking of a sine on pinocchio's forward dynamics (RK4, the torque
+    and the external torque held over each 1 ms step); the measured torque with 0.01 N m
+    noise.  Returns stamps [ns], q, v, measured torque (model order)."""
+    pm, pd = model.model, model.model.createData()
+    n = model.n
+    w = np.array([1.1, 1.7])
+    rng = np.random.default_rng(seed)
+
+    def ref(t):
+        return 0.6 * np.sin(w * t), 0.6 * w * np.cos(w * t), -0.6 * w * w * np.sin(w * t)
+
+    q, v, _ = ref(0.0)
+    S, Q, V, TAU = [T0], [q], [v], [np.zeros(n)]
+    h = DT / 4
+    for k in range(K):
+        t = k * DT
+        qd, vd, ad = ref(t)
+        tau = pin.rnea(pm, pd, q, v, ad + 100.0 * (qd - q) + 20.0 * (vd - v)).copy()
+        e = tau + (0.0 if ext is None else ext(t))
+
+        def acc(q, v):
+            return pin.aba(pm, pd, q, v, e - (0.0 if friction is None else friction(q, v))).copy()
+
+        for _ in range(4):
+            k1 = acc(q, v)
+            k2 = acc(q + 0.5 * h * v, v + 0.5 * h * k1)
+            k3 = acc(q + 0.5 * h * (v + 0.5 * h * k1), v + 0.5 * h * k2)
+            k4 = acc(q + h * (v + 0.5 * h * k2), v + h * k3)
+            q, v = (q + h * v + h * h / 6 * (k1 + k2 + k3),
+                    v + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4))
+        S.append(T0 + (k + 1) * 1_000_000)
+        Q.append(q)
+        V.append(v)
+        TAU.append(tau + 0.01 * rng.standard_normal(n))
+    return np.array(S), np.array(Q), np.array(V), np.array(TAU)
+
+
+class Probe:
+    def __init__(self, ros, names):
+        self.node = ros.node("et_probe")
+        self.names = list(names)
+        self.state = self.node.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
+        self.estimate = self.node.create_publisher(JointState, "adaptive/parameters", LATCHED_QOS)
+        self.residual = self.node.create_publisher(JointState, "feedforward/residual", PUBLISHER_STREAM_QOS)
+        deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
+        self.torque, self.contact, self.wrench = [], [], []
+        self.node.create_subscription(JointState, "external_torque", self.torque.append, deep)
+        self.node.create_subscription(JointState, "contact", self.contact.append, deep)
+        self.node.create_subscription(WrenchStamped, "external_wrench", self.wrench.append, deep)
+
+    def send(self, stamp, q, v, tau, names=None):
+        r = slice(None, None, -1)        # another joint order than the model's: matched by name
+        names = self.names[r] if names is None else names
+        self.state.publish(joint_state_msg(int(stamp), names, q[r], v[r], None if tau is None else tau[r]))
+
+
+def by_stamp(msgs, names):
+    out = {}
+    for m in msgs:
+        idx = [list(m.name).index(j) for j in names]
+        out[to_ns(m.header.stamp)] = np.array(m.effort)[idx]
+    return out
+
+
+def connected(ros, node, probe):
+    assert ros.spin_until(lambda: probe.state.get_subscription_count() > 0 and all(
+        p.get_subscription_count() > 0 for p in (node.pub_torque, node.pub_contact, node.pub_wrench)), timeout=10.0)
+
+
+def feed(ros, node, probe, S, Q, V, TAU, *, before=None):
+    """Publish the states one at a time, each once the node has taken the previous one."""
+    for k in range(len(S)):
+        if before is not None:
+            before(k)
+        probe.send(S[k], Q[k], V[k], TAU[k])
+        assert ros.spin_until(lambda: node.counters["states"] == k + 1, timeout=10.0), node.counters.as_dict()
+
+
+def test_external_torque_calibration_contact_and_bad_states(ros):
+    model = RobotModel(ROBOT)
+    names = model.joint_names
+    push = np.array([1.5, -1.0])
+    S, Q, V, TAU = simulate(model, 500, ext=lambda t: push if t >= 0.3 - 1e-9 else 0.0)
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[60.0], calibrate=0.15, diagnostics_period=0.2)
+    probe = Probe(ros, names)
+    connected(ros, node, probe)
+    assert not node.detector.configured
+
+    def bad(k):
+        if k != 100:
+            return
+        q = Q[k].copy()
+        q[1] = np.nan
+        probe.send(S[k] - 500_000, q, V[k], TAU[k])                       # NaN
+        probe.send(S[k] - 400_000, Q[k], V[k], TAU[k], names=["a", "b"])  # unknown joints
+        probe.send(S[k] - 300_000, Q[k], V[k], None)                      # no measured torque
+        probe.send(S[k - 50], Q[k - 50], V[k - 50], TAU[k - 50])          # older than the last
+        assert ros.spin_until(lambda: node.counters["joint_states_rejected"] == 3
+                              and node.counters["out_of_order"] == 1, timeout=10.0), node.counters.as_dict()
+
+    feed(ros, node, probe, S, Q, V, TAU, before=bad)
+    assert ros.spin_until(lambda: len(probe.torque) == len(probe.contact) == len(probe.wrench) == len(S),
+                          timeout=10.0), (len(probe.torque), len(probe.contact), len(probe.wrench))
+    # the observer's output, stamp by stamp: the core fed the same states
+    ref = MomentumObserver(model, gains=60.0).run((S - S[0]) * 1e-9, Q, V, TAU)
+    got = by_stamp(probe.torque, names)
+    assert sorted(got) == S.tolist()
+    R = np.array([got[s] for s in S])
+    assert np.abs(R - ref).max() < 1e-9
+    assert all(np.all(np.isfinite(m.effort)) for m in probe.torque)
+    # calibrated on the first 0.15 s (free motion): 1.5 x max |r|, then the parameter holds them
+    cal = ThresholdCalibration(model.n)
+    for s, r in zip(S, ref):
+        cal.add((s - S[0]) * 1e-9, r)
+        if cal.duration >= 0.15:
+            break
+    thr = cal.thresholds("max", margin=1.5)
+    assert np.allclose(node.p["thresholds"], thr, rtol=1e-9) and node.p["calibrate"] == 0.0
+    # no contact in free motion; the push (> 10 x the thresholds) flags both joints within ms
+    contact = {to_ns(m.header.stamp): list(m.name) for m in probe.contact}
+    t = (S - S[0]) * 1e-9
+    assert not any(contact[s] for s, tt in zip(S, t) if tt <= 0.3)
+    first = min(s for s in S if contact[s])
+    assert 0 < (first - S[0]) * 1e-9 - 0.3 <= 0.005, (first - S[0]) * 1e-9
+    assert all(sorted(contact[s]) == sorted(names) for s, tt in zip(S, t) if tt >= 0.33)
+    assert np.abs(R[-1] - push).max() < 0.05
+    # the wrench at the end effector (planar: the force in the plane, in the TCP's axes)
+    w = probe.wrench[-1]
+    assert w.header.frame_id == model.ee_frame and to_ns(w.header.stamp) == S[-1]
+    F = np.array([w.wrench.force.x, w.wrench.force.y, w.wrench.force.z,
+                  w.wrench.torque.x, w.wrench.torque.y, w.wrench.torque.z])
+    assert np.allclose(model.jacobian(Q[-1], None, "local").T @ F, R[-1], atol=1e-6)
+    c = node.counters.as_dict()
+    assert c["states"] == len(S) and c["joint_states_rejected"] == 3 and c["out_of_order"] == 1
+    assert c["nonfinite_output"] == 0 and c["calibration"] == "done"
+
+
+def test_the_estimate_and_the_residual(ros):
+    base = RobotModel(ROBOT)
+    model = RobotModel(ROBOT, friction=True)
+    names = model.joint_names
+    fv = np.array([0.8, 0.5])
+
+    def ripple(q):   # what the rigid body + friction cannot express: the learner's part
+        return 0.3 * np.sin(3.0 * q)
+
+    S, Q, V, TAU = simulate(base, 300, friction=lambda q, v: fv * v + ripple(q))
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, friction=True, model_source="estimate", use_residual=True,
+                   thresholds=[0.2])
+    probe = Probe(ros, names)
+    connected(ros, node, probe)
+    # the adaptive controller's estimate (base parameters): the URDF's rigid body + the viscous friction
+    core = AdaptiveController(model, "composite", pi0=np.concatenate([base.parameters, fv, np.zeros(2)]))
+    probe.estimate.publish(joint_state_msg(S[0], ["bogus"] * core.n_adapted, q=core.theta))
+    assert ros.spin_until(lambda: node.counters["estimate_rejected"] == 1, timeout=10.0)
+    probe.estimate.publish(joint_state_msg(S[0], core.parameter_names, q=core.theta))
+    assert ros.spin_until(lambda: node.counters["estimates_applied"] == 1, timeout=10.0), node.counters.as_dict()
+    F = np.array([ripple(q) for q in Q])
+
+    def residual(k):   # the learner's stream: stamped for the instant, published ahead of its state
+        probe.residual.publish(joint_state_msg(int(S[k]), names, effort=F[k]))
+        assert ros.spin_until(lambda: int(S[k]) in node.residuals, timeout=10.0)
+
+    feed(ros, node, probe, S, Q, V, TAU, before=residual)
+    assert ros.spin_until(lambda: len(probe.torque) == len(S), timeout=10.0)
+    pi = EstimateLayout(model).to_pi(core.parameter_names, core.theta)
+    ref = MomentumObserver(observer_model(model, pi), gains=50.0).run((S - S[0]) * 1e-9, Q, V, TAU, residuals=F)
+    got = by_stamp(probe.torque, names)
+    R = np.array([got[s] for s in S])
+    assert np.abs(R - ref).max() < 1e-9
+    assert node.counters["residual_missing"] == 0
+    # the friction and the ripple explained: what is left is the sensor noise through the low pass
+    assert np.abs(R).max() < 0.05
+    urdf = MomentumObserver(base, gains=50.0).run((S - S[0]) * 1e-9, Q, V, TAU)
+    assert np.abs(urdf).max() > 0.3                     # the URDF's model alone would call it contact
+    assert not any(m.name for m in probe.contact)
+
+
+def test_monitor_joins_the_graph():
+    """monitor (launch monitor:=true, CLI --monitor): the external_torque node on the adaptive
+    controller's estimate (its friction and adapted_links) with the learner's residual, else
+    on the URDF's model; the lockstep bridge waits for it too."""
+    import ast
+    import pathlib
+
+    from adaptive_dynamics.cli import _graph_from_args, build_parser
+    from adaptive_dynamics.scenarios import build_graph
+
+    plain = {s.name: s for s in build_graph("sim", controller="composite", learner="gmm")}
+    graph = {s.name: s for s in build_graph("sim", controller="composite", learner="gmm", monitor=True,
+                                            overrides={"adaptive_controller": {"adapted_links": ["panda_link7"]}})}
+    assert set(graph) - set(plain) == {"external_torque"}
+    mon = graph["external_torque"]
+    assert mon.executable == "external_torque" and mon.param_files == graph["adaptive_controller"].param_files
+    assert mon.params["model_source"] == "estimate" and mon.params["use_residual"] is True
+    assert mon.params["adapted_links"] == ["panda_link7"] and mon.params["friction"] is True
+    for key in ("wait_for_nodes", "wait_for_state_subscribers"):
+        assert graph["mujoco_bridge"].params[key] == plain["mujoco_bridge"].params[key] + 1
+    mon = {s.name: s for s in build_graph("real", controller="computed_torque", monitor=True)}["external_torque"]
+    assert mon.params["model_source"] == "urdf" and mon.params["use_residual"] is False
+    args = build_parser().parse_args(["launch", "sim", "--controller", "pd", "--monitor"])
+    assert "external_torque" in {s.name for s in _graph_from_args(args, "sim")}
+    root = pathlib.Path(__file__).resolve().parents[1]
+    helper = ast.parse((root / "launch" / "_graph_launch.py").read_text())
+    call = next(n for n in ast.walk(helper) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "build_graph")
+    assert "monitor" in {kw.arg for kw in call.keywords}
+    assert "external_torque" in (root / "setup.py").read_text()

@@ -1,0 +1,343 @@
+"""Generalized-momentum observer (control/momentum_observer.py) and contact detection
+(control/contact.py): free motion gives r ~ 0, a known external torque is recovered with
+the first-order response of K_O, on pinocchio's forward dynamics and on the MuJoCo plant
+with a force on a body; the estimate-driven model equals the URDF's at the nominal
+estimate; the wrench from the damped pseudo-inverse; the thresholds and the contact flag."""
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+import pinocchio as pin
+import pytest
+
+from adaptive_dynamics.control.adaptive import AdaptiveController
+from adaptive_dynamics.control.contact import ContactDetector, ThresholdCalibration
+from adaptive_dynamics.control.momentum_observer import (EstimateLayout, MomentumObserver, damped_transpose_pinv,
+                                                         observer_model, wrench_estimate)
+from adaptive_dynamics.dynamics import RobotModel
+from adaptive_dynamics.sim.plant import MujocoPlant
+
+DT = 1e-3
+
+
+@pytest.fixture(scope="module")
+def panda():
+    return RobotModel("panda")
+
+
+def reference(model, t):
+    n = model.n
+    q0 = 0.5 * (model.lower + model.upper)
+    w = np.linspace(0.6, 1.5, n)
+    return q0 + 0.4 * np.sin(w * t), 0.4 * w * np.cos(w * t), -0.4 * w * w * np.sin(w * t)
+
+
+def simulate(model, T, ext=None, *, sub=4, friction=None):
+    """Computed-torque tracking on pinocchio's forward dynamics (aba, RK4 with ``sub``
+    sub-steps per 1 ms sample, the torque held over the sample: the simulator's
+    zero-order hold).  ``ext(t, q)``: an external torque added to the drive's in the
+    forward dynamics; ``friction(v)``: a joint friction the plant has.  Returns the
+    samples (t, q, v, tau reported with the sample = the torque of the step before it)
+    and the external torque at each sample."""
+    pm, pd, n = model.model, model.model.createData(), model.n
+    q, v, _ = reference(model, 0.0)
+    K = int(round(T / DT))
+    out = {k: [x] for k, x in (("t", 0.0), ("q", q.copy()), ("v", v.copy()), ("tau", np.zeros(n)),
+                                 ("ext", np.zeros(n) if ext is None else ext(0.0, q)))}
+    h = DT / sub
+
+    def acc(q, v, t, tau):   # (t: the step's start: an external torque switches on at a sample)
+        e = tau if ext is None else tau + ext(t, q)
+        if friction is not None:
+            e = e - friction(v)
+        return pin.aba(pm, pd, q, v, e).copy()
+
+    for k in range(K):
+        t = k * DT
+        qd, vd, ad = reference(model, t)
+        tau = pin.rnea(pm, pd, q, v, ad + 100.0 * (qd - q) + 20.0 * (vd - v)).copy()
+        for _ in range(sub):
+            k1v = acc(q, v, t, tau)
+            k2q, k2v = v + 0.5 * h * k1v, acc(q + 0.5 * h * v, v + 0.5 * h * k1v, t, tau)
+            k3q, k3v = v + 0.5 * h * k2v, acc(q + 0.5 * h * k2q, v + 0.5 * h * k2v, t, tau)
+            k4q, k4v = v + h * k3v, acc(q + h * k3q, v + h * k3v, t, tau)
+            q = q + h / 6 * (v + 2 * k2q + 2 * k3q + k4q)
+            v = v + h / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)
+        for key, x in (("t", (k + 1) * DT), ("q", q.copy()), ("v", v.copy()), ("tau", tau),
+                       ("ext", np.zeros(n) if ext is None else ext((k + 1) * DT, q))):
+            out[key].append(x)
+    return {k: np.array(x) for k, x in out.items()}
+
+
+@pytest.fixture(scope="module")
+def free_run(panda):
+    return simulate(panda, 2.0)
+
+
+# ---------------------------------------------------------------- the observer
+def test_free_motion_on_the_urdf_model_gives_zero(panda, free_run):
+    s = free_run
+    ob = MomentumObserver(panda, gains=50.0)
+    R = ob.run(s["t"], s["q"], s["v"], s["tau"])
+    # the arm moves with up to 40 N m of drive torque; what the observer sees is rounding
+    # and the trapezoidal rule's error on the model terms: micro-newton-metres
+    assert np.abs(s["tau"]).max() > 20.0
+    assert np.abs(R).max() < 1e-4, np.abs(R).max(axis=0)
+    # the momentum difference matches the model terms step by step (the finite-difference check)
+    assert np.abs(ob.tau_ext_step).max() < 1e-3
+    assert ob.samples == len(s["t"]) and ob.gaps == 0
+
+
+def test_step_torque_is_recovered_with_the_first_order_response(panda):
+    n, t_s = panda.n, 0.3
+    tau_ext = np.array([3.0, -8.0, 5.0, 6.0, -2.0, 1.5, 0.8])
+    s = simulate(panda, 0.8, ext=lambda t, q: tau_ext if t >= t_s - 1e-9 else np.zeros(n))
+    gains = np.array([20.0, 30.0, 40.0, 50.0, 60.0, 80.0, 100.0])
+    R = MomentumObserver(panda, gains=gains).run(s["t"], s["q"], s["v"], s["tau"])
+    # the force acts from the sample at t_s on, i.e. over the steps after it: r follows
+    # tau_ext (1 - exp(-K_O (t - t_s))), the continuous observer's step response
+    t = s["t"]
+    expect = np.where((t > t_s + 1e-9)[:, None], 1.0 - np.exp(-np.outer(np.maximum(t - t_s, 0.0), gains)), 0.0)
+    expect = expect * tau_ext
+    assert np.abs(R - expect).max() < 1e-3, np.abs(R - expect).max(axis=0)
+    # one time constant after the step: 63 % of the torque, per joint
+    for i in range(n):
+        k = int(math.ceil((t_s + 1.0 / gains[i]) / DT))
+        assert R[k, i] / tau_ext[i] == pytest.approx(1.0 - math.exp(-gains[i] * (t[k] - t_s)), abs=1e-4)
+        assert R[k, i] / tau_ext[i] == pytest.approx(1.0 - math.exp(-1.0), abs=0.04)
+
+
+def test_force_at_the_end_effector_and_the_wrench(panda):
+    F = np.array([10.0, -6.0, 8.0, 0.0, 0.0, 0.0])   # N, on the TCP, base axes
+
+    def ext(t, q):
+        return panda.jacobian(q, reference="local_world_aligned").T @ F if t >= 0.2 - 1e-9 else np.zeros(panda.n)
+
+    s = simulate(panda, 0.6, ext=ext)
+    ob = MomentumObserver(panda, gains=100.0)
+    R = ob.run(s["t"], s["q"], s["v"], s["tau"])
+    settled = s["t"] > 0.2 + 8 / 100.0         # eight time constants after the push
+    # J(q)^T F changes along the motion: the 10 ms lag of the low pass is what remains
+    err = np.abs(R[settled] - s["ext"][settled]).max()
+    assert err < 0.05 * np.abs(s["ext"][settled]).max(), err
+    What = wrench_estimate(panda, s["q"][-1], R[-1], reference="local_world_aligned")
+    assert np.abs(What - F).max() < 0.3, What
+    # local axes: the same wrench rotated into the TCP frame
+    Rot = panda.frame_pose(s["q"][-1])[:3, :3]
+    Wl = ob.wrench(s["q"][-1])
+    assert np.allclose(Wl[:3], Rot.T @ What[:3], atol=1e-9) and np.allclose(Wl[3:], Rot.T @ What[3:], atol=1e-9)
+
+
+def test_wrench_pseudo_inverse_and_its_damping(panda):
+    rng = np.random.default_rng(3)
+    q, _, _ = panda.random_state(rng)
+    F = rng.standard_normal(6)
+    J = panda.jacobian(q)
+    # 7 joints, J of rank 6: the exact inverse away from a singularity (no damping)
+    Jp, smin, lam2 = damped_transpose_pinv(J)
+    assert smin > 0.05 and lam2 == 0.0
+    assert np.allclose(Jp @ (J.T @ F), F, atol=1e-9)
+    # at a singular pose (the Panda stretched out: joints 2, 4, 6 aligned) the damping acts and bounds F
+    q_sing = np.zeros(7)
+    q_sing[3] = -1e-3
+    Js = panda.jacobian(np.clip(q_sing, panda.lower, panda.upper))
+    Jp, smin, lam2 = damped_transpose_pinv(Js, damping=0.05, threshold=0.05)
+    assert smin < 0.05 and 0 < lam2 <= 0.05 ** 2
+    assert np.abs(Jp).max() <= 1.0 / (2 * 0.05 * math.sqrt(1 - (smin / 0.05) ** 2)) + 1e-9
+    # two joints: the least-norm wrench of the two observable directions
+    p2 = RobotModel("planar2")
+    q2 = np.array([0.3, 0.7])
+    J2 = p2.jacobian(q2)
+    tau = np.array([1.0, -0.5])
+    F2 = wrench_estimate(p2, q2, tau, damping=0.0, reference="local_world_aligned")
+    assert np.allclose(J2.T @ F2, tau, atol=1e-9)
+    assert np.allclose(F2, np.linalg.pinv(J2.T) @ tau, atol=1e-9)
+
+
+def test_mujoco_plant_force_on_a_body(panda):
+    plant = MujocoPlant("panda")
+    m, d = plant.model, plant.data
+    body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "panda_link5")   # the forearm: an elbow push
+    tcp = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, panda.ee_frame)
+    q0, v0, _ = reference(panda, 0.0)
+    plant.reset(q0, v0)
+    ob = MomentumObserver(panda, gains=80.0)
+    F_elbow, F_tcp = np.array([0.0, 12.0, -5.0]), np.array([-6.0, 0.0, 9.0])
+    jacp = np.zeros((3, m.nv))
+    R, truth, wrench_err = [], [], []
+    t, q, v, tau = plant.state()
+    ob.update(t, q, v, tau)
+    for k in range(900):
+        tk = k * DT
+        qd, vd, ad = reference(panda, tk)
+        # the push: on the forearm from 0.2 s, then moved to the TCP from 0.55 s (a point on
+        # each body: MuJoCo's xfrc_applied acts at the body's CoM, so the moment is added)
+        d.xfrc_applied[:] = 0.0
+        tau_ext = np.zeros(panda.n)
+        for b, F, on in ((body, F_elbow, 0.2 <= tk < 0.55), (tcp, F_tcp, tk >= 0.55)):
+            if on:
+                mujoco.mj_kinematics(m, d)
+                point = d.xpos[b] + (d.xmat[b].reshape(3, 3) @ np.array([0.0, 0.05, 0.0]) if b == body else 0.0)
+                d.xfrc_applied[b, :3] = F
+                d.xfrc_applied[b, 3:] = np.cross(point - d.xipos[b], F)
+                mujoco.mj_jac(m, d, jacp, None, point, b)
+                tau_ext = tau_ext + jacp[:, plant._di].T @ F
+        cmd = panda.inverse_dynamics(q, v, ad + 100.0 * (qd - q) + 20.0 * (vd - v))
+        plant.step(cmd)
+        t, q, v, tau = plant.state()
+        R.append(ob.update(t, q, v, tau))
+        truth.append(tau_ext)
+        if tk >= 0.55 + 0.1:
+            W = ob.wrench(q, reference="local_world_aligned")
+            wrench_err.append(np.abs(W[:3] - F_tcp).max())
+    R, truth = np.array(R), np.array(truth)
+    t = np.arange(900) * DT
+    free = t < 0.2
+    assert np.abs(R[free]).max() < 0.05, np.abs(R[free]).max(axis=0)   # semi-implicit Euler's own error
+    for a, b in ((0.2, 0.55), (0.55, 0.9)):
+        settled = (t >= a + 0.1) & (t < b)
+        err = np.abs(R[settled] - truth[settled]).max()
+        assert err < 0.1 * np.abs(truth[settled]).max(), (a, err)
+    # the elbow push moves joints 1-4 only (joints after the forearm's carry nothing)
+    settled = (t >= 0.3) & (t < 0.55)
+    assert np.abs(R[settled][:, 5:]).max() < 0.05
+    assert max(wrench_err) < 0.5, max(wrench_err)
+
+
+def test_the_estimate_driven_model_equals_the_urdf_at_the_nominal_estimate(panda):
+    t_s = 0.5
+    tau_ext = np.linspace(-4.0, 4.0, panda.n)
+    ext = simulate(panda, 1.0, ext=lambda t, q: tau_ext if t >= t_s - 1e-9 else np.zeros(panda.n))
+    urdf = MomentumObserver(panda, gains=40.0)
+    R_urdf = urdf.run(ext["t"], ext["q"], ext["v"], ext["tau"])
+    for kw in ({}, {"projection": True}, {"adapted_links": ["panda_link7"]}):
+        core = AdaptiveController(panda, "composite", pi0=panda.parameters, **kw)
+        layout = EstimateLayout(panda, adapted_links=kw.get("adapted_links"))
+        pi = layout.to_pi(core.parameter_names, core.theta)
+        if not kw:   # base coordinates: a representative, not the URDF's pi, with the same dynamics
+            assert core.coordinates == "base" and not np.allclose(pi, panda.parameters)
+        est = MomentumObserver(observer_model(panda, pi), gains=40.0, copy=False)
+        R = est.run(ext["t"], ext["q"], ext["v"], ext["tau"])
+        assert np.abs(R - R_urdf).max() < 1e-7 * max(1.0, np.abs(R_urdf).max()), kw
+    with pytest.raises(ValueError, match="do not match"):
+        EstimateLayout(panda).to_pi(["panda_link1.m", "bogus"], [1.0, 2.0])
+
+
+def test_friction_of_the_estimate_and_the_residual(panda):
+    fv, fc = np.linspace(0.5, 1.1, 7), np.linspace(0.2, 0.8, 7)
+    eps = 0.05
+    fr = RobotModel("panda", friction=True, coulomb_smoothing=eps)
+
+    def friction(v):
+        return fv * v + fc * np.tanh(v / eps)
+
+    s = simulate(panda, 1.0, friction=friction)
+    # the URDF's model: the unmodelled friction is "external" (it opposes the motion: -tau_f)
+    R0 = MomentumObserver(panda, gains=50.0).run(s["t"], s["q"], s["v"], s["tau"])
+    assert np.abs(R0[200:]).max() > 0.5
+    assert np.abs(R0[200:] + friction(s["v"][200:])).max() < 0.1
+    # an estimate with the friction columns: nothing left
+    pi = np.concatenate([panda.parameters, fv, fc])
+    layout = EstimateLayout(fr)
+    core = AdaptiveController(fr, "composite", pi0=pi)
+    ob = MomentumObserver(observer_model(fr, layout.to_pi(core.parameter_names, core.theta)), gains=50.0)
+    assert np.abs(ob.run(s["t"], s["q"], s["v"], s["tau"])).max() < 1e-3
+    # the same from a learned residual f_hat (the torque the model misses), as a callable ...
+    ob = MomentumObserver(panda, gains=50.0, residual=lambda q, v, a: friction(v))
+    R = ob.run(s["t"], s["q"], s["v"], s["tau"])
+    assert np.abs(R).max() < 0.02
+    # ... or per sample (the value for the step ending at the sample: its mean over the step,
+    # or, as a stream stamped for the instants gives it, the value at the step's end)
+    F = friction(s["v"])
+    F_step = np.vstack([F[:1], 0.5 * (F[1:] + F[:-1])])
+    R = MomentumObserver(panda, gains=50.0).run(s["t"], s["q"], s["v"], s["tau"], residuals=F_step)
+    assert np.abs(R).max() < 0.02
+    R = MomentumObserver(panda, gains=50.0).run(s["t"], s["q"], s["v"], s["tau"], residuals=F)
+    assert np.abs(R).max() < 0.05
+    # set_parameters while running: from the URDF's model to the estimate with friction
+    ob = MomentumObserver(observer_model(panda, friction=True, coulomb_smoothing=eps), gains=50.0, copy=False)
+    for k in range(len(s["t"])):
+        if k == 500:
+            ob.set_parameters(pi)
+        r = ob.update(s["t"][k], s["q"][k], s["v"][k], s["tau"][k])
+    assert np.abs(r).max() < 1e-3
+
+
+def test_inputs_refused_gaps_held_and_gains(panda, free_run):
+    s = free_run
+    ob = MomentumObserver(panda, gains=[30.0] * 7, max_gap=0.05)
+    for k in range(10):
+        ob.update(s["t"][k], s["q"][k], s["v"][k], s["tau"][k])
+    r = ob.r.copy()
+    bad = s["q"][10].copy()
+    bad[2] = np.nan
+    with pytest.raises(ValueError, match="q: entry 2"):
+        ob.update(s["t"][10], bad, s["v"][10], s["tau"][10])
+    with pytest.raises(ValueError, match="not after"):
+        ob.update(s["t"][9], s["q"][9], s["v"][9], s["tau"][9])
+    with pytest.raises(ValueError, match="length 7"):
+        ob.update(s["t"][10], s["q"][10][:6], s["v"][10], s["tau"][10])
+    assert np.array_equal(ob.r, r) and ob.samples == 10
+    # a gap longer than max_gap: r held, the integration restarts at the new sample
+    ob.update(s["t"][200], s["q"][200], s["v"][200], s["tau"][200])
+    assert ob.gaps == 1 and np.array_equal(ob.r, r)
+    for k in range(201, 300):
+        ob.update(s["t"][k], s["q"][k], s["v"][k], s["tau"][k])
+    assert np.abs(ob.r).max() < 1e-4
+    with pytest.raises(ValueError, match="> 0"):
+        ob.set_gains([1.0, 2.0, 3.0, 0.0, 1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="torque_timing"):
+        MomentumObserver(panda, torque_timing="late")
+    # a huge gain is still stable (exact discretisation: a = exp(-K dt) in (0, 1))
+    ob = MomentumObserver(panda, gains=1e5)
+    assert np.abs(ob.run(s["t"][:300], s["q"][:300], s["v"][:300], s["tau"][:300])).max() < 1e-3
+
+
+# ---------------------------------------------------------------- contact detection
+def test_calibration_and_contact_flag(panda, free_run):
+    s = free_run
+    ob = MomentumObserver(panda, gains=50.0)
+    rng = np.random.default_rng(0)
+    noise = 0.05 * rng.standard_normal(s["tau"].shape)     # a torque sensor's noise
+    R = ob.run(s["t"], s["q"], s["v"], s["tau"] + noise)
+    cal = ThresholdCalibration(panda.n)
+    for t, r in zip(s["t"], R):
+        cal.add(t, r)
+    assert cal.duration == pytest.approx(2.0) and cal.count == len(R)
+    thr_max = cal.thresholds("max", margin=1.5)
+    assert np.allclose(thr_max, 1.5 * np.abs(R).max(axis=0))
+    thr_std = cal.thresholds("std", k=5.0)
+    assert np.allclose(thr_std, np.abs(R.mean(0)) + 5.0 * R.std(0), rtol=1e-9)
+    det = ContactDetector(thr_max, joint_names=panda.joint_names)
+    assert not any(det.update(r)[0] for r in R)      # the free motion: no false alarm, by construction
+    # a push on joints 2 and 4 above their thresholds
+    push = np.zeros(panda.n)
+    push[[1, 3]] = 3.0 * thr_max[[1, 3]]
+    contact, joints = det.update(R[-1] + push)
+    assert contact and joints.tolist() == [False, True, False, True, False, False, False]
+    assert det.joints_in_contact() == ["panda_joint2", "panda_joint4"]
+    # hysteresis: stays on until below release * threshold, then off
+    contact, _ = det.update(0.9 * thr_max)
+    assert contact
+    contact, joints = det.update(0.5 * thr_max)
+    assert not contact and not joints.any()
+    assert det.contacts == 1
+
+
+def test_thresholds_from_the_model_uncertainty():
+    det = ContactDetector([1.0, 2.0], uncertainty_gain=3.0, model_std=[0.4, 0.0], min_samples=2)
+    assert np.allclose(det.effective_thresholds(), [1.0 + 3.0 * 0.4, 2.0])
+    std = np.array([0.3, 0.5])   # a learner's predictive std at this state
+    assert np.allclose(det.effective_thresholds(std), [1.0 + 3.0 * 0.5, 2.0 + 3.0 * 0.5])
+    # min_samples: one sample above is not yet a contact, two are
+    assert not det.update(np.array([2.6, 0.0]), std)[0]
+    assert det.update(np.array([2.7, 0.0]), std)[0]
+    assert not det.update(np.array([0.1, 0.1]), std)[0]
+    with pytest.raises(ValueError, match="thresholds"):
+        ContactDetector([1.0, -1.0])
+    with pytest.raises(ValueError, match="no samples"):
+        ThresholdCalibration(2).thresholds()
+    none = ContactDetector(None, n=2)   # no thresholds yet: never a contact
+    assert not none.configured and not none.update(np.array([1e3, 1e3]))[0]
