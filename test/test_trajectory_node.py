@@ -115,3 +115,56 @@ def test_robot_from_the_robot_description_topic(ros, tmp_path, monkeypatch):
     pub_node.destroy_publisher(pub)                                       # the latched URDF is gone
     with pytest.raises(TimeoutError, match="robot_description"):
         ros.add(TrajectoryNode, robot="robot_description", robot_description_timeout=0.3, use_sim_time=False)
+
+
+def test_file_type_plays_the_excite_file(ros, tmp_path):
+    """type: file -- the JSON excite writes, played exactly (its Fourier series on the rate
+    grid from t = 0); a file beyond the URDF's limits or for other joints is refused at
+    start with the joint named; start_from_current refuses a robot away from the start."""
+    from adaptive_dynamics.dynamics import RobotModel
+    from adaptive_dynamics.nodes.trajectory import check_file_start
+    from adaptive_dynamics.trajectories.excitation import ExcitationTrajectory
+
+    m = RobotModel("planar2")
+
+    def write(scale, name, names=None):
+        rng = np.random.default_rng(1)
+        a, b = rng.uniform(-1, 1, (2, 3)) * scale, rng.uniform(-1, 1, (2, 3)) * scale
+        a[:, 0], b[:, 0] = -a[:, 1:].sum(1), -(np.arange(2, 4) * b[:, 1:]).sum(1)
+        tr = ExcitationTrajectory(a, b, 0.5 * (m.lower + m.upper), 4.0, names or m.joint_names)
+        return tr, tr.save(str(tmp_path / name))["json"]
+
+    tr, path = write(0.3, "ok.csv")
+    node = ros.add(TrajectoryNode, robot="planar2", use_sim_time=True, type="file", trajectory_file=path,
+                   lookahead=0.2, publish_period=0.1)
+    probe = ros.node("file_probe")
+    batches = []
+    probe.create_subscription(JointTrajectory, "reference", batches.append, REFERENCE_QOS)
+    clock = probe.create_publisher(Clock, "/clock", CLOCK_QOS)
+    for k in range(0, 31):
+        clock.publish(Clock(clock=from_ns(k * 10 * MS)))
+        ros.spin_until(lambda: node.get_clock().now().nanoseconds == k * 10 * MS, timeout=2.0)
+    ros.spin_for(0.1)
+    grid = np.concatenate([to_ns(b.header.stamp) + np.array([_dur(p.time_from_start) for p in b.points])
+                           for b in batches])
+    np.testing.assert_array_equal(grid, np.arange(grid.size) * MS)
+    assert grid[-1] >= 400 * MS
+    Q = np.concatenate([[p.positions for p in b.points] for b in batches])
+    QD = np.concatenate([[p.velocities for p in b.points] for b in batches])
+    QDD = np.concatenate([[p.accelerations for p in b.points] for b in batches])
+    q, qd, qdd = tr.sample_many(grid * 1e-9)
+    np.testing.assert_allclose(Q, q, atol=1e-12)
+    np.testing.assert_allclose(QD, qd, atol=1e-12)
+    np.testing.assert_allclose(QDD, qdd, atol=1e-12)
+    np.testing.assert_allclose(QD[0], 0.0, atol=1e-12)           # excite's trajectories start at rest
+    _, fast = write(3.0, "fast.csv")
+    with pytest.raises(ValueError, match=r"joint .joint1. \(index 0\): velocity .* exceeds the limit"):
+        ros.add(TrajectoryNode, robot="planar2", use_sim_time=True, type="file", trajectory_file=fast)
+    with pytest.raises(ValueError, match="other joints"):
+        ros.add(TrajectoryNode, robot="panda", use_sim_time=True, type="file", trajectory_file=path)
+    with pytest.raises(ValueError, match="trajectory_file"):
+        ros.add(TrajectoryNode, robot="planar2", use_sim_time=True, type="file")
+    q0 = tr.sample(0.0)[0]
+    check_file_start(tr, q0 + 0.01, m.joint_names)
+    with pytest.raises(ValueError, match="move the robot to its start first"):
+        check_file_start(tr, q0 + np.array([0.0, 0.2]), m.joint_names)

@@ -15,6 +15,11 @@ path in task space too: through the joint path differential IK makes of it, whic
 shows the path is reachable).
 ``speed`` is live: the phase is integrated, so changing it never makes q jump; a
 speed whose scaled trajectory would violate a limit is refused with the reason.
+``type: file`` plays ``trajectory_file`` (what ``adaptive-dynamics excite`` writes, or a
+CSV of joint positions; :func:`~adaptive_dynamics.trajectories.from_file.load_trajectory_file`)
+at its own absolute positions (``q_center`` does not apply), through the same limit check;
+with ``start_from_current`` the robot must already be within
+:data:`FILE_START_TOLERANCE` of the file's start.
 
 Core: :mod:`adaptive_dynamics.trajectories`.
 """
@@ -39,14 +44,18 @@ from ..ros.qos import CLOCK_QOS, REFERENCE_QOS, STREAM_QOS
 from ..ros.stamps import to_ns
 from ..ros.task_references import base_frame_name, matrix_to_quaternion, task_reference_bytes, TASK_REFERENCE_TOPIC
 from ..trajectories import (ACCELERATION_LIMIT, CartesianTrajectory, figure_eight, lissajous, lissajous3d,
-                            ModifiedFourier, MultiSine, PickAndPlace, ScaledTrajectory, square_circle, z_sine)
+                            load_trajectory_file, ModifiedFourier, MultiSine, PickAndPlace, ScaledTrajectory,
+                            square_circle, z_sine)
 from ..wire import encode_trajectory
 from .housekeeping import discovery_hint
 from .robot_params import load_robot, robot_specs
 
-TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous", "lissajous3d", "square_circle", "z_sine"]
+TYPES = ["fourier", "multisine", "pick_place", "figure8", "lissajous", "lissajous3d", "square_circle", "z_sine",
+         "file"]
 #: end-effector paths: the types ``space: task`` can publish
 CARTESIAN_TYPES = ("figure8", "lissajous", "lissajous3d", "square_circle", "z_sine")
+#: type file with start_from_current: largest distance [rad] of any joint from the file's start
+FILE_START_TOLERANCE = 0.05
 
 
 def specs() -> list[ParamSpec]:
@@ -96,12 +105,23 @@ def specs() -> list[ParamSpec]:
                   " (square_circle: 1/7 per full edge, 3/7 for the circle)", min=0.1, read_only=True),
         ParamSpec("cartesian_plane", "xy", "figure8 / lissajous / lissajous3d / square_circle: plane of the base"
                   " frame", choices=["xy", "xz", "yz"], read_only=True),
+        ParamSpec("trajectory_file", "", "type file: the trajectory to play -- the excitation.json (exact Fourier"
+                  " series, periodic) or excitation.csv of `adaptive-dynamics excite`, or any CSV with a time column"
+                  " [s] and <joint>/position columns [rad] (cubic spline; periodic when a JSON beside it says so, else"
+                  " played once and held); joints matched by name, checked against the limits at start; absolute"
+                  " positions (q_center does not apply; with start_from_current the robot must be within"
+                  f" {FILE_START_TOLERANCE} rad of the file's start)", read_only=True),
     ]
 
 
 def build_trajectory(p, model, q_center: np.ndarray):
     """The (unscaled) trajectory described by the node's parameters."""
     kind, n = p["type"], model.n
+    if kind == "file":
+        if not p["trajectory_file"]:
+            raise ValueError("type file plays trajectory_file: set it (e.g. the excitation.json of"
+                             " `adaptive-dynamics excite`)")
+        return load_trajectory_file(p["trajectory_file"], model.joint_names)
     lo, hi, vmax = model.lower, model.upper, model.velocity_limit
     amax = np.full(n, p["acceleration_limit"]) if p["acceleration_limit"] > 0 else None
     if kind == "fourier":
@@ -139,6 +159,17 @@ def build_trajectory(p, model, q_center: np.ndarray):
     else:
         path = lissajous([size / 2, size / 2], [3, 2], period=period, plane=plane)
     return CartesianTrajectory(model, q_center, path)
+
+
+def check_file_start(base, q_current, names) -> None:
+    """``type: file`` from the robot's current pose: ``ValueError`` unless every joint is
+    within :data:`FILE_START_TOLERANCE` of the file's start (its positions are absolute)."""
+    q0 = base.sample(0.0)[0]
+    gap = np.abs(np.asarray(q_current, dtype=float) - q0)
+    if gap.max() > FILE_START_TOLERANCE:
+        far = [f"{names[j]} {q_current[j]:+.3f} -> {q0[j]:+.3f}" for j in np.flatnonzero(gap > FILE_START_TOLERANCE)]
+        raise ValueError(f"the trajectory file starts {gap.max():.3f} rad away from the robot's pose ({', '.join(far)}"
+                         f" rad); move the robot to its start first: [{', '.join(f'{x:.4f}' for x in q0)}]")
 
 
 def scaled(base, p, t0: float) -> ScaledTrajectory:
@@ -206,8 +237,10 @@ class TrajectoryNode(Node):
             self.create_timer(1.0 / p["rate_hz"], self._on_timer)
 
     # ------------------------------------------------------------------ setup
-    def _setup(self, q_center) -> None:
+    def _setup(self, q_center, q_current=None) -> None:
         base = build_trajectory(self.p, self.model, q_center)
+        if q_current is not None and self.p["type"] == "file":
+            check_file_start(base, q_current, self.names)
         base.check_limits(self.model.lower, self.model.upper, self.model.velocity_limit,
                           np.full(self.model.n, self.p["acceleration_limit"]) if self.p["acceleration_limit"] > 0
                           else None)
@@ -266,7 +299,7 @@ class TrajectoryNode(Node):
         except ValueError as exc:
             self.get_logger().error(f"joint_states rejected: {exc}")
             return
-        self._setup(q)
+        self._setup(q, q_current=q)
         self.destroy_subscription(self._js_sub)
 
     def _validate_speed(self, cand) -> str | None:

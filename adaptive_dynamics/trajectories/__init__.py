@@ -7,6 +7,8 @@
 * :class:`MultiSine` -- sum of sines per joint.
 * :class:`PickAndPlace` -- minimum-jerk point-to-point cycle with dwell times
   (:func:`pgpol_speed_schedule`: 33 / 66 / 100 % speed, PGPOL section IV-B).
+* :class:`SplineTrajectory`, :func:`load_trajectory_file` -- a trajectory file (what
+  ``adaptive-dynamics excite`` writes: its exact Fourier series; or a CSV, interpolated).
 * :class:`CartesianTrajectory` -- Lissajous / figure-8 / square + circle / z-sine end-effector paths via
   differential IK; :class:`CartesianPath` -- the same path as a task-space reference.
 """
@@ -14,6 +16,7 @@ from .base import ACCELERATION_LIMIT, ScaledTrajectory, Trajectory, check_limit_
 from .cartesian import (CartesianPath, CartesianTrajectory, LissajousPath, SquareCirclePath, figure_eight, lissajous,
                         lissajous3d, square_circle, z_sine)
 from .fourier import ModifiedFourier
+from .from_file import SplineTrajectory, load_trajectory_file
 from .pick_place import PGPOL_SPEEDS, PickAndPlace, minimum_jerk, pgpol_speed_schedule
 from .sines import MultiSine
 
@@ -24,6 +27,8 @@ __all__ = [
     "check_limit_arrays",
     "ModifiedFourier",
     "MultiSine",
+    "SplineTrajectory",
+    "load_trajectory_file",
     "PickAndPlace",
     "minimum_jerk",
     "PGPOL_SPEEDS",

@@ -18,7 +18,8 @@ so the free variables of joint ``j`` are ``x_j = (a_j2..a_jH, b_j2..b_jH, q0_j)`
 (``2H - 1`` numbers, ``H >= 2``) and q, qd, qdd are *linear* in them:
 ``q_j(t_i) = P_q(t_i) x_j`` etc.  By periodicity the trajectory is at rest at
 ``t = T`` too, at the same position ``q_j(0) = q0_j - sum_k b_jk / (w_f k)``.  Joints that do
-not move (not in ``joints``) keep ``a = b = 0`` and ``q0`` = the middle of their range.
+not move (not in ``joints``) keep ``a = b = 0`` and ``q0`` = ``q_hold`` (default the middle
+of their range).
 
 **Criterion.**  With ``t_i = i T / N`` (``i = 0..N-1``, ``N`` = ``samples``) and ``Y_b`` the
 base regressor of the model with viscous and Coulomb friction columns
@@ -41,6 +42,7 @@ linear in qdd, so those are exact) and the linear maps ``P``.
     1 - m -+ qd_j / vmax_j >= 0,    1 - m -+ qdd_j / amax_j >= 0          moving joints
     1 - m -+ tau_j / taumax_j >= 0                                           every joint
     z_ee(q) - floor_z >= 0                                                   if floor_z is given
+    (d_g(q) - d_min) / 0.1 m >= 0          every body pair g             if self-collision is checked
 
 with ``tau = M(q) qdd + C(q, qd) qd + g(q)`` of the URDF model (no friction) and ``z_ee`` the
 end-effector frame's height in the base frame.  Solved with ``scipy.optimize.minimize(method=
@@ -49,6 +51,26 @@ position / velocity / acceleration limits, ``q0`` near the middle of the range);
 result with the lowest ``f`` wins.  The winner is then checked on a 1 kHz grid (peaks between
 the optimisation samples): if any limit is exceeded there, its Fourier part is shrunk towards
 ``q0`` until none is.
+
+**Self-collision** (``self_collision``; default: wherever collision geometry exists,
+:func:`~adaptive_dynamics.trajectories.self_collision.self_collision_model`: the URDF's own
+``<collision>`` elements, or example-robot-data's geometry of a shipped arm whose URDF has
+none; the robot's SRDF's disabled pairs and adjacent links left out).  ``d_g(q)`` is the
+smallest signed distance [m] between the convex hulls of the geometries of body pair ``g``
+(pinocchio ``computeDistances``), ``d_min`` = ``collision_margin`` (0.01 m).  It is
+imposed on every ``s``-th sample of the grid (``collision_samples`` of them, default
+:data:`COLLISION_SAMPLES`: a distance costs ~0.2 ms, its gradient ~1 ms), with the analytic
+gradient of the witness points; the winner is then checked on a
+:data:`COLLISION_CHECK_HZ` grid and shrunk like the other limits until the distance holds
+there too.  The result says what was checked (``info["self_collision"]``).
+
+**Payload excitation** (``payload=True``).  Only the last three joints (the wrist) move;
+the others are held at ``q_hold`` (default the middle of their range, the trajectory node's
+``q_center`` default).  The criterion is the condition number (or log det) of the stacked
+**payload regressor** ``Y_L``: the 10 columns of the link the payload frame
+(``payload_frame``, default the end-effector frame) is fixed to, as
+:func:`~adaptive_dynamics.dynamics.payload.identify_payload` fits them, every joint's rows.
+The period is at most :data:`PAYLOAD_MAX_DURATION` (default 10 s).
 
 :func:`default_fourier_condition` gives the same condition number for the trajectory node's
 default excitation (:class:`~adaptive_dynamics.trajectories.fourier.ModifiedFourier` ``.random``,
@@ -68,12 +90,27 @@ from .base import ACCELERATION_LIMIT, ArrayLike, Samples, Trajectory
 from .fourier import ModifiedFourier
 
 __all__ = ["ExcitationTrajectory", "optimise_excitation", "default_fourier_condition", "stacked_regressor",
-           "excitation_columns", "DEFAULT_FOURIER"]
+           "excitation_columns", "payload_excitation_columns", "DEFAULT_FOURIER", "COLLISION_MARGIN",
+           "PAYLOAD_MAX_DURATION"]
 
 #: the trajectory node's default ``fourier`` excitation (``nodes/trajectory.py`` parameters)
 DEFAULT_FOURIER = {"seed": 0, "amplitude": 0.4, "base_frequency": 0.1, "harmonics": 4}
 
 CRITERIA = ("condition", "logdet")
+
+#: default smallest distance [m] kept between any two non-adjacent bodies
+COLLISION_MARGIN = 0.01
+#: default number of samples of the optimisation grid the self-collision constraint is imposed on
+COLLISION_SAMPLES = 40
+#: rate [Hz] of the final self-collision check of the winner
+COLLISION_CHECK_HZ = 200.0
+#: scale [m] of the self-collision constraint (O(1) values)
+_COLLISION_SCALE = 0.1
+#: distance [m] beyond which a body pair's gradient is not computed (its constraint is far from active)
+_COLLISION_ACTIVE = 0.25
+#: payload excitation: default and largest period [s]
+PAYLOAD_DURATION = 10.0
+PAYLOAD_MAX_DURATION = 15.0
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -142,6 +179,15 @@ def excitation_columns(model_f, moving: np.ndarray, q_rest: np.ndarray, seed: in
     d = np.abs(np.diag(R))
     rank = int(np.sum(d > 1e-9 * max(d[0], 1e-300)))
     return np.sort(np.flatnonzero(nonzero)[piv[:rank]])
+
+
+def payload_excitation_columns(model, frame: Optional[str] = None):
+    """``(columns, frame, link, block)``: the 10 regressor columns of the payload on
+    ``frame`` (default the end-effector frame), as
+    :func:`~adaptive_dynamics.dynamics.payload.identify_payload` fits them."""
+    from ..dynamics.payload import _frame_of  # lazy
+    name, block, _ = _frame_of(model, frame)
+    return np.arange(10 * block, 10 * block + 10), name, model.link_names[block], block
 
 
 def stacked_regressor(model_f, q, qd, qdd, columns) -> np.ndarray:
@@ -242,7 +288,7 @@ class _Problem:
     """Objective, constraints and their Jacobians in the reduced variables x (cached per x)."""
 
     def __init__(self, model_r, model_f, moving, q_rest, columns, period, H, N, criterion,
-                 acc_limit, margin, floor_z):
+                 acc_limit, margin, floor_z, collision=None, collision_margin=COLLISION_MARGIN, collision_samples=None):
         self.mr, self.mf = model_r, model_f
         self.n, self.moving, self.q_rest = model_r.n, moving, q_rest
         self.cols, self.H, self.N, self.criterion = columns, H, N, criterion
@@ -258,6 +304,9 @@ class _Problem:
         self.vmax = np.asarray(model_r.velocity_limit, float)
         self.amax = np.broadcast_to(np.asarray(acc_limit, float), (self.n,)).copy()
         self.emax = np.asarray(model_r.effort_limit, float)
+        self.collision, self.collision_margin = collision, float(collision_margin)
+        K = N if collision_samples is None else max(1, min(int(collision_samples), N))
+        self.col_idx = np.arange(0, N, int(math.ceil(N / K)))           # every s-th sample of the grid
         self._x = None
 
     # linear maps -------------------------------------------------------------
@@ -393,7 +442,17 @@ class _Problem:
                   (1 - m - tau / self.emax).ravel(), (1 - m + tau / self.emax).ravel()]
         if self.floor_z is not None:
             parts.append(self._ee_z(q) - self.floor_z)
+        if self.collision is not None:
+            if "col" not in c:               # distances alone: their gradients cost 5x more
+                c["col"] = (self.collision.distances(c["q"][self.col_idx]), None)
+            parts.append(((c["col"][0] - self.collision_margin) / _COLLISION_SCALE).ravel())
         return np.concatenate(parts)
+
+    def _collision(self, c):
+        """(distances (Kc, G), their gradients in q (Kc, G, n)) on the collision grid."""
+        if "col" not in c or c["col"][1] is None:
+            c["col"] = self.collision.distances_and_gradients(c["q"][self.col_idx], active=_COLLISION_ACTIVE)
+        return c["col"]
 
     def _ee_z(self, q):
         return np.array([self.mr.frame_pose(qk)[2, 3] for qk in q])
@@ -433,6 +492,14 @@ class _Problem:
                 Jz = self.mr.jacobian(qk)[2]
                 Jf[k] = Jz[mv, None] * self.Pq[k][None, :]
             blocks.append(Jf.reshape(N, M * nz))
+        if self.collision is not None:
+            _, dD = self._collision(c)
+            Kc, G = dD.shape[:2]
+            Jc = np.zeros((Kc, G, M, nz))
+            Pc = self.Pq[self.col_idx]
+            for r, j in enumerate(mv):
+                Jc[:, :, r, :] = dD[:, :, j][:, :, None] * Pc[:, None, :]
+            blocks.append(Jc.reshape(Kc * G, M * nz) / _COLLISION_SCALE)
         return np.vstack(blocks)
 
     # starts ----------------------------------------------------------------------
@@ -488,11 +555,14 @@ def _violated(margins: dict) -> bool:
     return False
 
 
-def optimise_excitation(model, *, duration: float = 20.0, harmonics: int = 5, joints=None,
+def optimise_excitation(model, *, duration: Optional[float] = None, harmonics: int = 5, joints=None,
                         criterion: str = "condition", starts: int = 4, seed: int = 0,
                         floor_z: Optional[float] = None, samples: Optional[int] = None,
                         acc_limit: ArrayLike = ACCELERATION_LIMIT, margin: float = 0.02, maxiter: int = 100,
-                        amplitude: float = 0.5) -> ExcitationTrajectory:
+                        amplitude: float = 0.5, payload: bool = False, payload_frame: Optional[str] = None,
+                        q_hold: Optional[ArrayLike] = None, self_collision: Optional[bool] = None,
+                        collision_margin: float = COLLISION_MARGIN,
+                        collision_samples: Optional[int] = COLLISION_SAMPLES) -> ExcitationTrajectory:
     """The optimal excitation trajectory of ``model`` (see the module docstring).
 
     Parameters
@@ -501,12 +571,12 @@ def optimise_excitation(model, *, duration: float = 20.0, harmonics: int = 5, jo
         A :class:`~adaptive_dynamics.dynamics.RobotModel` (with or without friction; both
         the rigid URDF model and its friction twin are used).
     duration:
-        Period ``T`` [s].
+        Period ``T`` [s] (default 20; ``payload``: 10, at most 15).
     harmonics:
         ``H >= 2`` (the first harmonic is spent on the rest conditions).
     joints:
-        Names or indices of the joints that move (default all); the others rest at the
-        middle of their range.
+        Names or indices of the joints that move (default all); the others rest at
+        ``q_hold``.
     criterion:
         ``"condition"`` (minimise cond W) or ``"logdet"`` (maximise log det W^T W).
     starts, seed:
@@ -523,20 +593,40 @@ def optimise_excitation(model, *, duration: float = 20.0, harmonics: int = 5, jo
         SLSQP iterations per start.
     amplitude:
         Scale [rad] of the random starting coefficients.
+    payload:
+        Excite the payload on ``payload_frame`` (default the end-effector frame): only the
+        last three joints move, the criterion is the payload regressor's.
+    q_hold:
+        Configuration [rad] (one value per joint) of the joints that do not move (default the
+        middle of each joint's range).
+    self_collision:
+        Keep every pair of non-adjacent bodies ``collision_margin`` [m] apart: ``None``
+        (default) where collision geometry exists, ``True`` requires it (``ValueError``
+        without), ``False`` never.
+    collision_samples:
+        Samples of the optimisation grid the self-collision constraint is imposed on
+        (every ``ceil(N / collision_samples)``-th; ``None``: all ``N``).
     """
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
     H = int(harmonics)
     if H < 2:
         raise ValueError(f"harmonics must be >= 2 (the first is spent on zero end velocity/acceleration), got {H}")
+    if duration is None:
+        duration = PAYLOAD_DURATION if payload else 20.0
     if not (math.isfinite(duration) and duration > 0):
         raise ValueError(f"duration must be > 0 [s], got {duration!r}")
+    if payload and duration > PAYLOAD_MAX_DURATION:
+        raise ValueError(f"payload excitation: duration must be <= {PAYLOAD_MAX_DURATION:g} s, got {duration:g}")
     if int(starts) < 1:
         raise ValueError(f"starts must be >= 1, got {starts}")
+    if not (math.isfinite(collision_margin) and collision_margin >= 0):
+        raise ValueError(f"collision_margin must be >= 0 [m], got {collision_margin!r}")
     N = int(samples) if samples is not None else 40 * H
     with _one_blas_thread():
-        return _optimise(model, duration, H, joints, criterion, starts, seed, floor_z, N, acc_limit, margin,
-                         maxiter, amplitude)
+        return _optimise(model, float(duration), H, joints, criterion, starts, seed, floor_z, N, acc_limit, margin,
+                         maxiter, amplitude, payload, payload_frame, q_hold, self_collision, float(collision_margin),
+                         collision_samples)
 
 
 def _one_blas_thread():
@@ -550,18 +640,66 @@ def _one_blas_thread():
     return threadpool_limits(1)
 
 
+def _hold(model_r, q_hold, mid) -> np.ndarray:
+    if q_hold is None:
+        return mid.copy()
+    q = np.asarray(q_hold, dtype=float).reshape(-1)
+    if q.shape != (model_r.n,) or not np.all(np.isfinite(q)):
+        raise ValueError(f"q_hold must be {model_r.n} finite values [rad] ({model_r.joint_names}), got {q.size}")
+    return q
+
+
+def _collision_model(model_r, self_collision):
+    """(SelfCollision or None, note)."""
+    if self_collision is False:
+        return None, "not requested (--no-self-collision)"
+    from .self_collision import self_collision_model  # lazy: pinocchio's collision module
+    sc, note = self_collision_model(model_r)
+    if sc is None and self_collision:
+        raise ValueError(f"self-collision check requested but not possible: {note}")
+    return sc, note
+
+
+def _min_distance(sc, traj, rate_hz=COLLISION_CHECK_HZ):
+    """(smallest distance [m], its time [s], body pair) over one period on a ``rate_hz`` grid."""
+    ts = np.linspace(0.0, traj.period, int(round(traj.period * rate_hz)) + 1)
+    d, k, pair = sc.min_distance(traj.sample_many(ts)[0])
+    return d, float(ts[k]), pair
+
+
 def _optimise(model, duration, H, joints, criterion, starts, seed, floor_z, N, acc_limit, margin, maxiter,
-              amplitude):
+              amplitude, payload=False, payload_frame=None, q_hold=None, self_collision=None,
+              collision_margin=COLLISION_MARGIN, collision_samples=COLLISION_SAMPLES):
     from scipy.optimize import minimize
 
     model_r, model_f = _rigid_model(model), _friction_model(model)
-    moving = _moving_index(model_r, joints)
     _, _, _, mid = _finite_range(model_r)
-    cols = excitation_columns(model_f, moving, mid, seed)
+    rest = _hold(model_r, q_hold, mid)
+    payload_info = None
+    if payload:
+        if joints is not None:
+            raise ValueError("payload excitation moves the last three joints: do not give joints")
+        if model_r.n < 4:
+            raise ValueError(f"payload excitation moves the last three joints and holds the others: {model_r.n}"
+                             " joints are too few")
+        moving = np.arange(model_r.n - 3, model_r.n)
+        cols, frame, link, block = payload_excitation_columns(model_r, payload_frame)
+        payload_info = {"frame": frame, "link": link, "block": int(block),
+                        "parameters": [model_r.parameter_names[c] for c in cols]}
+    else:
+        moving = _moving_index(model_r, joints)
+        cols = excitation_columns(model_f, moving, rest, seed)
     if N * model_r.n < len(cols):
         raise ValueError(f"samples={N}: {N * model_r.n} regressor rows for {len(cols)} parameters; raise samples")
-    prob = _Problem(model_r, model_f, moving, mid, cols, float(duration), H, N, criterion, acc_limit,
-                    float(margin), floor_z)
+    held = np.setdiff1d(np.arange(model_r.n), moving)
+    out = held[(rest[held] < model_r.lower[held]) | (rest[held] > model_r.upper[held])]
+    if out.size:
+        raise ValueError("q_hold outside the position limits: " + ", ".join(
+            f"{model_r.joint_names[j]} {rest[j]:.4g} not in [{model_r.lower[j]:.4g}, {model_r.upper[j]:.4g}]"
+            for j in out))
+    sc, sc_note = _collision_model(model_r, self_collision)
+    prob = _Problem(model_r, model_f, moving, rest, cols, float(duration), H, N, criterion, acc_limit,
+                    float(margin), floor_z, sc, collision_margin, collision_samples)
     rng = np.random.default_rng(seed)
     runs = []
     best = None
@@ -579,14 +717,35 @@ def _optimise(model, duration, H, joints, criterion, starts, seed, floor_z, N, a
             best = (key, res.x.copy())
     x = best[1]
     a, b, q0 = prob.coefficients(x)
-    traj = ExcitationTrajectory(a, b, q0, duration, model_r.joint_names)
-    # verify on a 1 kHz grid; shrink the Fourier part towards q0 until every limit holds
+    names = model_r.joint_names
+
+    def verify(tr):
+        """The margins on the fine grids (the distance only once the other limits hold)."""
+        mg = _margins(tr, model_r, acc_limit, floor_z)
+        if sc is not None and not _violated(mg):
+            mg["self_collision"] = _min_distance(sc, tr)[0] - collision_margin
+        return mg
+
+    # verify on a 1 kHz grid (self-collision: COLLISION_CHECK_HZ); shrink the Fourier part
+    # towards q0 until every limit holds
+    traj = ExcitationTrajectory(a, b, q0, duration, names)
     shrink = 1.0
-    margins = _margins(traj, model_r, acc_limit, floor_z)
+    margins = verify(traj)
     while _violated(margins) and shrink > 0.05:
         shrink *= 0.97
-        traj = ExcitationTrajectory(a * shrink, b * shrink, q0, duration, model_r.joint_names)
-        margins = _margins(traj, model_r, acc_limit, floor_z)
+        traj = ExcitationTrajectory(a * shrink, b * shrink, q0, duration, names)
+        margins = verify(traj)
+    collision = {"checked": False, "reason": sc_note}
+    if sc is not None:
+        d, t_min, pair = _min_distance(sc, traj)
+        margins["self_collision"] = d - collision_margin
+        collision = {"checked": True, "min_distance_m": d, "at_s": t_min, "bodies": pair,
+                     "margin_m": collision_margin, "check_rate_hz": COLLISION_CHECK_HZ,
+                     "optimisation_samples": int(len(prob.col_idx)),
+                     "note": f"imposed on {len(prob.col_idx)} of the {N} optimisation samples (every"
+                             f" {int(prob.col_idx[1] - prob.col_idx[0]) if len(prob.col_idx) > 1 else N}-th),"
+                             f" checked at {COLLISION_CHECK_HZ:g} Hz; distances between convex hulls",
+                     **sc.describe()}
     qs, qds, qdds = traj.sample_many(prob.ts)
     W = stacked_regressor(model_f, qs, qds, qdds, cols)
     sv = np.linalg.svd(W, compute_uv=False)
@@ -594,28 +753,34 @@ def _optimise(model, duration, H, joints, criterion, starts, seed, floor_z, N, a
     traj.logdet = float(2 * np.sum(np.log(sv)))
     traj.margins = margins
     traj.info = {"criterion": criterion, "samples": N, "columns": [int(c) for c in cols],
-                 "moving_joints": [model_r.joint_names[j] for j in moving],
+                 "moving_joints": [names[j] for j in moving], "q_hold": rest.tolist(),
                  "acc_limit": np.broadcast_to(np.asarray(acc_limit, float), (model_r.n,)).tolist(),
                  "floor_z": floor_z, "margin": margin, "shrink": shrink, "seed": seed, "starts": runs,
-                 "feasible": not _violated(margins)}
+                 "self_collision": collision, "feasible": not _violated(margins)}
+    if payload_info is not None:
+        Wm = model_f.regressor_batch(qs, qds, qdds)[:, moving][:, :, cols].reshape(-1, len(cols))
+        payload_info["condition_number_wrist_rows"] = _cond(Wm)
+        traj.info["payload"] = payload_info
     return traj
 
 
 def default_fourier_condition(model, duration: Optional[float] = None, harmonics: Optional[int] = None, *,
                               joints=None, samples: int = 200, acc_limit: ArrayLike = ACCELERATION_LIMIT,
                               seed: int = DEFAULT_FOURIER["seed"], amplitude: float = DEFAULT_FOURIER["amplitude"],
-                              columns=None) -> float:
+                              columns=None, q_hold: Optional[ArrayLike] = None) -> float:
     """cond W (same columns, ``samples`` points over one period) of the trajectory node's
     default excitation: :meth:`ModifiedFourier.random` with the node's seed and amplitude,
     period ``duration`` (default 1 / 0.1 Hz = 10 s) and ``harmonics`` (default 4), scaled into
     the model's position and velocity limits and ``acc_limit``, centred at the middle of the
-    range; with ``joints`` only those joints move (the others rest at the middle)."""
+    range; with ``joints`` only those joints move (the others rest at ``q_hold``, default the
+    middle of their range)."""
     model_r, model_f = _rigid_model(model), _friction_model(model)
     T = float(duration) if duration is not None else 1.0 / DEFAULT_FOURIER["base_frequency"]
     L = int(harmonics) if harmonics is not None else DEFAULT_FOURIER["harmonics"]
     moving = _moving_index(model_r, joints)
     _, _, _, mid = _finite_range(model_r)
-    cols = excitation_columns(model_f, moving, mid) if columns is None else np.asarray(columns, int)
+    rest = _hold(model_r, q_hold, mid)
+    cols = excitation_columns(model_f, moving, rest) if columns is None else np.asarray(columns, int)
     m = len(moving)
     amax = np.broadcast_to(np.asarray(acc_limit, float), (model_r.n,))
     traj = ModifiedFourier.random(m, np.random.default_rng(seed), q_center=mid[moving], amplitude=amplitude,
@@ -623,7 +788,7 @@ def default_fourier_condition(model, duration: Optional[float] = None, harmonics
                                   vel_limit=model_r.velocity_limit[moving], acc_limit=amax[moving])
     ts = np.arange(int(samples)) * T / int(samples)
     qm, qdm, qddm = traj.sample_many(ts)
-    q = np.tile(mid, (len(ts), 1))
+    q = np.tile(rest, (len(ts), 1))
     qd, qdd = np.zeros_like(q), np.zeros_like(q)
     q[:, moving], qd[:, moving], qdd[:, moving] = qm, qdm, qddm
     with _one_blas_thread():
