@@ -163,3 +163,34 @@ def test_launch_graph_starts_the_bridge_where_the_file_starts(planar, written, t
         build_graph("sim", robot="planar2", overrides={"trajectory": {"type": "file"}})
     with pytest.raises(FileNotFoundError):
         build_graph("sim", robot="planar2", overrides={"trajectory": {"type": "file", "trajectory_file": "x.json"}})
+
+
+def test_approach_moves_to_the_start_within_a_fifth_of_the_limits():
+    """``Approach``: from the robot's pose to the file's start by minimum jerk -- at rest at
+    both ends, continuous into the file, its velocity and acceleration the derivatives of
+    its position (finite differences), within a fifth of the limits."""
+    from adaptive_dynamics.trajectories.excitation import ExcitationTrajectory
+    from adaptive_dynamics.trajectories.from_file import Approach
+
+    rng = np.random.default_rng(3)
+    a, b = rng.uniform(-0.3, 0.3, (2, 2, 4))
+    a[:, 0], b[:, 0] = -a[:, 1:].sum(1), -(np.arange(2, 5) * b[:, 1:]).sum(1)
+    base = ExcitationTrajectory(a, b, [0.1, -0.2], 5.0)
+    vmax, amax = np.array([2.0, 1.0]), np.array([10.0, 10.0])
+    q_from = np.array([1.0, 0.5])
+    tr = Approach(base, q_from, velocity_limit=vmax, acceleration_limit=amax)
+    T = tr.time
+    assert T >= 2.0 and tr.period is None
+    t = np.linspace(0.0, T + 2.0, 20001)
+    q, qd, qdd = tr.sample_many(t)
+    np.testing.assert_allclose(q[0], q_from, atol=1e-12)
+    np.testing.assert_allclose(qd[0], 0.0, atol=1e-12)
+    h = t[1] - t[0]
+    np.testing.assert_allclose(np.gradient(q, h, axis=0)[1:-1], qd[1:-1], atol=2e-3)
+    np.testing.assert_allclose(np.gradient(qd, h, axis=0)[1:-1], qdd[1:-1], atol=2e-2)
+    move = t < T
+    assert np.all(np.abs(qd[move]) <= 0.2 * vmax + 1e-9) and np.all(np.abs(qdd[move]) <= 0.2 * amax + 1e-9)
+    for x, y in zip(tr.sample_many(T + np.array([0.0, 0.7])), base.sample_many([0.0, 0.7])):
+        np.testing.assert_allclose(x, y, atol=1e-12)
+    with pytest.raises(ValueError, match="values"):
+        Approach(base, [0.0], velocity_limit=vmax, acceleration_limit=amax)

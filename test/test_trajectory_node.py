@@ -120,9 +120,9 @@ def test_robot_from_the_robot_description_topic(ros, tmp_path, monkeypatch):
 def test_file_type_plays_the_excite_file(ros, tmp_path):
     """type: file -- the JSON excite writes, played exactly (its Fourier series on the rate
     grid from t = 0); a file beyond the URDF's limits or for other joints is refused at
-    start with the joint named; start_from_current refuses a robot away from the start."""
+    start with the joint named; start_from_current moves a robot away from the start there first."""
     from adaptive_dynamics.dynamics import RobotModel
-    from adaptive_dynamics.nodes.trajectory import check_file_start
+    from adaptive_dynamics.nodes.trajectory import file_start
     from adaptive_dynamics.trajectories.excitation import ExcitationTrajectory
 
     m = RobotModel("planar2")
@@ -164,7 +164,14 @@ def test_file_type_plays_the_excite_file(ros, tmp_path):
         ros.add(TrajectoryNode, robot="panda", use_sim_time=True, type="file", trajectory_file=path)
     with pytest.raises(ValueError, match="trajectory_file"):
         ros.add(TrajectoryNode, robot="planar2", use_sim_time=True, type="file")
+    # start_from_current: near the file's start it is played as it is; farther, a move there first
     q0 = tr.sample(0.0)[0]
-    check_file_start(tr, q0 + 0.01, m.joint_names)
-    with pytest.raises(ValueError, match="move the robot to its start first"):
-        check_file_start(tr, q0 + np.array([0.0, 0.2]), m.joint_names)
+    same, move = file_start(tr, q0 + 0.01, m, 10.0)
+    assert same is tr and move == 0.0
+    far = q0 + np.array([0.0, 0.4])
+    moved, move = file_start(tr, far, m, 10.0)
+    assert move >= 2.0 and moved.time == move
+    np.testing.assert_allclose(moved.sample(0.0)[0], far, atol=1e-12)
+    for dt in (0.0, 0.3):
+        for x, y in zip(moved.sample(move + dt), tr.sample(dt)):
+            np.testing.assert_allclose(x, y, atol=1e-12)

@@ -18,8 +18,8 @@ speed whose scaled trajectory would violate a limit is refused with the reason.
 ``type: file`` plays ``trajectory_file`` (what ``adaptive-dynamics excite`` writes, or a
 CSV of joint positions; :func:`~adaptive_dynamics.trajectories.from_file.load_trajectory_file`)
 at its own absolute positions (``q_center`` does not apply), through the same limit check;
-with ``start_from_current`` the robot must already be within
-:data:`FILE_START_TOLERANCE` of the file's start.
+with ``start_from_current`` a robot farther than :data:`FILE_START_TOLERANCE` from the
+file's start is first moved there (minimum jerk, a fifth of its limits: :func:`file_start`).
 
 Core: :mod:`adaptive_dynamics.trajectories`.
 """
@@ -43,7 +43,7 @@ from ..ros.params import declare_params, ParamSpec
 from ..ros.qos import CLOCK_QOS, REFERENCE_QOS, STREAM_QOS
 from ..ros.stamps import to_ns
 from ..ros.task_references import base_frame_name, matrix_to_quaternion, task_reference_bytes, TASK_REFERENCE_TOPIC
-from ..trajectories import (ACCELERATION_LIMIT, CartesianTrajectory, figure_eight, lissajous, lissajous3d,
+from ..trajectories import (ACCELERATION_LIMIT, Approach, CartesianTrajectory, figure_eight, lissajous, lissajous3d,
                             load_trajectory_file, ModifiedFourier, MultiSine, PickAndPlace, ScaledTrajectory,
                             square_circle, z_sine)
 from ..wire import encode_trajectory
@@ -109,8 +109,9 @@ def specs() -> list[ParamSpec]:
                   " series, periodic) or excitation.csv of `adaptive-dynamics excite`, or any CSV with a time column"
                   " [s] and <joint>/position columns [rad] (cubic spline; periodic when a JSON beside it says so, else"
                   " played once and held); joints matched by name, checked against the limits at start; absolute"
-                  " positions (q_center does not apply; with start_from_current the robot must be within"
-                  f" {FILE_START_TOLERANCE} rad of the file's start)", read_only=True),
+                  " positions (q_center does not apply; with start_from_current a robot farther than"
+                  f" {FILE_START_TOLERANCE} rad from the file's start is moved there first, minimum jerk within a"
+                  " fifth of its velocity and acceleration limits)", read_only=True),
     ]
 
 
@@ -161,15 +162,19 @@ def build_trajectory(p, model, q_center: np.ndarray):
     return CartesianTrajectory(model, q_center, path)
 
 
-def check_file_start(base, q_current, names) -> None:
-    """``type: file`` from the robot's current pose: ``ValueError`` unless every joint is
-    within :data:`FILE_START_TOLERANCE` of the file's start (its positions are absolute)."""
+def file_start(base, q_current, model, acceleration_limit: float):
+    """``type: file`` from the robot's current pose (its positions are absolute): ``base``
+    itself if every joint is within :data:`FILE_START_TOLERANCE` of the file's start, else
+    a minimum-jerk move there first (:class:`~adaptive_dynamics.trajectories.from_file.Approach`,
+    within a fifth of the velocity and acceleration limits, at least 2 s); returns
+    ``(trajectory, move time or 0)``."""
     q0 = base.sample(0.0)[0]
     gap = np.abs(np.asarray(q_current, dtype=float) - q0)
-    if gap.max() > FILE_START_TOLERANCE:
-        far = [f"{names[j]} {q_current[j]:+.3f} -> {q0[j]:+.3f}" for j in np.flatnonzero(gap > FILE_START_TOLERANCE)]
-        raise ValueError(f"the trajectory file starts {gap.max():.3f} rad away from the robot's pose ({', '.join(far)}"
-                         f" rad); move the robot to its start first: [{', '.join(f'{x:.4f}' for x in q0)}]")
+    if gap.max() <= FILE_START_TOLERANCE:
+        return base, 0.0
+    acc = np.full(model.n, acceleration_limit if acceleration_limit > 0 else ACCELERATION_LIMIT)
+    tr = Approach(base, q_current, velocity_limit=model.velocity_limit, acceleration_limit=acc)
+    return tr, tr.time
 
 
 def scaled(base, p, t0: float) -> ScaledTrajectory:
@@ -240,7 +245,12 @@ class TrajectoryNode(Node):
     def _setup(self, q_center, q_current=None) -> None:
         base = build_trajectory(self.p, self.model, q_center)
         if q_current is not None and self.p["type"] == "file":
-            check_file_start(base, q_current, self.names)
+            base, move = file_start(base, q_current, self.model, self.p["acceleration_limit"])
+            if move > 0:
+                far = int(np.argmax(np.abs(np.asarray(q_current) - base.q_start)))
+                self.get_logger().info(
+                    f"the trajectory file starts {abs(q_current[far] - base.q_start[far]):.3f} rad away"
+                    f" ({self.names[far]}): moving there first over {move:.1f} s (minimum jerk), then playing it")
         base.check_limits(self.model.lower, self.model.upper, self.model.velocity_limit,
                           np.full(self.model.n, self.p["acceleration_limit"]) if self.p["acceleration_limit"] > 0
                           else None)

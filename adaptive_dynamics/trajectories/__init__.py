@@ -16,7 +16,7 @@ from .base import ACCELERATION_LIMIT, ScaledTrajectory, Trajectory, check_limit_
 from .cartesian import (CartesianPath, CartesianTrajectory, LissajousPath, SquareCirclePath, figure_eight, lissajous,
                         lissajous3d, square_circle, z_sine)
 from .fourier import ModifiedFourier
-from .from_file import SplineTrajectory, load_trajectory_file
+from .from_file import Approach, SplineTrajectory, load_trajectory_file
 from .pick_place import PGPOL_SPEEDS, PickAndPlace, minimum_jerk, pgpol_speed_schedule
 from .sines import MultiSine
 
@@ -28,7 +28,7 @@ __all__ = [
     "ModifiedFourier",
     "MultiSine",
     "SplineTrajectory",
-    "load_trajectory_file",
+    "load_trajectory_file", "Approach",
     "PickAndPlace",
     "minimum_jerk",
     "PGPOL_SPEEDS",

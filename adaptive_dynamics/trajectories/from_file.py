@@ -34,7 +34,7 @@ import numpy as np
 from .base import ArrayLike, Samples, Trajectory
 from .excitation import ExcitationTrajectory
 
-__all__ = ["SplineTrajectory", "load_trajectory_file", "read_trajectory_csv"]
+__all__ = ["Approach", "SplineTrajectory", "load_trajectory_file", "read_trajectory_csv"]
 
 #: largest difference [rad] between a CSV's positions and its JSON sidecar's samples for the
 #: JSON to be played in its place (``excite`` writes 9 significant digits)
@@ -224,3 +224,55 @@ def load_trajectory_file(path, joint_names: Optional[Sequence[str]] = None) -> T
     tr = SplineTrajectory(t, q, periodic=_periodic_flag(side, float(t[-1] - t[0])), joint_names=names)
     index = _match(names, tr.n, csv, joint_names)
     return tr if index is None else tr.reordered(index, list(joint_names))
+
+
+class Approach(Trajectory):
+    """A move from ``q_from`` (the robot's pose) to the start of ``base`` (a file's
+    positions are absolute), then ``base``: a minimum-jerk (quintic) move
+    ``q_from + (q_start - q_from) s(t / T)``, ``s(u) = 10 u^3 - 15 u^4 + 6 u^5``, at rest at
+    both ends (``excite``'s trajectories start at rest), then ``base(t - T)``.
+
+    ``T`` (default) keeps the move's peak velocity ``15/8 |dq| / T`` and peak acceleration
+    ``10/sqrt(3) |dq| / T^2`` within ``fraction`` of each joint's limits, at least
+    ``min_time``.  Not periodic (``base``'s period shifted by ``T`` after the move)."""
+
+    def __init__(self, base: Trajectory, q_from: ArrayLike, *, velocity_limit: ArrayLike, acceleration_limit: ArrayLike,
+                 fraction: float = 0.2, min_time: float = 2.0, time: Optional[float] = None):
+        self.base = base
+        self.q_from = np.asarray(q_from, dtype=float).reshape(-1)
+        q_start, qd_start, _ = base.sample(0.0)
+        self.q_start = np.asarray(q_start, dtype=float)
+        if self.q_from.shape != self.q_start.shape:
+            raise ValueError(f"q_from has {self.q_from.size} values, the trajectory {self.q_start.size} joints")
+        if not np.all(np.isfinite(self.q_from)):
+            raise ValueError("q_from must be finite")
+        dq = np.abs(self.q_start - self.q_from)
+        if time is None:
+            v = fraction * np.asarray(velocity_limit, dtype=float)
+            a = fraction * np.asarray(acceleration_limit, dtype=float)
+            time = max(float(min_time), float(np.max(15.0 / 8.0 * dq / v)),
+                       float(np.sqrt(np.max(10.0 / math.sqrt(3.0) * dq / a))))
+        self.time = float(time)
+        self.n = self.q_start.size
+        self.joint_names = getattr(base, "joint_names", None)
+        self.period = None
+        self.duration = None if base.duration is None else self.time + base.duration
+
+    def sample_many(self, ts: ArrayLike) -> Samples:
+        t = np.asarray(ts, dtype=float).reshape(-1)
+        q, qd, qdd = (np.empty((t.size, self.n)) for _ in range(3))
+        before = t < self.time
+        if np.any(before):
+            u = np.clip(t[before] / self.time, 0.0, None)
+            s = u ** 3 * (10 - 15 * u + 6 * u ** 2)
+            sd = 30 * u ** 2 * (1 - u) ** 2 / self.time
+            sdd = 60 * u * (1 - u) * (1 - 2 * u) / self.time ** 2
+            d = self.q_start - self.q_from
+            q[before] = self.q_from + np.outer(s, d)
+            qd[before], qdd[before] = np.outer(sd, d), np.outer(sdd, d)
+        if np.any(~before):
+            q[~before], qd[~before], qdd[~before] = self.base.sample_many(t[~before] - self.time)
+        return q, qd, qdd
+
+    def check_horizon(self) -> float:
+        return self.time + self.base.check_horizon()
