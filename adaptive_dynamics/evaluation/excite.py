@@ -12,7 +12,8 @@ non-adjacent bodies at least ``--collision-margin`` apart (``--no-self-collision
 checked).
 
 ``--payload``: a wrist-only excitation for payload identification (``identify --payload``):
-only the last three joints move (the others held at ``--hold``, default mid-range), for
+only the last three joints move (four on a spherical wrist; the others held at ``--hold``,
+default mid-range), for
 ``--duration`` 10 s by default (at most 15 s), minimising the condition number of the
 stacked payload regressor (the 10 inertial parameters of a load on ``--payload-frame``,
 default the end-effector frame) instead of the base regressor's.
@@ -61,8 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--floor-z", type=float, default=None, metavar="Z",
                    help="keep the end-effector frame at or above this height [m, base frame]")
     p.add_argument("--payload", action="store_true",
-                   help="wrist-only excitation for payload identification: the last three joints move, the others"
-                   " are held (--hold); criterion: the condition number of the payload regressor (10 parameters)")
+                   help="wrist-only excitation for payload identification: the last three joints move (four on a"
+                   " spherical wrist, whose centre must move for the load's mass), the others are held (--hold);"
+                   " criterion: the condition number of the payload regressor (10 parameters, the moving joints'"
+                   " rows)")
     p.add_argument("--payload-frame", default=None, metavar="FRAME",
                    help="--payload: the frame the load is fixed to (default the end-effector frame)")
     p.add_argument("--hold", default=None, metavar="Q1,...,Qn",
@@ -113,9 +116,11 @@ def run(args) -> dict:
                                collision_samples=args.collision_samples)
     N, cols = traj.info["samples"], traj.info["columns"]
     moving, rest = traj.info["moving_joints"], traj.info["q_hold"]
-    default = default_fourier_condition(model, joints=moving, samples=N, acc_limit=acc, columns=cols, q_hold=rest)
+    rows = [model.joint_names.index(j) for j in moving] if args.payload else None   # as the criterion's
+    default = default_fourier_condition(model, joints=moving, samples=N, acc_limit=acc, columns=cols, q_hold=rest,
+                                        rows=rows)
     same = default_fourier_condition(model, traj.period, args.harmonics, joints=moving, samples=N,
-                                     acc_limit=acc, columns=cols, q_hold=rest)
+                                     acc_limit=acc, columns=cols, q_hold=rest, rows=rows)
     os.makedirs(args.out, exist_ok=True)
     csv = os.path.join(args.out, "excitation.csv")
     extra = {

@@ -64,12 +64,16 @@ gradient of the witness points; the winner is then checked on a
 :data:`COLLISION_CHECK_HZ` grid and shrunk like the other limits until the distance holds
 there too.  The result says what was checked (``info["self_collision"]``).
 
-**Payload excitation** (``payload=True``).  Only the last three joints (the wrist) move;
-the others are held at ``q_hold`` (default the middle of their range, the trajectory node's
+**Payload excitation** (``payload=True``).  Only the last three joints (the wrist) move --
+the last four on a spherical wrist (:func:`payload_joints`: with the wrist centre fixed the
+load's mass shows only in the held joints' torques, which their friction hides); the
+others are held at ``q_hold`` (default the middle of their range, the trajectory node's
 ``q_center`` default).  The criterion is the condition number (or log det) of the stacked
 **payload regressor** ``Y_L``: the 10 columns of the link the payload frame
 (``payload_frame``, default the end-effector frame) is fixed to, as
-:func:`~adaptive_dynamics.dynamics.payload.identify_payload` fits them, every joint's rows.
+:func:`~adaptive_dynamics.dynamics.payload.identify_payload` fits them, the moving joints'
+rows (the held joints' torques carry their static friction; ``info["payload"]`` also gives
+every joint's rows' figure).
 The period is at most :data:`PAYLOAD_MAX_DURATION` (default 10 s).
 
 :func:`default_fourier_condition` gives the same condition number for the trajectory node's
@@ -89,8 +93,9 @@ from ..files import json_default
 from .base import ACCELERATION_LIMIT, ArrayLike, Samples, Trajectory
 from .fourier import ModifiedFourier
 
-__all__ = ["ExcitationTrajectory", "optimise_excitation", "default_fourier_condition", "stacked_regressor",
-           "excitation_columns", "payload_excitation_columns", "DEFAULT_FOURIER", "COLLISION_MARGIN",
+__all__ = ["ExcitationTrajectory", "optimise_excitation", "default_fourier", "default_fourier_condition",
+           "trajectory_condition", "HeldFourier", "stacked_regressor",
+           "excitation_columns", "payload_excitation_columns", "payload_joints", "DEFAULT_FOURIER", "COLLISION_MARGIN",
            "PAYLOAD_MAX_DURATION"]
 
 #: the trajectory node's default ``fourier`` excitation (``nodes/trajectory.py`` parameters)
@@ -188,6 +193,32 @@ def payload_excitation_columns(model, frame: Optional[str] = None):
     from ..dynamics.payload import _frame_of  # lazy
     name, block, _ = _frame_of(model, frame)
     return np.arange(10 * block, 10 * block + 10), name, model.link_names[block], block
+
+
+def payload_joints(model, columns, q_rest, seed: int = 0) -> tuple:
+    """``(moving joints, why)`` of a payload excitation: the last three, unless their torques
+    alone cannot tell the payload's 10 parameters apart (a spherical wrist: its centre
+    fixed, the load's mass is seen only through the held joints' torques, which their
+    friction hides) -- then the last four, so that the wrist centre moves."""
+    n = model.n
+    rng = np.random.default_rng(seed)
+    for k in (3, 4):
+        if k > n:
+            break
+        moving = np.arange(n - k, n)
+        K = 40
+        Q, V, A = np.tile(q_rest, (K, 1)), np.zeros((K, n)), np.zeros((K, n))
+        for i in range(K):
+            q, v, a = model.random_state(rng)
+            Q[i, moving], V[i, moving], A[i, moving] = q[moving], v[moving], a[moving]
+        W = model.regressor_batch(Q, V, A)[:, moving][:, :, columns].reshape(-1, len(columns))
+        s = np.linalg.svd(W / np.maximum(np.linalg.norm(W, axis=0), 1e-300), compute_uv=False)
+        if s[-1] > 1e-8 * s[0]:
+            return moving, ("the last three joints" if k == 3 else
+                            "the last four joints: the last three alone leave a payload parameter unobservable"
+                            " (a spherical wrist: with its centre fixed the load's mass is seen only by the held"
+                            " joints, whose friction hides it)")
+    raise ValueError("the payload's parameters are not observable from the last joints' torques of this robot")
 
 
 def stacked_regressor(model_f, q, qd, qdd, columns) -> np.ndarray:
@@ -288,8 +319,10 @@ class _Problem:
     """Objective, constraints and their Jacobians in the reduced variables x (cached per x)."""
 
     def __init__(self, model_r, model_f, moving, q_rest, columns, period, H, N, criterion,
-                 acc_limit, margin, floor_z, collision=None, collision_margin=COLLISION_MARGIN, collision_samples=None):
+                 acc_limit, margin, floor_z, collision=None, collision_margin=COLLISION_MARGIN, collision_samples=None,
+                 rows=None):
         self.mr, self.mf = model_r, model_f
+        self.rows = None if rows is None else np.asarray(rows, int)      # joints whose torques count
         self.n, self.moving, self.q_rest = model_r.n, moving, q_rest
         self.cols, self.H, self.N, self.criterion = columns, H, N, criterion
         self.margin, self.floor_z = margin, floor_z
@@ -371,7 +404,8 @@ class _Problem:
             return self._cache
         q, qd, qdd = self.states(x)
         Y = self.full_regressor(q, qd, qdd)
-        W = Y[:, :, self.cols].reshape(-1, len(self.cols))
+        Yr = Y if self.rows is None else Y[:, self.rows]
+        W = Yr[:, :, self.cols].reshape(-1, len(self.cols))
         # singular values / right vectors from the (small) Gram matrix: much cheaper than an SVD
         # of the tall W, and accurate enough at the condition numbers met here (< 1e6)
         lam, V = np.linalg.eigh(W.T @ W)                              # ascending
@@ -416,7 +450,12 @@ class _Problem:
         dY = self._derivatives(c)
         n, P, N = self.n, self.P, self.N
         Gfull = np.zeros((N, n, P + 2 * n))
-        Gfull[:, :, self.cols] = c["G"].reshape(N, n, len(self.cols))
+        if self.rows is None:
+            Gfull[:, :, self.cols] = c["G"].reshape(N, n, len(self.cols))
+        else:
+            Gr = np.zeros((N, len(self.rows), P + 2 * n))
+            Gr[:, :, self.cols] = c["G"].reshape(N, len(self.rows), len(self.cols))
+            Gfull[:, self.rows] = Gr
         Gin = Gfull[:, :, :P]
         idx = np.arange(n)
         gvisc = Gfull[:, idx, P + idx]                                 # (N, n): d/dqd of viscous column
@@ -682,10 +721,10 @@ def _optimise(model, duration, H, joints, criterion, starts, seed, floor_z, N, a
         if model_r.n < 4:
             raise ValueError(f"payload excitation moves the last three joints and holds the others: {model_r.n}"
                              " joints are too few")
-        moving = np.arange(model_r.n - 3, model_r.n)
         cols, frame, link, block = payload_excitation_columns(model_r, payload_frame)
+        moving, why = payload_joints(model_r, cols, rest, seed)
         payload_info = {"frame": frame, "link": link, "block": int(block),
-                        "parameters": [model_r.parameter_names[c] for c in cols]}
+                        "parameters": [model_r.parameter_names[c] for c in cols], "moving_joints_reason": why}
     else:
         moving = _moving_index(model_r, joints)
         cols = excitation_columns(model_f, moving, rest, seed)
@@ -699,7 +738,8 @@ def _optimise(model, duration, H, joints, criterion, starts, seed, floor_z, N, a
             for j in out))
     sc, sc_note = _collision_model(model_r, self_collision)
     prob = _Problem(model_r, model_f, moving, rest, cols, float(duration), H, N, criterion, acc_limit,
-                    float(margin), floor_z, sc, collision_margin, collision_samples)
+                    float(margin), floor_z, sc, collision_margin, collision_samples,
+                    rows=moving if payload else None)
     rng = np.random.default_rng(seed)
     runs = []
     best = None
@@ -748,6 +788,8 @@ def _optimise(model, duration, H, joints, criterion, starts, seed, floor_z, N, a
                      **sc.describe()}
     qs, qds, qdds = traj.sample_many(prob.ts)
     W = stacked_regressor(model_f, qs, qds, qdds, cols)
+    if payload:      # the moving joints' rows: identify --payload leaves the held joints' out (their friction)
+        W = model_f.regressor_batch(qs, qds, qdds)[:, moving][:, :, cols].reshape(-1, len(cols))
     sv = np.linalg.svd(W, compute_uv=False)
     traj.condition_number = float(sv[0] / sv[-1])
     traj.logdet = float(2 * np.sum(np.log(sv)))
@@ -758,38 +800,71 @@ def _optimise(model, duration, H, joints, criterion, starts, seed, floor_z, N, a
                  "floor_z": floor_z, "margin": margin, "shrink": shrink, "seed": seed, "starts": runs,
                  "self_collision": collision, "feasible": not _violated(margins)}
     if payload_info is not None:
-        Wm = model_f.regressor_batch(qs, qds, qdds)[:, moving][:, :, cols].reshape(-1, len(cols))
-        payload_info["condition_number_wrist_rows"] = _cond(Wm)
+        payload_info["condition_number_all_rows"] = _cond(stacked_regressor(model_f, qs, qds, qdds, cols))
         traj.info["payload"] = payload_info
     return traj
 
 
-def default_fourier_condition(model, duration: Optional[float] = None, harmonics: Optional[int] = None, *,
-                              joints=None, samples: int = 200, acc_limit: ArrayLike = ACCELERATION_LIMIT,
-                              seed: int = DEFAULT_FOURIER["seed"], amplitude: float = DEFAULT_FOURIER["amplitude"],
-                              columns=None, q_hold: Optional[ArrayLike] = None) -> float:
-    """cond W (same columns, ``samples`` points over one period) of the trajectory node's
-    default excitation: :meth:`ModifiedFourier.random` with the node's seed and amplitude,
-    period ``duration`` (default 1 / 0.1 Hz = 10 s) and ``harmonics`` (default 4), scaled into
-    the model's position and velocity limits and ``acc_limit``, centred at the middle of the
-    range; with ``joints`` only those joints move (the others rest at ``q_hold``, default the
-    middle of their range)."""
-    model_r, model_f = _rigid_model(model), _friction_model(model)
+class HeldFourier(Trajectory):
+    """The trajectory node's default excitation on the joints ``moving`` (a
+    :class:`~adaptive_dynamics.trajectories.ModifiedFourier`), the other joints resting at
+    ``rest``: full-joint samples."""
+
+    def __init__(self, inner, moving: np.ndarray, rest: np.ndarray, period: float):
+        self.inner, self.moving, self.rest = inner, np.asarray(moving, int), np.asarray(rest, float)
+        self.n, self.period, self.duration = len(self.rest), float(period), None
+
+    def sample_many(self, ts: ArrayLike) -> Samples:
+        qm, qdm, qddm = self.inner.sample_many(ts)
+        q = np.tile(self.rest, (len(np.atleast_1d(ts)), 1))
+        qd, qdd = np.zeros_like(q), np.zeros_like(q)
+        q[:, self.moving], qd[:, self.moving], qdd[:, self.moving] = qm, qdm, qddm
+        return q, qd, qdd
+
+
+def default_fourier(model, duration: Optional[float] = None, harmonics: Optional[int] = None, *,
+                    joints=None, acc_limit: ArrayLike = ACCELERATION_LIMIT, seed: int = DEFAULT_FOURIER["seed"],
+                    amplitude: float = DEFAULT_FOURIER["amplitude"], q_hold: Optional[ArrayLike] = None) -> HeldFourier:
+    """The trajectory node's default excitation: :meth:`ModifiedFourier.random` with the
+    node's seed and amplitude, period ``duration`` (default 1 / 0.1 Hz = 10 s) and
+    ``harmonics`` (default 4), scaled into the model's position and velocity limits and
+    ``acc_limit``, centred at the middle of the range; with ``joints`` only those joints
+    move (the others rest at ``q_hold``, default the middle of their range)."""
+    model_r = _rigid_model(model)
     T = float(duration) if duration is not None else 1.0 / DEFAULT_FOURIER["base_frequency"]
     L = int(harmonics) if harmonics is not None else DEFAULT_FOURIER["harmonics"]
     moving = _moving_index(model_r, joints)
     _, _, _, mid = _finite_range(model_r)
     rest = _hold(model_r, q_hold, mid)
-    cols = excitation_columns(model_f, moving, rest) if columns is None else np.asarray(columns, int)
-    m = len(moving)
     amax = np.broadcast_to(np.asarray(acc_limit, float), (model_r.n,))
-    traj = ModifiedFourier.random(m, np.random.default_rng(seed), q_center=mid[moving], amplitude=amplitude,
-                                  w_f=2 * math.pi / T, L=L, lower=model_r.lower[moving], upper=model_r.upper[moving],
-                                  vel_limit=model_r.velocity_limit[moving], acc_limit=amax[moving])
-    ts = np.arange(int(samples)) * T / int(samples)
-    qm, qdm, qddm = traj.sample_many(ts)
-    q = np.tile(rest, (len(ts), 1))
-    qd, qdd = np.zeros_like(q), np.zeros_like(q)
-    q[:, moving], qd[:, moving], qdd[:, moving] = qm, qdm, qddm
+    inner = ModifiedFourier.random(len(moving), np.random.default_rng(seed), q_center=mid[moving],
+                                   amplitude=amplitude, w_f=2 * math.pi / T, L=L, lower=model_r.lower[moving],
+                                   upper=model_r.upper[moving], vel_limit=model_r.velocity_limit[moving],
+                                   acc_limit=amax[moving])
+    return HeldFourier(inner, moving, rest, T)
+
+
+def trajectory_condition(model, traj, columns, *, samples: int = 200, rows=None) -> float:
+    """cond W of ``traj`` over one period (``samples`` points): the friction model's
+    regressor columns ``columns`` stacked; ``rows``: only these joints' rows."""
+    model_f = _friction_model(model)
+    ts = np.arange(int(samples)) * float(traj.period) / int(samples)
+    q, qd, qdd = traj.sample_many(ts)
     with _one_blas_thread():
-        return _cond(stacked_regressor(model_f, q, qd, qdd, cols))
+        Y = model_f.regressor_batch(q, qd, qdd)
+        if rows is not None:
+            Y = Y[:, np.asarray(rows, int)]
+        return _cond(Y[:, :, np.asarray(columns, int)].reshape(-1, len(columns)))
+
+
+def default_fourier_condition(model, duration: Optional[float] = None, harmonics: Optional[int] = None, *,
+                              joints=None, samples: int = 200, acc_limit: ArrayLike = ACCELERATION_LIMIT,
+                              seed: int = DEFAULT_FOURIER["seed"], amplitude: float = DEFAULT_FOURIER["amplitude"],
+                              columns=None, q_hold: Optional[ArrayLike] = None, rows=None) -> float:
+    """cond W (same columns, ``samples`` points over one period; ``rows``: only these joints'
+    rows) of :func:`default_fourier`."""
+    traj = default_fourier(model, duration, harmonics, joints=joints, acc_limit=acc_limit, seed=seed,
+                           amplitude=amplitude, q_hold=q_hold)
+    cols = (excitation_columns(_friction_model(model), traj.moving, traj.rest) if columns is None
+            else np.asarray(columns, int))
+    return trajectory_condition(model, traj, cols, samples=samples, rows=rows)

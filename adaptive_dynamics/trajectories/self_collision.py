@@ -18,7 +18,8 @@ never overstates the real one).  Pairs: every pair of geometries
 (``GeometryModel.addAllCollisionPairs``) less the SRDF's ``disable_collisions`` (the
 robot's SRDF beside its description, when there is one: example-robot-data ships
 ``panda.srdf``) and less **adjacent links**: geometries on the same joint, or on a joint
-and its parent joint.  The pairs are grouped by the two joints (bodies) they connect;
+and its parent joint -- and pairs already touching at the neutral pose (MoveIt's "default"
+rule, for a URDF without an SRDF whose convex hulls overlap there).  The pairs are grouped by the two joints (bodies) they connect;
 :meth:`SelfCollision.distances` gives, per sample, the smallest signed distance of each
 group [m] (negative: penetration), and :meth:`SelfCollision.distances_and_gradients` its
 gradient with respect to q from the witness points, ``dd/dq = n^T (J_p2 - J_p1)``
@@ -311,9 +312,20 @@ def self_collision_model(model, *, rng_seed: int = 0) -> Tuple[Optional[SelfColl
     for cp in geom.collisionPairs:
         ja, jb = geom.geometryObjects[cp.first].parentJoint, geom.geometryObjects[cp.second].parentJoint
         if ja == jb or parents[ja] == jb or parents[jb] == ja:
-            drop.append(cp)
-    for cp in drop:
-        geom.removeCollisionPair(cp)
+            drop.append((cp.first, cp.second))
+    # by index: the pairs the vector hands out are references that an erase shifts
+    for a, b in drop:
+        geom.removeCollisionPair(pin.CollisionPair(a, b))
+    # MoveIt's "default" rule: a pair touching at the neutral pose (hulls that overlap there,
+    # a URDF without an SRDF) is no constraint a motion could meet
+    gd = pin.GeometryData(geom)
+    x = pin.neutral(red)
+    x[q_index] = np.clip(0.0, lo, up)
+    pin.computeDistances(red, red.createData(), geom, gd, x)
+    touching = [(cp.first, cp.second) for cp, r in zip(geom.collisionPairs, gd.distanceResults)
+                if r.min_distance <= 0.0]
+    for a, b in touching:
+        geom.removeCollisionPair(pin.CollisionPair(a, b))
     if len(geom.collisionPairs) == 0:
         return None, f"{src}: no pair of non-adjacent bodies left to check"
     sc = SelfCollision(red, geom, q_index, v_index, src, srdf, note)
