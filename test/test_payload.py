@@ -249,6 +249,15 @@ def test_identify_payload_command_on_a_csv(sim_recording, tmp_path, capsys):
     assert np.all(held["arm+payload"] < held["arm+offset"]) and np.all(held["arm+payload"] < held["arm"]), held
     el = ET.parse(res["files"]["payload_urdf_inertial"]).getroot()
     assert float(el.find("mass").get("value")) == pytest.approx(p["mass"], rel=1e-15)
+    # the arm with the load as a Thunder parameter file: the adaptive controller's start
+    # (initial_estimate: file), its last link's block the URDF's + the load (pinocchio's sum)
+    from adaptive_dynamics.control.adaptive_setup import initial_estimate
+    pi = initial_estimate(m, "file", path=res["files"]["with_payload"])
+    loaded = _pin_with_load(p["mass"], p["com"], np.array(p["inertia"]))
+    d = loaded.createData()
+    q, v, a = m.random_state(np.random.default_rng(4))
+    np.testing.assert_allclose(m.regressor(q, v, a) @ pi, pin.rnea(loaded, d, q, v, a), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(pi[:60], m.parameters[:60], rtol=0, atol=1e-9)     # the other links: the URDF's
 
     # an arm estimate file (the URDF with the configured friction as friction columns, written as a
     # base-parameter estimate: another pi, the same torques) and the flange frame

@@ -322,6 +322,21 @@ def _arm_model(args, spec):
             f"the URDF's parameters + the friction of config/{spec.label}.yaml (viscous + Coulomb)")
 
 
+def _with_payload_file(model, arm_pi, est, path: str, comment: str) -> str:
+    """The arm (its parameters: the URDF's or ``arm_pi``'s inertial part) with the load
+    added to the link that carries it, as a Thunder parameter file: what the
+    ``adaptive_controller`` starts from with ``initial_estimate: file`` (any
+    ``adapted_links``: e.g. the last link alone, its estimate starting at arm + load)."""
+    from ..dynamics import RobotModel  # lazy: the CLI parser imports this module
+    from ..dynamics.thunder_params import save_thunder_parameters  # lazy: as above
+
+    loaded = RobotModel(model.urdf_path, ee_frame=model.ee_frame)
+    if arm_pi is not None:
+        loaded.set_parameters(np.asarray(arm_pi)[:loaded.n_inertial], check=False)
+    loaded.set_payload(est.pi_frame, est.frame, check=False)
+    return save_thunder_parameters(loaded, path, comment)
+
+
 def run_payload(args, t0: float) -> dict:
     """``identify --payload``: the load on the flange with the arm's model fixed."""
     from ..dynamics.identification import nmse  # lazy: the CLI parser imports this module
@@ -352,6 +367,9 @@ def run_payload(args, t0: float) -> dict:
         fh.write(f"<!-- the load on {est.frame!r} of {spec.label}, identified (adaptive-dynamics identify, payload)"
                  f" from {src}: the inertial of the URDF link whose frame is {est.frame!r} -->\n")
         fh.write(est.urdf_inertial())
+    files["with_payload"] = _with_payload_file(model, arm_pi, est, os.path.join(args.out, "with_payload_inertial_REG.yaml"),
+                                               f"{spec.label} ({arm_what}) with the load identified on {est.frame!r}"
+                                               f" from {args.source}")
     out = {"command": "identify --payload", "source": str(args.source), "robot": str(args.robot),
            "joints": model.joint_names, "arm": arm_what, "train_fraction": args.train,
            "samples": {"train": int(len(q)), "test": int(len(qt))}, "counts": {"recording": rec.counts, **counts},
