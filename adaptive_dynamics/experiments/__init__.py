@@ -17,8 +17,14 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "arms": ("adaptive_dynamics.experiments.arms",
              "any arm with no tuning: composite adaptive control + friction on example-robot-data's arms with a"
              " payload sized to each (RMSE, saturation, watchdog trips)"),
+    "contact": ("adaptive_dynamics.experiments.contact",
+                "contact detection with the momentum observer on the URDF, the adapted estimate and the adapted"
+                " estimate + residual learner (Panda, iiwa; unmodelled tool, joint friction, pushes of 5-30 N)"),
     "consistency": ("adaptive_dynamics.experiments.consistency",
                     "Smith & Mistry 2020: consistency transform, virtual-model table and 4-phase online run"),
+    "excitation": ("adaptive_dynamics.experiments.excitation",
+                   "optimised excitation vs the default Fourier trajectory (condition number, identified parameter"
+                   " error, held-out nMSE) and flange-load identification, MuJoCo"),
     "pgpol": ("adaptive_dynamics.experiments.pgpol",
               "Habich et al. 2019: PGPOL/SGPOL feed-forward over DDS, Tables I-II, Fig. 5, payload change detection"),
     "realdata": ("adaptive_dynamics.experiments.realdata",
