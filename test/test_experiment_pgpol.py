@@ -135,6 +135,8 @@ def test_quick_run_over_dds(tmp_path, capsys):
     # test) on one constellation beside the project's two, each with its own best and reduction
     proj, paper = res["experiment_1"]["project_mode"], res["experiment_1"]["paper_mode"]
     assert proj["constellations"] == cons and proj["best_constellation"] == res["best_constellation"]
+    # the project mode learns the residual of the identified rigid-body model (--project-prior rbd)
+    assert proj["prior"] == "rbd" and "prior" not in paper
     assert paper["constellations"] == [f"paper {cons[0]}"] and paper["learner"]["raw"] is True
     a_paper = res["experiment_1"]["a_j"][paper["constellations"][0]]
     assert len(a_paper) == 7 and paper["a_total_reduction_best"] > 0.3
