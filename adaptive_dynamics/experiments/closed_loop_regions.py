@@ -73,6 +73,8 @@ CONFIG_CONTROLLER = {"friction": False}
 #: reality "proxy": the controller also estimates viscous + Coulomb friction (the proxy's
 #: Stribeck term, ripple and sensor bias are what it cannot express)
 PROXY_CONTROLLER = {"friction": True}
+#: residual_learner parameters beyond its defaults (none: the defaults are what is judged)
+LEARNER: dict = {}
 REALITIES = ("config", "proxy")
 #: the controller (lockstep) waits up to this many wall s for the residual stamped for each
 #: state, so that no cycle runs without it on a loaded machine (as ``experiment pgpol``)
@@ -163,7 +165,7 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
             files = {"adaptive_controller": {**controller, "estimate_file": est, "autosave_period": 0.0,
                                              **({"residual_wait": RESIDUAL_WAIT} if lrn != "none" else {})}}
             if lrn != "none":   # the learner's model has the controller's friction columns
-                files["residual_learner"] = {"model_file": os.path.join(work, "learner.npz"),
+                files["residual_learner"] = {**LEARNER, "model_file": os.path.join(work, "learner.npz"),
                                              "friction": controller["friction"]}
             rec = {"recorder": {"topics": RECORDED if lrn != "none" else RECORDED[:2],
                                 "wait_for_publishers": ["reference"]}}
