@@ -11,6 +11,12 @@ A joint is in contact when ``|r_i|`` exceeds its threshold::
   ``"max"``: ``margin * max |r_i|`` over the segment (zero false alarms on it by
   construction, ``margin`` > 1 for what the segment did not visit) or ``"std"``:
   ``|mean r_i| + k std r_i`` (a Gaussian bound; an unmodelled bias enters through the mean).
+  With the detector's debounce (``min_samples`` = m > 1) ``"max"`` takes the largest level
+  ``|r_i|`` stayed above for m consecutive samples, ``max_k min_{j<m} |r_i(k - j)|``: what
+  the debounced detector would have flagged (still zero false alarms on the segment).  The
+  observer passes the velocity noise to r almost white (``K_O M`` times it, sample to
+  sample independent) while a model error is slow, so a few samples of debounce lower
+  the threshold that noise alone needs several-fold at a delay of ``m - 1`` samples.
 * the model's own uncertainty, scaled by ``k_u`` (``uncertainty_gain``): ``model_std_i``, a
   constant (e.g. the identification residual's standard deviation per joint: the torque
   the identified model does not explain), and ``std_i(t)``, a time-varying one (a residual
@@ -41,24 +47,35 @@ CALIBRATION_METHODS = ("max", "std")
 
 
 class ThresholdCalibration:
-    """Per-joint statistics of r over a free-motion segment (running: max |r|, mean and
-    variance by Welford's update), turned into thresholds by :meth:`thresholds`."""
+    """Per-joint statistics of r over a free-motion segment (running: max |r| -- over
+    ``min_samples`` consecutive samples, the detector's debounce: the module docstring --,
+    mean and variance by Welford's update), turned into thresholds by :meth:`thresholds`."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, min_samples: int = 1):
         self.n = int(n)
+        self.min_samples = int(min_samples)
+        if self.min_samples < 1:
+            raise ValueError(f"min_samples must be >= 1, got {min_samples!r}")
         self.count = 0
         self.t_first = self.t_last = math.nan
         self.max_abs = np.zeros(self.n)
         self.mean = np.zeros(self.n)
         self._m2 = np.zeros(self.n)
+        self._recent = np.zeros((self.min_samples, self.n))
 
     def add(self, t: float, r) -> None:
         r = as_vector(r, self.n, "r")
         if self.count == 0:
             self.t_first = float(t)
         self.t_last = float(t)
+        m = self.min_samples
+        if m == 1:
+            np.maximum(self.max_abs, np.abs(r), out=self.max_abs)
+        else:
+            self._recent[self.count % m] = np.abs(r)
+            if self.count + 1 >= m:
+                np.maximum(self.max_abs, self._recent.min(axis=0), out=self.max_abs)
         self.count += 1
-        np.maximum(self.max_abs, np.abs(r), out=self.max_abs)
         d = r - self.mean
         self.mean += d / self.count
         self._m2 += d * (r - self.mean)
@@ -73,8 +90,8 @@ class ThresholdCalibration:
         return np.sqrt(self._m2 / self.count) if self.count else np.zeros(self.n)
 
     def thresholds(self, method: str = "max", *, margin: float = 1.5, k: float = 5.0, floor=0.0) -> np.ndarray:
-        """``"max"``: ``margin * max |r|``; ``"std"``: ``|mean| + k std``; at least ``floor``
-        (scalar or per joint)."""
+        """``"max"``: ``margin * max |r|`` (over ``min_samples`` consecutive samples);
+        ``"std"``: ``|mean| + k std``; at least ``floor`` (scalar or per joint)."""
         if self.count == 0:
             raise ValueError("no samples to calibrate from")
         if method == "max":

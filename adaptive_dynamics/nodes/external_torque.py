@@ -98,8 +98,9 @@ def monitor_specs(n: int | None = None) -> list[ParamSpec]:
                   type="float[]", min=0.0, validator=_thresholds_check(n)),
         ParamSpec("calibrate", 0.0, "> 0: calibrate the thresholds from this many seconds of (free-motion!)"
                   " states from now on, then set `thresholds` and return to 0 (at start too)", min=0.0, max=3600.0),
-        ParamSpec("calibration_method", "max", "max: calibration_margin x max |r| over the segment | std:"
-                  " |mean r| + calibration_k x std r", choices=list(CALIBRATION_METHODS)),
+        ParamSpec("calibration_method", "max", "max: calibration_margin x max |r| over the segment (the largest"
+                  " level |r| stayed above for min_samples consecutive samples) | std: |mean r| + calibration_k x"
+                  " std r", choices=list(CALIBRATION_METHODS)),
         ParamSpec("calibration_margin", 1.5, "calibration_method max: factor on the largest |r| seen",
                   min=1.0, max=100.0),
         ParamSpec("calibration_k", 5.0, "calibration_method std: standard deviations above |mean|",
@@ -215,7 +216,8 @@ class ExternalTorqueNode(Node):
     def _start_calibration(self, seconds) -> None:
         if seconds > 0:
             with self._lock:
-                self._calibration = (ThresholdCalibration(self.n), float(seconds))
+                self._calibration = (ThresholdCalibration(self.n, min_samples=self.p["min_samples"]),
+                                     float(seconds))
             self.counters.set("calibration", f"running ({seconds:g} s)")
             self.get_logger().info(f"calibrating the contact thresholds from the next {seconds:g} s of states"
                                    " (free motion, please)")

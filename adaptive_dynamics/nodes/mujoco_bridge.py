@@ -14,6 +14,7 @@ import numpy as np
 import rclpy
 import rclpy.duration
 from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import WrenchStamped
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
@@ -25,7 +26,7 @@ from ..ros.node_base import Counters, diagnostic_array, HotPath, run_node
 from ..ros.params import declare_params, ParamSpec
 from ..ros.qos import CLOCK_QOS, LOCKSTEP_COMMAND_QOS, PUBLISHER_STREAM_QOS, REALTIME_COMMAND_QOS
 from ..ros.stamps import from_ns
-from ..sim.plant import MujocoPlant, RealityConfig
+from ..sim.plant import ExternalPush, MujocoPlant, PUSH_FRAMES, RealityConfig, push_schedule
 from ..sim.stepping import PlantStepper
 from ..wire import JointStateEncoder
 from .housekeeping import apply_realtime_priority, core_logger, realtime_spec, stall_spec, StallInjector, Throttle
@@ -106,6 +107,37 @@ def specs() -> list[ParamSpec]:
                   read_only=True),
         ParamSpec("tau_bias", [0.0], "torque-sensor bias [Nm], 1 or n values", type="float[]", read_only=True),
         ParamSpec("seed", 0, "noise seed (same seed + same commands = same run)", min=0, read_only=True),
+    ] + push_specs()
+
+
+def push_specs() -> list[ParamSpec]:
+    """Scripted external forces (the plant's ExternalPush): a schedule fixed at start
+    (parallel lists, one entry per push) and the push ~/push fires (live)."""
+    frames = list(PUSH_FRAMES)
+    return [
+        ParamSpec("push_links", [""], "scheduled pushes: the link (URDF link = MuJoCo body) of each; [''] = none",
+                  type="str[]", read_only=True),
+        ParamSpec("push_points", [0.0], "each push's point in its link's frame [m], 3 values per push; [0.0] ="
+                  " every push at its link's origin", type="float[]", read_only=True),
+        ParamSpec("push_directions", [0.0], "each push's direction (normalised), 3 values per push, in the axes"
+                  " push_frames names", type="float[]", read_only=True),
+        ParamSpec("push_frames", ["world"], "axes of push_directions: world | link, 1 (every push) or one per push",
+                  type="str[]", choices=frames, read_only=True),
+        ParamSpec("push_magnitudes", [10.0], "each push's force [N], 1 (every push) or one per push", min=0.0,
+                  type="float[]", read_only=True),
+        ParamSpec("push_starts", [0.0], "each push's start [sim s], one per push", type="float[]", read_only=True),
+        ParamSpec("push_durations", [0.2], "each push's duration [s], 1 (every push) or one per push", min=1e-9,
+                  type="float[]", read_only=True),
+        ParamSpec("push_now_link", "", "~/push: the link pushed; '' = the end effector's (ee_frame)"),
+        ParamSpec("push_now_point", [0.0, 0.0, 0.0], "~/push: the point in the link's frame [m]", type="float[]",
+                  length=3),
+        ParamSpec("push_now_direction", [0.0, 0.0, -1.0], "~/push: the direction (normalised; non-zero) in"
+                  " push_now_frame's axes", type="float[]", length=3),
+        ParamSpec("push_now_frame", "world", "~/push: axes of push_now_direction: world | link", choices=frames),
+        ParamSpec("push_now_magnitude", 10.0, "~/push: the force [N]", min=0.0, max=1e4),
+        ParamSpec("push_now_duration", 0.2, "~/push: how long [s]", min=1e-3, max=3600.0),
+        ParamSpec("publish_external_truth", False, "publish external_torque/truth on every step from the start"
+                  " (else from the first push: scheduled or fired)", read_only=True),
     ]
 
 
@@ -122,6 +154,10 @@ class MujocoBridgeNode(Node):
                                  end_effector=p["end_effector"])
         self.n = self.plant.n
         self.names = list(self.plant.joint_names)
+        for push in push_schedule(p["push_links"], p["push_directions"], p["push_magnitudes"], p["push_starts"],
+                                  p["push_durations"], p["push_points"], p["push_frames"]):
+            self.plant.add_push(push)   # raises naming the links for an unknown one
+        self.p.add_validator(self._check_push_now)
         self._check_holding()
         self.counters = Counters("mujoco_bridge", self.get_fully_qualified_name(), warn_on=("overload_episodes",))
         self.stall = StallInjector(self)
@@ -134,6 +170,11 @@ class MujocoBridgeNode(Node):
         self.pub_state = self.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
         self.pub_clock = self.create_publisher(Clock, "/clock", CLOCK_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        # the environment's pushes: the truth, stamped like joint_states (from the first push on)
+        self.pub_truth = self.create_publisher(JointState, "external_torque/truth", PUBLISHER_STREAM_QOS)
+        self.pub_truth_wrench = self.create_publisher(WrenchStamped, "external_torque/truth_wrench",
+                                                      PUBLISHER_STREAM_QOS)
+        self._truth_encoder = JointStateEncoder(self.names)
         self.io = HotPath(self, enabled=p["hot_path_thread"])
         # real time: the 1 kHz loop takes the commands itself between its ticks (one thread
         # reads, steps and writes, like a ros2_control update loop; no hand-over to a second
@@ -147,6 +188,8 @@ class MujocoBridgeNode(Node):
         self.create_service(Trigger, "~/reset", self._srv_reset)
         self.create_service(Trigger, "~/toggle_payload", self._srv_toggle)
         self.create_service(SetBool, "~/set_payload", self._srv_set_payload)
+        self.create_service(Trigger, "~/push", self._srv_push)
+        self.create_service(Trigger, "~/clear_pushes", self._srv_clear_pushes)
         steady = rclpy.clock.Clock(clock_type=rclpy.clock.ClockType.STEADY_TIME)
         self._diag_last = time.monotonic()
         self._done = False
@@ -207,6 +250,21 @@ class MujocoBridgeNode(Node):
         # path, the /clock readers (trajectory, time sources) are not
         if self.plant.steps % self.p["clock_decimation"] == 0:
             self.pub_clock.publish(Clock(clock=from_ns(stamp)))
+        if self.plant.pushes_added or self.p["publish_external_truth"]:
+            self._publish_truth(stamp)
+
+    def _publish_truth(self, stamp: int) -> None:
+        """``external_torque/truth`` (the joint torques the pushes applied over the step
+        that ended at ``stamp``) and one ``external_torque/truth_wrench`` per push acting."""
+        self.pub_truth.publish(self._truth_encoder.encode(stamp, effort=self.plant.external_torque))
+        for f in self.plant.external_forces:
+            msg = WrenchStamped()
+            msg.header.stamp = from_ns(stamp)
+            msg.header.frame_id = f["push"].link
+            w = f["wrench_link"]
+            msg.wrench.force.x, msg.wrench.force.y, msg.wrench.force.z = (float(x) for x in w[:3])
+            msg.wrench.torque.x, msg.wrench.torque.y, msg.wrench.torque.z = (float(x) for x in w[3:])
+            self.pub_truth_wrench.publish(msg)
 
     def _after_step(self) -> None:
         if self.lockstep:
@@ -338,6 +396,39 @@ class MujocoBridgeNode(Node):
         res.success, res.message = True, f"payload {'attached' if req.data else 'removed'}"
         return res
 
+    def _check_push_now(self, values) -> str | None:
+        """Cross-parameter check of the ``push_now_*`` parameters (a known link, a non-zero direction)."""
+        try:
+            self._push_now(values)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _push_now(self, values, start: float = 0.0) -> ExternalPush:
+        link = values["push_now_link"] or self.plant.ee_frame
+        self.plant.check_link(link, "push_now_link")   # raises listing the links
+        return ExternalPush(link, tuple(values["push_now_direction"]), values["push_now_magnitude"],
+                            tuple(values["push_now_point"]), values["push_now_frame"], start,
+                            values["push_now_duration"])
+
+    def _srv_push(self, req, res):
+        with self.lock:
+            try:
+                push = self.plant.add_push(self._push_now(self.p.snapshot(), start=self.plant.time))
+            except ValueError as exc:
+                res.success, res.message = False, f"no push: {exc}"
+                return res
+        self.counters.inc("pushes_fired")
+        res.success, res.message = True, f"pushing: {push.describe()}"
+        self.get_logger().info(res.message)
+        return res
+
+    def _srv_clear_pushes(self, req, res):
+        with self.lock:
+            k = self.plant.clear_pushes()
+        res.success, res.message = True, f"{k} push(es) removed"
+        return res
+
     # ------------------------------------------------------------- diagnostics
     #: live diagnostics: latency percentiles over this many most recent answered states
     DIAG_WINDOW = 1000
@@ -362,6 +453,10 @@ class MujocoBridgeNode(Node):
                 if k in st:
                     self.counters.set(k, round(st[k], 4))
             self.counters.set("saturated_steps", int(np.sum(st["saturation_count"])))
+            if self.plant.pushes_added:
+                self.counters.set("pushes_pending", len(self.plant.pushes))
+                self.counters.set("pushing_now", ",".join(f["push"].link for f in self.plant.external_forces)
+                                  or "none")
             self.io.report(self.counters)
             self.pub_diag.publish(diagnostic_array(from_ns(self._now_ns()), [self.counters.status()]))
 
@@ -370,8 +465,10 @@ class MujocoBridgeNode(Node):
         rt = getattr(self, "_rt_thread", None)
         if rt is not None and rt is not threading.current_thread():
             rt.join(timeout=1.0)  # the loop checks _done every step
-        self.io.stop()
-        self._write_stats()
+        if hasattr(self, "io"):   # (not when the constructor refused the parameters: its error stands)
+            self.io.stop()
+        if hasattr(self, "stepper"):
+            self._write_stats()
         return super().destroy_node()
 
 

@@ -20,6 +20,11 @@ controller's model does not know is injected on purpose from :class:`RealityConf
 * per-link scaling of mass and inertia (CoM unchanged);
 * sensor noise on the reported q, q_dot and measured torque, and a torque-sensor bias.
 
+And what the environment does to the robot: scripted external forces (:class:`ExternalPush`,
+:meth:`MujocoPlant.add_push`: a force at a point of a link, for a while), applied as the
+joint torques ``J(q)^T F`` they cause and reported (:attr:`MujocoPlant.external_torque`),
+the truth a contact detector is checked against.
+
 Design choices (see :class:`MujocoPlant` for the precise definitions):
 
 Coulomb friction
@@ -49,6 +54,17 @@ Integrator
     ``"euler"`` behaves the same for this plant (MuJoCo's Euler also integrates damping
     implicitly), ``"implicit"`` additionally linearises the Coriolis forces, ``"rk4"``
     is explicit 4th-order Runge-Kutta (more accurate per step, no implicit friction).
+
+External forces
+    A push is a force ``F`` [N] at a point of a link (an offset in the link's frame),
+    along a direction given in the world's or the link's axes.  At the start of each step
+    the points and directions are evaluated at the current position and every active
+    push adds ``J_p(q)^T F`` to the joint torques (``mj_applyFT``: the point's
+    translational Jacobian, so a force at a point off the link's centre of mass carries
+    its moment), held over the step like the actuator torque.  The measured torque does
+    not contain it (the sensor measures the actuator, not the environment): it is what a
+    momentum observer finds from the motion, :attr:`MujocoPlant.external_torque` the
+    truth for the step that ended at the last :meth:`MujocoPlant.state`.
 
 Measured torque
     ``tau_measured`` is the torque the *actuator delivers to the joint* over the step:
@@ -80,7 +96,7 @@ from ..validation import per_joint
 from .mujoco_model import joint_indices, load_mujoco_model
 
 __all__ = ["RealityConfig", "MujocoPlant", "SimulationDiverged", "INTEGRATORS", "SAFE_MODES",
-           "PARAMETER_DESCRIPTIONS"]
+           "PARAMETER_DESCRIPTIONS", "ExternalPush", "PUSH_FRAMES", "push_schedule"]
 
 ArrayLike = Union[float, Sequence[float], np.ndarray]
 
@@ -415,6 +431,126 @@ def _spatial_to_body(mass, h, Io):
     return float(mass), c, _mat_to_quat(V), ev
 
 
+# ----------------------------------------------------------------------------- external forces
+
+#: the axes a push's direction is given in
+PUSH_FRAMES = ("world", "link")
+
+
+@dataclass(frozen=True)
+class ExternalPush:
+    """A scripted external force on the robot: ``magnitude`` [N] along the unit vector
+    ``direction`` (in the world's axes, ``frame="world"``, or the link's, ``"link"``) at
+    the point ``point`` [m] of ``link`` (an offset in the link's frame; a URDF link =
+    MuJoCo body), from sim time ``start`` [s] for ``duration`` [s] (``inf``: until
+    :meth:`MujocoPlant.clear_pushes`).  Active on the steps starting in
+    ``[start, start + duration)`` (to half a step: a duration of k steps acts on k steps).
+    Build it through :meth:`MujocoPlant.add_push` (which checks the link)."""
+
+    link: str
+    direction: Tuple[float, float, float]
+    magnitude: float
+    point: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    frame: str = "world"
+    start: float = 0.0
+    duration: float = math.inf
+
+    def __post_init__(self):
+        d = _vec3(self.direction, "push direction")
+        norm = float(np.linalg.norm(d))
+        if not norm > 0:
+            raise ValueError(f"push direction must be a non-zero 3-vector, got {list(self.direction)}")
+        object.__setattr__(self, "direction", tuple(float(x) for x in d / norm))
+        object.__setattr__(self, "point", tuple(float(x) for x in _vec3(self.point, "push point")))
+        if self.frame not in PUSH_FRAMES:
+            raise ValueError(f"push frame must be one of {list(PUSH_FRAMES)}, got {self.frame!r}")
+        mag = _as_float(self.magnitude, "push magnitude")
+        if mag < 0:
+            raise ValueError(f"push magnitude must be >= 0 [N], got {mag!r}")
+        object.__setattr__(self, "magnitude", mag)
+        object.__setattr__(self, "start", _as_float(self.start, "push start"))
+        dur = float(self.duration)
+        if not dur > 0 or math.isnan(dur):
+            raise ValueError(f"push duration must be > 0 [s], got {self.duration!r}")
+        object.__setattr__(self, "duration", dur)
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+    def active(self, t: float, dt: float) -> bool:
+        """Acts on the step starting at ``t`` (step ``dt``)."""
+        h = 0.5 * dt
+        return self.start - h <= t < self.end - h
+
+    def force(self, R_link=None) -> np.ndarray:
+        """The force [N] in world axes (``R_link``: the link's orientation, for ``frame="link"``)."""
+        d = np.asarray(self.direction)
+        if self.frame == "link":
+            d = np.asarray(R_link, dtype=float).reshape(3, 3) @ d
+        return self.magnitude * d
+
+    def describe(self) -> str:
+        def r(v):
+            return [round(float(x), 4) for x in v]
+        return (f"{self.magnitude:g} N along {r(self.direction)} ({self.frame} axes) at {r(self.point)} m on"
+                f" {self.link}, t = {self.start:g} s"
+                + ("" if math.isinf(self.duration) else f" for {self.duration:g} s"))
+
+
+def _vec3(value, what: str) -> np.ndarray:
+    try:
+        v = np.asarray(value, dtype=float).reshape(-1)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be 3 numbers, got {value!r}") from None
+    if v.shape != (3,) or not np.all(np.isfinite(v)):
+        raise ValueError(f"{what} must be 3 finite numbers, got {list(np.atleast_1d(value))}")
+    return v
+
+
+def push_schedule(links: Sequence[str], directions, magnitudes, starts, durations, points=(),
+                  frames=("world",)) -> list:
+    """The pushes of parallel lists, as the ``mujoco_bridge`` parameters give them:
+    ``links`` (N names; ``[]`` or ``[""]`` = none), ``directions`` (3N numbers),
+    ``magnitudes`` [N] and ``durations`` [s] (1 value for every push or N), ``starts`` [sim s]
+    (N), ``points`` (3N numbers, or ``[]`` / ``[0.0]``: every push at its link's origin),
+    ``frames`` (1 or N of :data:`PUSH_FRAMES`).  ``ValueError`` naming the list whose
+    length or value is wrong.  (The links are checked by :meth:`MujocoPlant.add_push`.)"""
+    links = [str(x) for x in links]
+    if links in ([], [""]):
+        return []
+    n = len(links)
+    if any(not x for x in links):
+        raise ValueError(f"push_links: an empty link name among {links} (name every push's link)")
+
+    def lengths(values, what, per, *, one=True, empty=None):
+        vals = list(np.asarray(values, dtype=object).reshape(-1)) if not isinstance(values, (list, tuple)) \
+            else list(values)
+        if empty is not None and (vals == [] or vals == [0.0]):
+            return [empty] * n
+        if one and len(vals) == per:
+            return [vals] * n if per > 1 else vals * n
+        if len(vals) != per * n:
+            opts = f"{per} (every push) or {per * n}" if one else f"{per * n}"
+            raise ValueError(f"{what}: {len(vals)} values for {n} pushes ({links}); expected {opts}"
+                             + (f" ({per} per push)" if per > 1 else ""))
+        return [vals[i * per:(i + 1) * per] for i in range(n)] if per > 1 else vals
+
+    dirs = lengths(directions, "push_directions", 3, one=False)
+    mags = lengths(magnitudes, "push_magnitudes", 1)
+    st = lengths(starts, "push_starts", 1, one=False)
+    durs = lengths(durations, "push_durations", 1)
+    pts = lengths(points, "push_points", 3, one=False, empty=(0.0, 0.0, 0.0))
+    frs = lengths(frames, "push_frames", 1)
+    out = []
+    for i in range(n):
+        try:
+            out.append(ExternalPush(links[i], tuple(dirs[i]), mags[i], tuple(pts[i]), str(frs[i]), st[i], durs[i]))
+        except ValueError as exc:
+            raise ValueError(f"push {i} ({links[i]}): {exc}") from None
+    return out
+
+
 # ----------------------------------------------------------------------------- the plant
 
 class MujocoPlant:
@@ -588,6 +724,14 @@ class MujocoPlant:
         self.steps = 0
         self._hold_q: Optional[np.ndarray] = None
         self._warn_base = 0
+        # ---- external forces (scripted pushes)
+        self._pushes: list = []
+        self._push_bodies: Dict[str, int] = {}
+        self.pushes_added = 0
+        self._ext_nv = np.zeros(self.model.nv)
+        self._no_ext = np.zeros(n)
+        self._tau_ext = self._no_ext
+        self._ext_active: tuple = ()
         self.reset(self.q0, np.zeros(n))
 
     # ------------------------------------------------------------------ properties
@@ -613,6 +757,86 @@ class MujocoPlant:
         step's start state (opposes motion when subtracted:
         ``M a + C v + g = tau_applied - friction_torque``)."""
         return self._tau_friction.copy()
+
+    @property
+    def external_torque(self) -> np.ndarray:
+        """Joint torque [N m] the external pushes applied in the last step, ``sum J_p(q)^T F``
+        at the step's start position (zero without an active push): the truth a momentum
+        observer's estimate at :meth:`state` is compared with."""
+        return self._tau_ext.copy()
+
+    @property
+    def external_forces(self) -> tuple:
+        """The pushes that acted in the last step, each a dict: ``push`` (the
+        :class:`ExternalPush`), ``point`` (world position [m]), ``force`` (world axes [N]),
+        ``wrench_link`` (``[force; moment about the link's origin]`` in the link's axes)
+        and ``torque`` (its joint torques ``J_p^T F`` [N m])."""
+        return self._ext_active
+
+    @property
+    def pushes(self) -> tuple:
+        """The pushes not yet over (scheduled or acting)."""
+        return tuple(self._pushes)
+
+    def add_push(self, link: Optional[str] = None, direction=(0.0, 0.0, -1.0), magnitude: float = 10.0, *,
+                 point=(0.0, 0.0, 0.0), frame: str = "world", start: Optional[float] = None,
+                 duration: float = math.inf) -> ExternalPush:
+        """Schedule a push (:class:`ExternalPush`): ``link`` a URDF link / MuJoCo body
+        (``None``/``""``: the end-effector frame's), ``start`` [sim s] (``None``: now, i.e.
+        from the next step).  ``ValueError`` naming the problem (unknown link: the links
+        are listed).  Returns the push."""
+        push = link if isinstance(link, ExternalPush) else ExternalPush(
+            link or self.ee_frame, tuple(np.asarray(direction, dtype=float).reshape(-1)), magnitude,
+            tuple(np.asarray(point, dtype=float).reshape(-1)), frame, self.time if start is None else start,
+            duration)
+        if push.link not in self._push_bodies:
+            self._push_bodies[push.link] = self.check_link(push.link, "push link")
+        self._pushes.append(push)
+        self.pushes_added += 1
+        return push
+
+    def check_link(self, name: str, what: str = "link") -> int:
+        """The MuJoCo body id of the URDF link ``name``; ``ValueError`` listing the links."""
+        return self._body_id(str(name), what)
+
+    def clear_pushes(self) -> int:
+        """Remove every push (scheduled or acting) from the next step on; returns how many."""
+        k = len(self._pushes)
+        self._pushes = []
+        return k
+
+    def _external(self, t: float) -> Optional[np.ndarray]:
+        """The joint torques of the pushes acting on the step starting at ``t`` (None: none);
+        sets :attr:`external_forces`.  Pushes that are over are dropped."""
+        dt = self.timestep
+        if any(p.end - 0.5 * dt <= t for p in self._pushes):
+            self._pushes = [p for p in self._pushes if p.end - 0.5 * dt > t]
+        active = [p for p in self._pushes if p.active(t, dt)]
+        if not active:
+            self._ext_active = ()
+            return None
+        m, d = self.model, self.data
+        mujoco.mj_kinematics(m, d)     # the step start's positions (data holds the last step's start)
+        mujoco.mj_comPos(m, d)         # (cdof, subtree CoM: what mj_jac needs)
+        total = np.zeros(self.n)
+        zero3 = np.zeros(3)
+        out = []
+        for p in active:
+            b = self._push_bodies[p.link]
+            R = d.xmat[b].reshape(3, 3).copy()
+            point = d.xpos[b] + R @ np.asarray(p.point)
+            F = p.force(R)
+            buf = self._ext_nv
+            buf[:] = 0.0
+            mujoco.mj_applyFT(m, d, F, zero3, point, b, buf)
+            tau = buf[self._di].copy()
+            total += tau
+            f_link = R.T @ F
+            out.append({"push": p, "point": point.copy(), "force": F,
+                        "wrench_link": np.concatenate([f_link, np.cross(np.asarray(p.point), f_link)]),
+                        "torque": tau})
+        self._ext_active = tuple(out)
+        return total
 
     @property
     def hold_position(self) -> Optional[np.ndarray]:
@@ -772,6 +996,8 @@ class MujocoPlant:
         self._tau_applied = np.zeros(self.n)
         self._qacc = np.zeros(self.n)
         self._tau_friction = np.zeros(self.n)
+        self._tau_ext = self._no_ext
+        self._ext_active = ()
         self.saturated[:] = False
         self._hold_q = None
         self._draw_noise()
@@ -870,6 +1096,14 @@ class MujocoPlant:
                 slope = slope + np.where(sat, 0.0, damping)
             m.dof_damping[self._di] = slope
             qfrc[self._di] = tau_applied - coulomb - fv * v + slope * v
+        # the environment's pushes: J(q_k)^T F at the step start, held over the step
+        tau_ext = None
+        if self._pushes:
+            tau_ext = self._external(d.time)
+        elif self._ext_active:
+            self._ext_active = ()
+        if tau_ext is not None:
+            qfrc[self._di] += tau_ext
         d.qfrc_applied[:] = qfrc
 
         warn_before = self._warning_count()
@@ -892,6 +1126,7 @@ class MujocoPlant:
         self._qacc = qacc
         self._tau_applied = tau_applied
         self._tau_friction = fv * v + coulomb
+        self._tau_ext = self._no_ext if tau_ext is None else tau_ext
         self.steps += 1
         self._draw_noise()
 
@@ -1014,4 +1249,7 @@ class MujocoPlant:
             "payload_enabled": self.payload_enabled,
             "payload_mass": self.payload_mass,
             "holding": self._hold_q is not None,
+            "pushes_added": self.pushes_added,
+            "pushes_pending": len(self._pushes),
+            "pushing_now": [f["push"].link for f in self._ext_active],
         }

@@ -1,0 +1,652 @@
+"""Contact detection and external torques from the learned model: the generalized-momentum
+observer on the URDF, on the adapted estimate and on the adapted estimate + residual learner.
+
+The cores: :mod:`~adaptive_dynamics.control.momentum_observer`,
+:mod:`~adaptive_dynamics.control.contact` (the ``external_torque`` node's).
+
+``adaptive-dynamics experiment contact --out DIR [--quick] [--robots panda,iiwa14] [--seed S]``
+
+Per robot (the Panda and the iiwa 14), one run in process, deterministic (the plant and
+the cores, no DDS; :func:`simulate`):
+
+* **the robot** -- MuJoCo with ``experiment realdata``'s proxy of it (:mod:`.proxies`: the
+  joint friction -- viscous, Coulomb, Stribeck on the Panda, a position ripple on the
+  iiwa --, the torque-sensor bias and noise, velocity and position noise), the drives'
+  armature its parameter file states, and an unmodelled tool on the flange (:data:`TOOL`:
+  1 kg off the flange axis, anisotropic inertia; the URDF has none);
+* **the motion** -- a Modified Fourier trajectory (``realdata``'s excitation: period 10 s,
+  4 harmonics, 0.4 rad) around the arm's task pose
+  (:func:`~.robot_choice.task_configuration`), tracked by the adaptive controller core as
+  the graph runs it (composite law, viscous + Coulomb friction columns, ``forget_to="prior"``,
+  the robot's ``adaptive_controller`` gains, started from the URDF's estimate);
+* **the phases** (:data:`FULL`: 60 s) -- *learning* (the controller adapts; the residual
+  learner core, ``OnlineResidual("gmm")`` with the ``residual_learner`` node's defaults,
+  learns ``tau_measured - parametric torque`` at ``(q, qd, qdd_d)`` from
+  :data:`LEARNER_START_S` on, with the consistency transform on every parameter update --
+  the node with ``target_torque: measured``: the observer compares the measured torque,
+  sensor bias included, with the model), then everything frozen: *calibration* (free
+  motion, one period), *held out* (free motion, one period), *contact* (pushes of 5-30 N
+  at the end effector and at the elbow -- the link the 4th joint moves, at its origin --
+  along the world's x and y axes, each :data:`PUSH_ON` s; :func:`push_schedule`).
+
+Observers (``K_O`` = :data:`GAIN`; ``min_samples`` = :data:`MIN_SAMPLES`) run on what the
+``external_torque`` node would get (measured ``q``, ``qd``, torque; ``torque_timing:
+held``; the robot's ``armature``): the **URDF**'s model, the **adapted** estimate (frozen
+at the end of learning, with its friction), the **adapted + learned** one (plus the
+learner's prediction at the reference, as the node takes ``feedforward/residual``), and,
+as the floor no model can go below, the simulator's own model (tool, friction, bias:
+what the sensor noise alone leaves).  For each:
+
+* per-joint thresholds calibrated on the calibration segment (``calibration_method: max``,
+  margin 1.5: the node's defaults, over :data:`MIN_SAMPLES` consecutive samples as the
+  detector's debounce), and the false alarms they give on the held-out segment (and
+  between the pushes);
+* per push: detected (a joint above its threshold while it acts), the detection delay
+  (from its first step to the first sample flagged), the joints flagged; the smallest push
+  detected (every push at least that strong detected, both locations);
+* the external-torque RMSE over the contact phase against the applied ``J(q)^T F``
+  (:attr:`~adaptive_dynamics.sim.plant.MujocoPlant.external_torque`) passed through the
+  observer's own first-order low pass ``K_O / (s + K_O)`` (what a perfect model gives: the
+  figure measures the model, not the chosen bandwidth) and, beside it, against the raw
+  ``J(q)^T F``;
+* the wrench direction error: the angle between the estimated and the applied force --
+  at the end effector the node's 6-D wrench (damped pseudo-inverse of ``J^T``), at the
+  elbow the force at the known point (least squares on its translational Jacobian) --,
+  averaged over each push once settled (from ``3 / K_O`` after its start).
+
+The velocity noise reaches the observer's output almost white, ``K_O M(q)`` times it:
+with the proxies' 0.003 rad/s it sets a floor of about 0.6-1.2 N m on the shoulder joints
+(the simulator's own model's thresholds), which the debounce lowers and ``K_O`` scales;
+``sensitivity`` (full run) gives the figures for K_O 30, 50 (the node's default) and 100,
+with and without the debounce.
+
+JSON (``contact.json``, printed last; :data:`TARGETS`, the adapted + learned model, worst
+robot): ``threshold_vs_urdf_max`` (largest per-joint threshold ratio to the URDF's;
+target <= 1/3), ``detection_delay_ms_max`` (slowest 10 N push, both locations; target <=
+20 ms; a missed one counts as not met; per location and the simulator's own model's
+beside it), ``external_torque_rmse_vs_urdf`` (RMSE over all joints, ratio to the URDF's;
+target <= 1/3), ``learned_never_worse`` (every joint's threshold and the RMSE at most
+1.05 x the adapted model's, the smallest push detected no larger); the adapted model's
+ratios and every per-robot table beside them.  Plots: ``contact_timeline_<robot>.png``
+(estimated vs applied external torque of the two most loaded joints over the contact
+phase, per model, pushes shaded, thresholds dotted) and ``contact_thresholds.png``.
+
+``--quick``: one robot (the first), :data:`QUICK` (20 s of learning, 4 s of pushes, no
+sensitivity table).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from ..control.adaptive import AdaptiveController
+from ..control.contact import ContactDetector, ThresholdCalibration
+from ..control.momentum_observer import MomentumObserver, observer_model, wrench_estimate
+from ..dynamics import RobotModel
+from ..dynamics.inertial import from_mass_com_inertia
+from ..learning import OnlineResidual
+from ..robot_setup import controller_gains
+from ..robots import armature, friction
+from ..sim.plant import MujocoPlant, RealityConfig
+from ..trajectories import ModifiedFourier
+from . import save_plot, write_result
+from .proxies import REALITY, proxy_reality
+from .realdata import EXCITATION
+from .robot_choice import label, task_configuration
+
+ROBOTS = ("panda", "iiwa14")
+#: the unmodelled tool on the flange (``experiment excitation``'s 1 kg tool): mass [kg], CoM in the
+#: end-effector frame [m], inertia about the CoM (xx, xy, xz, yy, yz, zz) [kg m^2]
+TOOL = {"mass": 1.0, "com": (0.02, 0.01, 0.05), "inertia": (4e-3, 2e-4, -1e-4, 5e-3, 1e-4, 3e-3)}
+#: phases [sim s] and the trajectory's base frequency [Hz]; pushes [N] and their directions
+FULL = {"learn_s": 30.0, "calibrate_s": 10.0, "heldout_s": 10.0, "contact_s": 10.0, "base_frequency": 0.1,
+        "magnitudes": (5.0, 10.0, 15.0, 20.0, 30.0), "directions": ("x", "y")}
+QUICK = {"learn_s": 20.0, "calibrate_s": 10.0, "heldout_s": 10.0, "contact_s": 4.0, "base_frequency": 0.1,
+         "magnitudes": (5.0, 10.0, 20.0, 30.0), "directions": ("y",)}
+#: push directions (world axes)
+DIRECTIONS = {"x": (1.0, 0.0, 0.0), "y": (0.0, 1.0, 0.0), "down": (0.0, 0.0, -1.0)}
+#: each push acts this long [s]; one starts every PUSH_SLOT s (the first PUSH_SLOT - PUSH_ON in)
+PUSH_ON, PUSH_SLOT = 0.25, 0.5
+#: observer gain K_O [1/s] (the external_torque node's `gains`; its default is 50: with this velocity
+#: noise 30 gives lower thresholds on the Panda, the same on the iiwa, at the same detection delays
+#: and a lower RMSE, ``sensitivity``) and the
+#: calibration (the node's defaults)
+GAIN = 30.0
+CALIBRATION = {"method": "max", "margin": 1.5}
+#: the observers start this long [s] before the freeze (on the frozen models: their start transient,
+#: ~1 / K_O, is over when the calibration segment begins with the freeze)
+OBSERVER_LEAD_S = 0.5
+#: the detector's debounce (the node's ``min_samples``): a joint is in contact after this many
+#: consecutive samples above its threshold, and the calibration takes the level r stayed above
+#: for as long (``ThresholdCalibration``): the velocity noise reaches r nearly white, a model
+#: error is slow, so 4 ms of delay buy a several-fold lower threshold where noise dominates
+MIN_SAMPLES = 5
+#: the residual learner (the node's default kind and defaults); it learns from this sim time
+#: on [s] (the controller adapts from the start): the start's transient -- the arm sagging under
+#: the tool the URDF lacks while the estimate catches up, at the trajectory's rest state --
+#: is no residual of the motion to come, and the rest state is revisited for an instant
+#: once per period only, so what the learner made of the transient would stay there
+LEARNER = "gmm"
+LEARNER_START_S = 2.0
+MODELS = ("urdf", "adapted", "learned")
+MODEL_LABELS = {"urdf": "URDF", "adapted": "adapted estimate", "learned": "adapted + residual learner"}
+#: the elbow: the link each robot's 4th joint moves (the push at its origin, on the elbow's axis)
+ELBOW = {"panda": "panda_link4", "iiwa14": "iiwa_link_4"}
+TARGETS = {"threshold_vs_urdf_max": 1.0 / 3.0, "detection_delay_ms_max": 20.0, "external_torque_rmse_vs_urdf": 1.0 / 3.0,
+           "learned_vs_adapted_max": 1.05}
+#: the push whose detection delay is the target's [N]
+DELAY_PUSH = 10.0
+DT = 1e-3
+
+
+# ----------------------------------------------------------------------------- set-up
+
+def reality(robot: str, seed: int = 0) -> RealityConfig:
+    """The proxy's joint friction and sensor (``experiment realdata``'s, as its ``record``
+    builds them) with :data:`TOOL` on the end effector instead of the proxy's extra mass."""
+    m = RobotModel(robot)
+    r, _ = proxy_reality(robot, m.effort_limit)
+    r = {**REALITY, **r}
+    fv, fc = friction(robot)
+    return RealityConfig(friction_viscous=r.get("viscous_scale", 1.0) * fv, friction_coulomb=r["coulomb_scale"] * fc,
+                         coulomb_smoothing=r["coulomb_smoothing"],
+                         friction_stribeck=r["stribeck_ratio"] * r["coulomb_scale"] * fc,
+                         stribeck_velocity=r["stribeck_velocity"], tau_bias=r["tau_bias"],
+                         ripple_amplitude=r.get("ripple_amplitude", 0.0), ripple_periods=r.get("ripple_periods", 1.0),
+                         noise_std_tau=r["noise_std_tau"], noise_std_v=r["noise_std_v"], noise_std_q=r["noise_std_q"],
+                         payload_mass=TOOL["mass"], payload_com=TOOL["com"], payload_inertia=TOOL["inertia"],
+                         payload_enabled=True, seed=seed, armature=armature(robot))
+
+
+def trajectory(m: RobotModel, seed: int, base_frequency: float) -> ModifiedFourier:
+    """``realdata``'s excitation around the arm's task pose
+    (:func:`~.robot_choice.task_configuration`: the most manipulable of poses in the middle
+    of the joint ranges -- the middle itself is a stretched, singular iiwa, where a
+    sideways push meets the structure and no joint)."""
+    e = EXCITATION
+    return ModifiedFourier.random(m.n, np.random.default_rng(seed), q_center=task_configuration(m),
+                                  amplitude=e["amplitude"], w_f=2 * math.pi * base_frequency, L=e["harmonics"],
+                                  lower=m.lower, upper=m.upper, vel_limit=0.8 * m.velocity_limit,
+                                  acc_limit=np.full(m.n, 10.0), margin=0.1)
+
+
+def push_schedule(robot: str, m: RobotModel, t0: float, cfg: dict) -> list:
+    """The contact phase's pushes from ``t0`` [s]: for each magnitude, at the end effector
+    and at the elbow, along each direction of ``cfg`` (:data:`DIRECTIONS`, world axes), one
+    every :data:`PUSH_SLOT` s, acting :data:`PUSH_ON` s."""
+    out = []
+    k = 0
+    for mag in cfg["magnitudes"]:
+        for where, link in (("ee", m.ee_frame), ("elbow", ELBOW.get(robot, m.ee_frame))):
+            for kind in cfg["directions"]:
+                start = round(t0 + (k + 1) * PUSH_SLOT - PUSH_ON, 6)
+                out.append({"where": where, "link": link, "direction_kind": kind, "magnitude": float(mag),
+                            "direction": list(DIRECTIONS[kind]), "start": start, "duration": PUSH_ON})
+                k += 1
+    return out
+
+
+def controller(m: RobotModel, robot: str) -> AdaptiveController:
+    """The composite adaptive core as the graph runs it: friction columns, the robot's
+    ``adaptive_controller`` gains, ``forget_to="prior"``, from the URDF's estimate."""
+    g = controller_gains(robot)
+    return AdaptiveController(m, "composite", pi0=m.parameters.copy(), lam=g["lam"], kd=g["kd"], p0=g["p0"],
+                              r=g["r"], filter_lambda=g["filter_lambda"], lambda0=g["lambda0"], k0=g["k0"],
+                              k1=g["k1"], forget_to="prior")
+
+
+# ----------------------------------------------------------------------------- the run
+
+def simulate(robot: str, cfg: dict, seed: int = 0, log=print) -> dict:
+    """One run: learning, then frozen calibration, held-out and contact phases.  Returns
+    the samples from :data:`OBSERVER_LEAD_S` before the freeze on (``t``, ``q``, ``v``, ``tau`` measured, the reference
+    ``Q``, ``V``, ``A``, ``truth``: the pushes' joint torques), the frozen estimate ``pi``,
+    the learner's prediction ``f`` at the references, the schedule and the phases."""
+    m = RobotModel(robot, friction=True)
+    traj = trajectory(m, seed, cfg["base_frequency"])
+    phases = {"learn": (0.0, cfg["learn_s"])}
+    t = cfg["learn_s"]
+    for name in ("calibrate", "heldout", "contact"):
+        phases[name] = (t, t + cfg[f"{name}_s"])
+        t += cfg[f"{name}_s"]
+    total = t
+    T = np.arange(int(round(total / DT)) + 1) * DT
+    Q, V, A = traj.sample_many(T)
+    plant = MujocoPlant(robot, reality=reality(robot, seed), q0=Q[0])
+    pushes = push_schedule(robot, m, phases["contact"][0], cfg)
+    for p in pushes:
+        plant.add_push(p["link"], p["direction"], p["magnitude"], start=p["start"], duration=p["duration"])
+    core = controller(m, robot)
+    learner = OnlineResidual(m, LEARNER, threaded=False)
+    k_freeze = int(round(cfg["learn_s"] / DT))
+    k_rec = k_freeze - int(round(OBSERVER_LEAD_S / DT))   # the observers start a little before the freeze
+    K = T.size
+    keep = K - k_rec
+    rec = {key: np.empty((keep, m.n)) for key in ("q", "v", "tau", "truth")}
+    err = np.empty((K, m.n))
+    x = np.empty(3 * m.n)
+    n = m.n
+    wall = time.perf_counter()
+    for k in range(K):
+        tk, q, v, tm = plant.state()
+        learn = k < k_freeze
+        if k >= k_rec:
+            j = k - k_rec
+            rec["q"][j], rec["v"][j], rec["tau"][j], rec["truth"][j] = q, v, tm, plant.external_torque
+        err[k] = Q[k] - q
+        if k == K - 1:
+            break
+        cmd = core.compute(q, v, Q[k], V[k], A[k], tm, learn=learn)
+        if learn and tk >= LEARNER_START_S - 1e-9:
+            x[:n], x[n:2 * n], x[2 * n:] = q, v, A[k]
+            learner.add_sample(x, tm - core.parametric_torque)
+            learner.add_parameter_update(core.last_delta_pi)
+            if k % 50 == 49 or k == k_freeze - 1:
+                learner.process()
+        plant.step(cmd)
+    learner.process()
+    sim_wall = time.perf_counter() - wall
+    sl = slice(k_rec, K)
+    X = np.hstack([Q[sl], V[sl], A[sl]])
+    f = learner.predict(X)
+    log(f"[contact] {label(robot)}: {total:g} s simulated in {sim_wall:.1f} s (learner: "
+        f"{learner.counters['samples_learned']} samples, {learner.counters['transforms_applied']} transforms)")
+    learn_rmse = np.sqrt(np.mean(err[k_freeze // 2:k_freeze] ** 2, axis=0))
+    frozen_rmse = np.sqrt(np.mean(err[k_freeze:] ** 2, axis=0))
+    return {"robot": robot, "model": m, "t": T[sl], "Q": Q[sl], "V": V[sl], "A": A[sl], **rec, "f": f,
+            "pi": core.pi.copy(), "pushes": pushes, "phases": phases, "sim_wall_s": round(sim_wall, 1),
+            "tracking_rmse_rad": {"learning_second_half": learn_rmse.tolist(), "frozen": frozen_rmse.tolist()},
+            "learner_counters": {k: learner.counters[k] for k in ("samples_learned", "transforms_applied",
+                                                                     "fit_errors")}}
+
+
+def true_model(robot: str, seed: int = 0) -> tuple:
+    """The simulator's own model -- the URDF with :data:`TOOL` -- and what it adds beside
+    the rigid body: ``(model, f(q, qd, qdd))``, ``f`` its joint friction (Stribeck, ripple
+    and all) plus the torque-sensor bias, the residual that makes the observer exact but
+    for the sensor noise (the floor no model can go below)."""
+    plant = MujocoPlant(robot, reality=reality(robot, seed))
+    m = RobotModel(robot)
+    xx, xy, xz, yy, yz, zz = TOOL["inertia"]
+    I3 = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
+    m.set_payload(from_mass_com_inertia(TOOL["mass"], TOOL["com"], I3), plant.payload_frame)
+    bias = np.asarray(plant.tau_bias, dtype=float)
+    return m, lambda q, v, _a: bias + plant.friction_model(v, q)
+
+
+def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "true")) -> dict:
+    """The observers' estimates ``r`` (samples x joints) on the run's samples: of the three
+    models and the simulator's own (``"true"``, :func:`true_model`), gain ``K_O``."""
+    m = run["model"]
+    arm = armature(run["robot"])   # the drives' inertia the robot's parameter file states (the node's `armature`)
+    adapted = observer_model(m, run["pi"])
+    out = {}
+    for name in models:
+        residual, callable_ = (run["f"] if name == "learned" else None), None
+        if name == "urdf":
+            model = RobotModel(run["robot"])
+        elif name == "true":
+            model, callable_ = true_model(run["robot"], seed)
+        else:
+            model = adapted
+        ob = MomentumObserver(model, gain, armature=arm, residual=callable_)
+        out[name] = ob.run(run["t"], run["q"], run["v"], run["tau"], residual)
+    return out
+
+
+# ----------------------------------------------------------------------------- the figures
+
+def _lowpass(x: np.ndarray, a: float) -> np.ndarray:
+    """The observer's own discrete first-order low pass of the samples ``x`` (the torque
+    acting over the step ending at each sample): ``y_k = a y_{k-1} + (1 - a) x_k``."""
+    y = np.empty_like(x)
+    acc = np.zeros(x.shape[1])
+    for k in range(len(x)):
+        acc = a * acc + (1.0 - a) * x[k]
+        y[k] = acc
+    return y
+
+
+def _mask(t, span):
+    return (t >= span[0] - 1e-9) & (t < span[1] - 1e-9)
+
+
+def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, min_samples: int = MIN_SAMPLES) -> dict:
+    """One model's figures (module docstring) from its estimates ``R`` (observer gain
+    ``gain``; the detector's and the calibration's ``min_samples``)."""
+    t, ph, truth = run["t"], run["phases"], run["truth"]
+    n = R.shape[1]
+    cal_span = ph["calibrate"]   # (the observers started OBSERVER_LEAD_S before: settled)
+    cal = ThresholdCalibration(n, min_samples=min_samples)
+    for k in np.flatnonzero(_mask(t, cal_span)):
+        cal.add(t[k], R[k])
+    thr = cal.thresholds(CALIBRATION["method"], margin=CALIBRATION["margin"], floor=1e-6)
+    held = _mask(t, ph["heldout"])
+    held_cal = ThresholdCalibration(n, min_samples=min_samples)   # the held-out segment's level, alike
+    for k in np.flatnonzero(held):
+        held_cal.add(t[k], R[k])
+    held_max = held_cal.max_abs
+    det = ContactDetector(thr, joint_names=list(model.joint_names), min_samples=min_samples)
+    flags = np.zeros(len(t), dtype=bool)
+    joints = np.zeros((len(t), n), dtype=bool)
+    for k in range(len(t)):
+        if t[k] < ph["heldout"][0] - 1e-9:
+            continue
+        flags[k], joints[k] = det.update(R[k])
+    fl = flags[held]
+    held_alarms = int(fl.sum())
+    held_episodes = int(np.sum(np.diff(fl.astype(int)) == 1)) + int(bool(fl.size and fl[0]))
+    # pushes: acting on the steps starting in [start, start + duration) -> samples in (start, end]
+    contact = _mask(t, ph["contact"])
+    expected = np.zeros(len(t), dtype=bool)
+    per_push = []
+    lin = model.ee_frame
+    for p in run["pushes"]:
+        s, e = p["start"], p["start"] + p["duration"]
+        on = (t > s + 1e-9) & (t <= e + 1e-9)
+        expected |= (t > s + 1e-9) & (t <= e + 5.0 / gain + min_samples * DT)   # acting, and r's decay after it
+        hit = np.flatnonzero(on & flags)
+        delay = None if not hit.size else round(1e3 * float(t[hit[0]] - s), 1)
+        flagged = joints[on].any(axis=0)
+        # the wrench direction once settled
+        settled = np.flatnonzero(on & (t >= s + 3.0 / gain))[::5]
+        F_true = np.asarray(p["direction"])
+        angles = []
+        for k in settled:
+            if p["where"] == "ee":
+                F = wrench_estimate(model, run["q"][k], R[k], frame=lin, reference="local_world_aligned")[:3]
+            else:
+                J = model.jacobian(run["q"][k], p["link"], "local_world_aligned")[:3]
+                F = np.linalg.lstsq(J.T, R[k], rcond=None)[0]
+            c = float(np.dot(F, F_true) / max(np.linalg.norm(F), 1e-12))
+            angles.append(math.degrees(math.acos(max(-1.0, min(1.0, c)))))
+        per_push.append({"where": p["where"], "direction_kind": p["direction_kind"], "magnitude": p["magnitude"],
+                         "start": p["start"], "detected": delay is not None, "delay_ms": delay,
+                         "joints_flagged": [j for j, f in zip(model.joint_names, flagged) if f],
+                         "true_torque_max_nm": round(float(np.abs(truth[on]).max()), 3),
+                         "direction_error_deg": round(float(np.mean(angles)), 2) if angles else None})
+    stray = int((flags & contact & ~expected).sum())
+    # the smallest push detected: every push at least that strong detected (both locations)
+    mags = sorted({p["magnitude"] for p in per_push})
+    smallest = None
+    for mag in reversed(mags):
+        if all(p["detected"] for p in per_push if p["magnitude"] >= mag):
+            smallest = mag
+        else:
+            break
+    by_loc = {}
+    for where in ("ee", "elbow"):
+        got = [p["magnitude"] for p in per_push if p["where"] == where and p["detected"]]
+        by_loc[where] = min(got) if got else None
+
+    def worst_delay(where=("ee", "elbow")):
+        d = [p["delay_ms"] for p in per_push if p["magnitude"] == DELAY_PUSH and p["where"] in where]
+        return None if (not d or any(x is None for x in d)) else max(d)
+
+    d10 = [p["delay_ms"] for p in per_push if p["magnitude"] == DELAY_PUSH]
+    d10_max = worst_delay()
+    # RMSE over the contact phase: against the low-passed truth and the raw truth
+    a = math.exp(-gain * DT)
+    ideal = _lowpass(truth, a)
+    err = R[contact] - ideal[contact]
+    raw = R[contact] - truth[contact]
+    dir_err = {w: [p["direction_error_deg"] for p in per_push if p["where"] == w and p["direction_error_deg"] is not None]
+               for w in ("ee", "elbow")}
+    return {
+        "thresholds": _r(thr), "heldout_max_abs": _r(held_max),
+        "heldout_headroom_min": round(float(np.min(thr / np.maximum(held_max, 1e-12))), 3),
+        "heldout_false_alarm_samples": held_alarms, "heldout_false_alarm_episodes": held_episodes,
+        "contact_false_alarm_samples": stray,
+        "pushes": per_push, "pushes_detected": int(sum(p["detected"] for p in per_push)),
+        "smallest_push_detected_n": smallest, "smallest_detected_per_location_n": by_loc,
+        "detection_delay_ms_10n": d10, "detection_delay_ms_10n_max": d10_max,
+        "detection_delay_ms_10n_max_per_location": {w: worst_delay((w,)) for w in ("ee", "elbow")},
+        "rmse": _r(np.sqrt(np.mean(err ** 2, axis=0))), "rmse_all": round(float(np.sqrt(np.mean(err ** 2))), 5),
+        "rmse_raw": _r(np.sqrt(np.mean(raw ** 2, axis=0))), "rmse_raw_all": round(float(np.sqrt(np.mean(raw ** 2))), 5),
+        "wrench_direction_error_deg": {w: (round(float(np.mean(v)), 2) if v else None) for w, v in dir_err.items()},
+        "_flags": flags, "_thr": thr,
+    }
+
+
+def _r(x, digits: int = 5) -> list:
+    return [round(float(v), digits) for v in np.asarray(x).reshape(-1)]
+
+
+def _ratio(a, b) -> list:
+    return [round(float(x / max(y, 1e-12)), 4) for x, y in zip(a, b)]
+
+
+def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=print,
+              with_sensitivity: bool = True) -> dict:
+    run = simulate(robot, cfg, seed, log)
+    t0 = time.perf_counter()
+    R = observers(run, seed)
+    model = RobotModel(robot)
+    res = {name: evaluate(run, R[name], model) for name in MODELS}
+    floor = evaluate(run, R["true"], model)
+    log(f"[contact] {label(robot)}: observers and figures in {time.perf_counter() - t0:.1f} s")
+    _plot_timeline(run, R, res, out_dir, files)
+    u, ad, le = res["urdf"], res["adapted"], res["learned"]
+    ratios = {
+        "threshold_vs_urdf": {"adapted": _ratio(ad["thresholds"], u["thresholds"]),
+                              "learned": _ratio(le["thresholds"], u["thresholds"])},
+        "rmse_vs_urdf": {"adapted": round(ad["rmse_all"] / u["rmse_all"], 4),
+                         "learned": round(le["rmse_all"] / u["rmse_all"], 4)},
+        "rmse_raw_vs_urdf": {"adapted": round(ad["rmse_raw_all"] / u["rmse_raw_all"], 4),
+                             "learned": round(le["rmse_raw_all"] / u["rmse_raw_all"], 4)},
+        "rmse_per_joint_vs_urdf": {"adapted": _ratio(ad["rmse"], u["rmse"]), "learned": _ratio(le["rmse"], u["rmse"])},
+        "learned_vs_adapted": {"thresholds": _ratio(le["thresholds"], ad["thresholds"]),
+                               "rmse": round(le["rmse_all"] / ad["rmse_all"], 4)},
+    }
+    for r_ in (*res.values(), floor):
+        r_.pop("_flags")
+        r_.pop("_thr")
+    sensitivity = []
+    if with_sensitivity:
+        sensitivity = observer_sensitivity(run, seed, model, res, floor)
+        log(f"[contact] {label(robot)}: sensitivity to K_O and min_samples in {time.perf_counter() - t0:.1f} s")
+    return {"robot": label(robot), "joints": list(model.joint_names), "phases": run["phases"],
+            "pushes": run["pushes"], "sim_wall_s": run["sim_wall_s"], "tracking_rmse_rad": run["tracking_rmse_rad"],
+            "learner_counters": run["learner_counters"], "models": res, "ratios": ratios, "sensitivity": sensitivity,
+            "true_model": {k: floor[k] for k in ("thresholds", "heldout_false_alarm_samples", "rmse", "rmse_all",
+                                                 "smallest_push_detected_n", "detection_delay_ms_10n_max",
+                                                 "wrench_direction_error_deg")}}
+
+
+#: the observer gains and debounces of the sensitivity table
+SENSITIVITY = {"gains": (30.0, 50.0, 100.0), "min_samples": (1, MIN_SAMPLES)}
+
+
+def observer_sensitivity(run: dict, seed: int, model: RobotModel, res: dict, floor: dict) -> list:
+    """The adapted + learned model's threshold ratio to the URDF's and its 10 N detection
+    delays, and the simulator's own model's (the floor), for the gains and debounces of
+    :data:`SENSITIVITY` (the experiment's own setting reuses ``res`` and ``floor``)."""
+    rows = []
+    for gain in SENSITIVITY["gains"]:
+        R = None
+        for m in SENSITIVITY["min_samples"]:
+            if gain == GAIN and m == MIN_SAMPLES:
+                ev = {"urdf": res["urdf"], "learned": res["learned"], "true": floor}
+            else:
+                R = R if R is not None else observers(run, seed, gain, ("urdf", "learned", "true"))
+                ev = {k: evaluate(run, R[k], model, gain, m) for k in R}
+            rows.append({"gain": gain, "min_samples": m,
+                         "threshold_vs_urdf_max": round(max(_ratio(ev["learned"]["thresholds"],
+                                                                   ev["urdf"]["thresholds"])), 4),
+                         "true_model_threshold_vs_urdf_max": round(max(_ratio(ev["true"]["thresholds"],
+                                                                              ev["urdf"]["thresholds"])), 4),
+                         "detection_delay_ms_10n": ev["learned"]["detection_delay_ms_10n"],
+                         "true_model_detection_delay_ms_10n": ev["true"]["detection_delay_ms_10n"],
+                         "smallest_push_detected_n": ev["learned"]["smallest_push_detected_n"],
+                         "rmse_vs_urdf": round(ev["learned"]["rmse_all"] / ev["urdf"]["rmse_all"], 4)})
+    return rows
+
+
+def summarise(per_robot: dict) -> dict:
+    rs = list(per_robot.values())
+
+    def worst(fn):
+        vals = [fn(r) for r in rs]
+        return None if any(v is None for v in vals) else max(vals)
+
+    s = {
+        "threshold_vs_urdf_max": worst(lambda r: max(r["ratios"]["threshold_vs_urdf"]["learned"])),
+        "threshold_vs_urdf_max_adapted": worst(lambda r: max(r["ratios"]["threshold_vs_urdf"]["adapted"])),
+        "detection_delay_ms_max": worst(lambda r: r["models"]["learned"]["detection_delay_ms_10n_max"]),
+        "detection_delay_ms_max_per_model": {m: worst(lambda r, m=m: r["models"][m]["detection_delay_ms_10n_max"])
+                                             for m in MODELS},
+        "detection_delay_ms_max_per_location": {
+            w: worst(lambda r, w=w: r["models"]["learned"]["detection_delay_ms_10n_max_per_location"][w])
+            for w in ("ee", "elbow")},
+        "detection_delay_ms_max_true_model": worst(lambda r: r["true_model"]["detection_delay_ms_10n_max"]),
+        "threshold_vs_urdf_max_true_model": worst(lambda r: max(_ratio(r["true_model"]["thresholds"],
+                                                                       r["models"]["urdf"]["thresholds"]))),
+        "external_torque_rmse_vs_urdf": worst(lambda r: r["ratios"]["rmse_vs_urdf"]["learned"]),
+        "external_torque_rmse_vs_urdf_adapted": worst(lambda r: r["ratios"]["rmse_vs_urdf"]["adapted"]),
+        "external_torque_rmse_raw_vs_urdf": worst(lambda r: r["ratios"]["rmse_raw_vs_urdf"]["learned"]),
+        "learned_vs_adapted_max": worst(lambda r: max(max(r["ratios"]["learned_vs_adapted"]["thresholds"]),
+                                                      r["ratios"]["learned_vs_adapted"]["rmse"])),
+        "smallest_push_detected_n": {m: {r["robot"]: r["models"][m]["smallest_push_detected_n"] for r in rs}
+                                     for m in MODELS},
+        "heldout_false_alarm_samples": {m: sum(r["models"][m]["heldout_false_alarm_samples"] for r in rs)
+                                        for m in MODELS},
+        "contact_false_alarm_samples": {m: sum(r["models"][m]["contact_false_alarm_samples"] for r in rs)
+                                        for m in MODELS},
+        "wrench_direction_error_deg": {m: {r["robot"]: r["models"][m]["wrench_direction_error_deg"] for r in rs}
+                                       for m in MODELS},
+    }
+
+    def no_larger(a, b):
+        return a is not None and (b is None or a <= b)
+
+    smaller_ok = all(no_larger(r["models"]["learned"]["smallest_push_detected_n"],
+                               r["models"]["adapted"]["smallest_push_detected_n"])
+                     or r["models"]["adapted"]["smallest_push_detected_n"] is None for r in rs)
+    s["learned_never_worse"] = bool(s["learned_vs_adapted_max"] is not None
+                                    and s["learned_vs_adapted_max"] <= TARGETS["learned_vs_adapted_max"]
+                                    and smaller_ok)
+
+    def le(key):
+        return bool(s[key] is not None and s[key] <= TARGETS[key])
+
+    met = {"threshold_vs_urdf_max": le("threshold_vs_urdf_max"), "detection_delay_ms_max": le("detection_delay_ms_max"),
+           "external_torque_rmse_vs_urdf": le("external_torque_rmse_vs_urdf"),
+           "learned_never_worse": s["learned_never_worse"]}
+    return {**s, "targets": TARGETS, "targets_met": met, "target_met": all(met.values())}
+
+
+# ----------------------------------------------------------------------------- plots
+
+def _shade(ax, pushes, t_lo, t_hi):
+    for p in pushes:
+        if p["start"] + p["duration"] < t_lo or p["start"] > t_hi:
+            continue
+        ax.axvspan(p["start"], p["start"] + p["duration"], color="C1" if p["where"] == "ee" else "C2", alpha=0.15,
+                   lw=0)
+
+
+def _plot_timeline(run, R, res, out_dir, files) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    t, truth, ph = run["t"], run["truth"], run["phases"]
+    lo, hi = ph["contact"][0] - 0.5, ph["contact"][1]
+    w = (t >= lo) & (t <= hi)
+    load = np.sqrt(np.mean(truth[_mask(t, ph["contact"])] ** 2, axis=0))
+    cols = sorted(np.argsort(-load)[:2])
+    names = RobotModel(run["robot"]).joint_names
+    fig, axes = plt.subplots(len(MODELS), len(cols), figsize=(13, 7.5), sharex=True, squeeze=False)
+    for i, name in enumerate(MODELS):
+        thr = res[name]["_thr"]
+        flags = res[name]["_flags"]
+        for j, c in enumerate(cols):
+            ax = axes[i, j]
+            _shade(ax, run["pushes"], lo, hi)
+            ax.plot(t[w], truth[w, c], color="k", lw=0.8, ls="--", label="applied J^T F")
+            ax.plot(t[w], R[name][w, c], color=f"C{i if i else 3}", lw=0.8, label=f"estimate ({MODEL_LABELS[name]})")
+            ax.axhline(thr[c], color="0.4", lw=0.7, ls=":")
+            ax.axhline(-thr[c], color="0.4", lw=0.7, ls=":")
+            on = np.flatnonzero(np.diff(flags.astype(int)) == 1) + 1
+            on = on[(t[on] >= lo) & (t[on] <= hi)]
+            if on.size:
+                ax.plot(t[on], np.full(on.size, ax.get_ylim()[1] * 0.9), "v", color="C3", ms=4, label="contact flag on")
+            if i == 0:
+                ax.set_title(f"{names[c]}", fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"{MODEL_LABELS[name]}\n[N m]", fontsize=8)
+            ax.legend(fontsize=6, loc="lower left", ncol=3)
+    for ax in axes[-1]:
+        ax.set_xlabel("sim time [s]  (orange: end-effector push, green: elbow push; dotted: threshold)")
+    fig.suptitle(f"{label(run['robot'])}: external torque, estimated vs applied, with the unmodelled tool and joint"
+                 f" friction (K_O = {GAIN:g} 1/s)", fontsize=10)
+    fig.tight_layout()
+    save_plot(fig, out_dir, f"contact_timeline_{label(run['robot'])}.png", files)
+
+
+def _plot_thresholds(per_robot: dict, out_dir: str, files: list) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(per_robot), figsize=(6.5 * len(per_robot), 3.8), squeeze=False)
+    for ax, (name, r) in zip(axes[0], per_robot.items()):
+        n = len(r["joints"])
+        x = np.arange(1, n + 1)
+        for i, mname in enumerate(MODELS):
+            ax.bar(x + (i - 1) * 0.27, r["models"][mname]["thresholds"], 0.27, label=MODEL_LABELS[mname],
+                   color=f"C{i if i else 3}")
+        ax.plot(x, r["true_model"]["thresholds"], "k_", ms=22, mew=1.5, label="the simulator's own model (noise floor)")
+        ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi * 30)
+        ax.set_xticks(x)
+        ax.set_xlabel("joint")
+        ax.set_ylabel("threshold for no false alarm [N m]")
+        ax.set_title(f"{name}: contact thresholds ({CALIBRATION['margin']:g} x the largest |r| held {MIN_SAMPLES}"
+                     " samples in free motion)", fontsize=9)
+        ax.legend(fontsize=7, ncol=2, loc="upper right")
+    fig.tight_layout()
+    save_plot(fig, out_dir, "contact_thresholds.png", files)
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="adaptive-dynamics experiment contact", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output directory (created)")
+    ap.add_argument("--quick", action="store_true", help="one robot (the first), 20 s of learning, a period each of"
+                    " calibration and held-out free motion, 4 s of pushes; no sensitivity table")
+    ap.add_argument("--robots", default=",".join(ROBOTS), help=f"comma-separated, of {', '.join(ROBOTS)}"
+                    f" (default {','.join(ROBOTS)}; --quick: the first)")
+    ap.add_argument("--seed", type=int, default=0, help="trajectory and sensor-noise seed")
+    args = ap.parse_args(argv)
+    robots = [r.strip() for r in args.robots.split(",") if r.strip()]
+    bad = [r for r in robots if r not in ROBOTS]
+    if bad or not robots:
+        raise SystemExit(f"robots {bad or robots}: this experiment has settings for {list(ROBOTS)}")
+    if args.quick:
+        robots = robots[:1]
+    cfg = QUICK if args.quick else FULL
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.perf_counter()
+    files: list = []
+    per_robot = {}
+    for robot in robots:
+        res = run_robot(robot, cfg, args.seed, args.out, files, with_sensitivity=not args.quick)
+        per_robot[res["robot"]] = res
+    _plot_thresholds(per_robot, args.out, files)
+    out = {"experiment": "contact", "quick": bool(args.quick), "robots": list(per_robot), "seed": args.seed,
+           "config": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()}, "push_on_s": PUSH_ON,
+                      "push_slot_s": PUSH_SLOT, "observer_gain": GAIN, "calibration": CALIBRATION, "learner": LEARNER,
+                      "tool": TOOL, "elbow": {label(r): ELBOW[r] for r in robots}},
+           **summarise(per_robot), "per_robot": per_robot,
+           "plots": [os.path.basename(f) for f in files], "runtime_s": round(time.perf_counter() - t0, 1)}
+    return write_result(args.out, "contact", out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""``adaptive-dynamics experiment contact --quick``: the Panda in MuJoCo with an unmodelled
+tool and the proxy's joint friction, 20 s of adaptation and residual learning, then the
+observers on the URDF, the adapted estimate and the adapted + learned model (in process,
+no DDS).
+
+The quick run is too short for the full run's figures; what it must show: the JSON's
+structure (last line = the file), thresholds finite and positive with no false alarm on
+the held-out free motion, the pushes the adapted model sees (every push of 20 N and
+more, at the end effector and at the elbow), the learned model's thresholds and RMSE
+below the URDF's on every joint, and the plots.  Plus the debounced calibration of
+``ThresholdCalibration`` the experiment relies on.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from adaptive_dynamics.control.contact import ContactDetector, ThresholdCalibration
+from adaptive_dynamics.experiments import contact
+
+pytestmark = pytest.mark.slow
+
+
+def test_contact_quick(tmp_path, capsys):
+    out = tmp_path / "contact"
+    assert contact.main(["--out", str(out), "--quick"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res == json.loads((out / "contact.json").read_text())
+    assert res["experiment"] == "contact" and res["quick"] and res["robots"] == ["panda"]
+    for key in ("threshold_vs_urdf_max", "detection_delay_ms_max", "external_torque_rmse_vs_urdf",
+                "learned_never_worse", "targets", "targets_met", "smallest_push_detected_n",
+                "wrench_direction_error_deg", "heldout_false_alarm_samples"):
+        assert key in res, key
+    assert set(res["targets_met"]) == {"threshold_vs_urdf_max", "detection_delay_ms_max",
+                                       "external_torque_rmse_vs_urdf", "learned_never_worse"}
+    r = res["per_robot"]["panda"]
+    n = len(r["joints"])
+    assert set(r["models"]) == {"urdf", "adapted", "learned"}
+    for name, m in r["models"].items():
+        thr = np.array(m["thresholds"])
+        assert thr.shape == (n,) and np.all(np.isfinite(thr)) and np.all(thr > 0), (name, thr)
+        assert m["heldout_false_alarm_samples"] == 0, name       # calibrated on one period, held out on the next
+        assert len(m["pushes"]) == len(r["pushes"]) == 8
+    # the pushes the adapted model sees: every one of 20 N and more, at both places, within 0.1 s
+    for p in r["models"]["adapted"]["pushes"]:
+        if p["magnitude"] >= 20.0:
+            assert p["detected"] and p["delay_ms"] < 100.0, p
+    assert r["models"]["adapted"]["smallest_push_detected_n"] <= 20.0
+    # the learned model against the URDF: every joint's threshold, the RMSE
+    assert max(r["ratios"]["threshold_vs_urdf"]["learned"]) < 1.0
+    assert r["ratios"]["rmse_vs_urdf"]["learned"] < 1.0
+    assert max(r["ratios"]["rmse_per_joint_vs_urdf"]["learned"]) < 1.0
+    assert res["threshold_vs_urdf_max"] < 1.0 and res["external_torque_rmse_vs_urdf"] < 1.0
+    # the URDF misses the tool: its estimate's wrench points elsewhere than the adapted model's
+    we = res["wrench_direction_error_deg"]
+    assert we["adapted"]["panda"]["ee"] < we["urdf"]["panda"]["ee"]
+    for name in res["plots"]:
+        assert (out / name).stat().st_size > 10_000, name
+    assert set(res["plots"]) == {"contact_timeline_panda.png", "contact_thresholds.png"}
+
+
+def test_debounced_calibration_is_what_the_debounced_detector_flags():
+    rng = np.random.default_rng(4)
+    n, m = 3, 5
+    R = rng.normal(0.0, 1.0, (20_000, n)) + np.array([0.0, 2.0, -1.0])
+    plain, deb = ThresholdCalibration(n), ThresholdCalibration(n, min_samples=m)
+    for k, r in enumerate(R):
+        plain.add(k * 1e-3, r)
+        deb.add(k * 1e-3, r)
+    A = np.abs(R)
+    level = np.min(np.stack([A[j:len(A) - m + 1 + j] for j in range(m)]), axis=0).max(axis=0)
+    np.testing.assert_allclose(deb.max_abs, level)
+    np.testing.assert_allclose(plain.max_abs, A.max(axis=0))
+    assert np.all(deb.max_abs < 0.75 * plain.max_abs)            # white noise: much lower
+    np.testing.assert_allclose(deb.mean, plain.mean)              # the other statistics are the same
+    np.testing.assert_allclose(deb.std, plain.std)
+    # margin 1: the detector with that debounce never fires on the segment; a hair lower, it does
+    for scale, fires in ((1.0 + 1e-9, False), (1.0 - 1e-6, True)):
+        det = ContactDetector(deb.thresholds("max", margin=scale), min_samples=m)
+        assert any(det.update(r)[0] for r in R) is fires
+    with pytest.raises(ValueError, match="min_samples"):
+        ThresholdCalibration(n, min_samples=0)
+    assert math.isnan(ThresholdCalibration(n, min_samples=m).t_first)
