@@ -149,3 +149,37 @@ def test_segments_count_and_repair_what_recordings_contain():
     np.testing.assert_array_equal(clean[0][1], x)
     short, c = segments(t[:200], x[:200])
     assert short == [] and c["short_segments"] == 200
+
+
+def test_near_rest_samples_of_coulomb_joints_are_left_out():
+    """A joint's smooth Coulomb friction f_c tanh(v / 0.01) near rest is no sgn(v): with
+    those samples (|v| < 0.05 rad/s) left out (the default, ``moving_rows``) the viscous and
+    Coulomb levels and the rigid body come out at their truth (pinocchio's RNEA + the
+    friction); fitting every sample splits the friction wrongly."""
+    import math
+
+    import pinocchio as pin
+
+    from adaptive_dynamics.dynamics.identification import MIN_VELOCITY, moving_rows
+    from adaptive_dynamics.trajectories import ModifiedFourier
+
+    m = RobotModel("panda", friction=True)
+    rng = np.random.default_rng(5)
+    traj = ModifiedFourier.random(m.n, rng, q_center=0.5 * (m.lower + m.upper), amplitude=0.5,
+                                  w_f=2 * math.pi * 0.1, L=4, lower=m.lower, upper=m.upper,
+                                  vel_limit=0.8 * m.velocity_limit, acc_limit=np.full(m.n, 8.0))
+    t = np.arange(0.0, 20.0, 0.005)
+    Q, V, A = traj.sample_many(t)
+    fv, fc = np.linspace(0.1, 0.4, m.n), np.linspace(0.3, 1.0, m.n)
+    pm, d = m.model, m.model.createData()
+    rigid = RobotModel("panda").parameters
+    tau = np.array([pin.rnea(pm, d, q, v, a) for q, v, a in zip(Q, V, A)]) + fv * V + fc * np.tanh(V / 0.01)
+    truth = m.base_parameters().to_base(np.concatenate([rigid, fv, fc]))
+    keep = moving_rows(m, V)
+    assert 0 < np.mean(keep == 0) < 0.2 and np.all(moving_rows(RobotModel("panda"), V) == 1)
+    left_out = identify(m, Q, V, A, tau)
+    every = identify(m, Q, V, A, tau, min_velocity=0.0)
+    err = lambda ident: np.linalg.norm(ident.theta - truth) / np.linalg.norm(truth)   # noqa: E731
+    assert err(left_out) < 1e-3 < err(every) and err(left_out) < err(every) / 10
+    np.testing.assert_array_equal(left_out.rows_used, keep.sum(axis=0))
+    assert MIN_VELOCITY == 0.05

@@ -37,7 +37,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from .inertial import pseudo_inertias
 
-__all__ = ["Identification", "prepare", "segments", "identify", "identify_consistent", "nmse", "solve_sdp"]
+__all__ = ["Identification", "prepare", "segments", "identify", "identify_consistent", "nmse", "solve_sdp",
+           "moving_rows", "MIN_VELOCITY"]
+
+
+#: friction columns: a joint's samples slower than this [rad/s] are left out of the fit
+#: (:func:`moving_rows`; the rule of ``identify --payload`` too)
+MIN_VELOCITY = 0.05
 
 
 @dataclass
@@ -55,6 +61,7 @@ class Identification:
     offset: np.ndarray = field(default_factory=lambda: np.zeros(0))   # constant torque per joint (offset=True)
     method: str = "least_squares"  # or "consistent"
     min_pseudo_inertia_eig: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per link, of pi
+    rows_used: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per joint: samples fitted
 
     def torque(self, model, q, qd, qdd, *, offset: bool = True) -> np.ndarray:
         """Predicted joint torque (N x n): ``Y pi = Y_b theta``, plus the offsets unless
@@ -71,6 +78,8 @@ class Identification:
             out["offset"] = [float(x) for x in self.offset]
         if self.min_pseudo_inertia_eig.size:
             out["min_pseudo_inertia_eig"] = [float(x) for x in self.min_pseudo_inertia_eig]
+        if self.rows_used.size:
+            out["rows_used"] = [int(x) for x in self.rows_used]
         return out
 
 
@@ -178,11 +187,26 @@ def _check(model, q, qd, qdd, tau):
     return q, qd, qdd, tau
 
 
-def identify(model, q, qd, qdd, tau, *, weighted: bool = True, offset: bool = False) -> Identification:
+def moving_rows(model, qd, min_velocity: float = MIN_VELOCITY) -> np.ndarray:
+    """(N, n) 1.0 / 0.0: the samples of each joint the fit keeps.  With friction columns
+    (``sgn(q_dot)``) a joint's samples slower than ``min_velocity`` [rad/s] are left out:
+    near rest no friction law predicts its friction (stiction, a smooth Coulomb
+    characteristic), and the few such samples would split viscous and Coulomb friction
+    wrongly; without friction columns, or ``min_velocity <= 0``, every sample."""
+    qd = np.asarray(qd, dtype=float)
+    if not getattr(model, "friction", False) or min_velocity <= 0:
+        return np.ones_like(qd)
+    return (np.abs(qd) >= float(min_velocity)).astype(float)
+
+
+def identify(model, q, qd, qdd, tau, *, weighted: bool = True, offset: bool = False,
+             min_velocity: float = MIN_VELOCITY) -> Identification:
     """Least-squares base parameters of ``model`` (a :class:`RobotModel`, usually with
     ``friction=True``) from samples (N, n) of ``q, qd, qdd`` and the joint torque;
-    ``offset``: plus a constant torque per joint (:attr:`Identification.offset`)."""
+    ``offset``: plus a constant torque per joint (:attr:`Identification.offset`);
+    ``min_velocity``: :func:`moving_rows` (the residuals are those of the kept samples)."""
     q, qd, qdd, tau = _check(model, q, qd, qdd, tau)
+    keep = moving_rows(model, qd, min_velocity)
     n = model.n
     base = model.base_parameters()
     N = q.shape[0]
@@ -193,7 +217,9 @@ def identify(model, q, qd, qdd, tau, *, weighted: bool = True, offset: bool = Fa
     A = model.regressor_batch(q, qd, qdd, base=base)
     if offset:
         A = np.concatenate([A, np.broadcast_to(np.eye(n), (N, n, n))], axis=2)
-    y = tau.copy()
+    A = A * keep[:, :, None]
+    y = tau * keep
+    kept = np.maximum(keep.sum(axis=0), 1.0)
     scale = np.linalg.norm(A.reshape(N * n, b), axis=0)
     scale[scale == 0] = 1.0
 
@@ -206,14 +232,14 @@ def identify(model, q, qd, qdd, tau, *, weighted: bool = True, offset: bool = Fa
     theta, Aw = solve(np.ones(n))
     if weighted:
         res = y - np.einsum("knb,b->kn", A, theta)
-        sd = np.sqrt(np.mean(res * res, axis=0))
+        sd = np.sqrt(np.sum(res * res, axis=0) / kept)
         w = 1.0 / np.maximum(sd, 1e-6 * max(float(sd.max()), 1e-12))
         theta, Aw = solve(w)
     res = y - np.einsum("knb,b->kn", A, theta)
     sv = np.linalg.svd(Aw, compute_uv=False)
     cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf")
     # parameter standard deviations from the (weighted) residual: sigma^2 (A^T A)^-1
-    dof = max(N * n - b, 1)
+    dof = max(int(keep.sum()) - b, 1)
     wres = (res * (w if weighted else np.ones(n))[None, :]).reshape(-1)
     sigma2 = float(wres @ wres) / dof
     try:
@@ -222,9 +248,9 @@ def identify(model, q, qd, qdd, tau, *, weighted: bool = True, offset: bool = Fa
     except np.linalg.LinAlgError:
         rel = np.full(b, np.inf)
     return Identification(theta=theta[:nb], names=list(base.names), pi=base.from_base(theta[:nb]),
-                          residual_rmse=np.sqrt(np.mean(res * res, axis=0)),
-                          tau_rms=np.sqrt(np.mean(tau * tau, axis=0)), condition=cond, samples=N,
-                          relative_std=rel[:nb], offset=theta[nb:].copy())
+                          residual_rmse=np.sqrt(np.sum(res * res, axis=0) / kept),
+                          tau_rms=np.sqrt(np.sum((tau * keep) ** 2, axis=0) / kept), condition=cond, samples=N,
+                          relative_std=rel[:nb], offset=theta[nb:].copy(), rows_used=keep.sum(axis=0).astype(int))
 
 
 def _pseudo_inertia_basis() -> np.ndarray:
@@ -248,7 +274,8 @@ def solve_sdp(prob, xs, solver, what: str) -> np.ndarray:
 
 
 def identify_consistent(model, q, qd, qdd, tau, *, weights=None, offset: bool = False, prior=None,
-                        prior_weight: float = 1e-6, solver: str | None = None) -> Identification:
+                        prior_weight: float = 1e-6, solver: str | None = None,
+                        min_velocity: float = MIN_VELOCITY) -> Identification:
     """Physically consistent identification: least squares over the full parameters
     ``pi`` (10 per link, then viscous and Coulomb friction; ``offset``: a constant torque
     per joint) subject to every link's pseudo-inertia ``J(pi_i)`` being positive
@@ -269,16 +296,18 @@ def identify_consistent(model, q, qd, qdd, tau, *, weights=None, offset: bool = 
     q, qd, qdd, tau = _check(model, q, qd, qdd, tau)
     n, P, nP = model.n, model.n_inertial, model.n_params
     N = q.shape[0]
+    keep = moving_rows(model, qd, min_velocity)
     Y = model.regressor_batch(q, qd, qdd)                              # N x n x nP
     if offset:
         Y = np.concatenate([Y, np.broadcast_to(np.eye(n), (N, n, n))], axis=2)
     p = Y.shape[2]
     if weights is None:
-        w = 1.0 / np.maximum(identify(model, q, qd, qdd, tau, weighted=False, offset=offset).residual_rmse, 1e-9)
+        w = 1.0 / np.maximum(identify(model, q, qd, qdd, tau, weighted=False, offset=offset,
+                                      min_velocity=min_velocity).residual_rmse, 1e-9)
     else:
         w = np.asarray(weights, dtype=float).reshape(n)
-    A = (Y * w[None, :, None]).reshape(N * n, p)
-    y = (tau * w[None, :]).reshape(N * n)
+    A = (Y * (w[None, :] * keep)[:, :, None]).reshape(N * n, p)
+    y = (tau * w[None, :] * keep).reshape(N * n)
     scale = np.linalg.norm(A, axis=0)
     scale[scale < 1e-12 * max(scale.max(), 1e-300)] = 1.0
     Qm, R = np.linalg.qr(A / scale)                                  # |A x - y|^2 = |R xs - Q^T y|^2 + c
@@ -302,12 +331,13 @@ def identify_consistent(model, q, qd, qdd, tau, *, weights=None, offset: bool = 
     theta = base.to_base(pi)
     off = sol[nP:] if offset else np.zeros(0)
     Yb = model.regressor_batch(q, qd, qdd, base=base)
-    res = tau - Yb @ theta - (off if offset else 0.0)
-    Ab = (Yb * w[None, :, None]).reshape(N * n, -1)          # condition of the (identifiable) base columns
+    res = (tau - Yb @ theta - (off if offset else 0.0)) * keep
+    kept = np.maximum(keep.sum(axis=0), 1.0)
+    Ab = (Yb * (w[None, :] * keep)[:, :, None]).reshape(N * n, -1)   # condition of the (identifiable) base columns
     nb = np.linalg.norm(Ab, axis=0)
     sv = np.linalg.svd(Ab / np.where(nb > 0, nb, 1.0), compute_uv=False)
     return Identification(theta=theta, names=list(base.names), pi=pi,
-                          residual_rmse=np.sqrt(np.mean(res * res, axis=0)),
-                          tau_rms=np.sqrt(np.mean(tau * tau, axis=0)),
+                          residual_rmse=np.sqrt(np.sum(res * res, axis=0) / kept),
+                          tau_rms=np.sqrt(np.sum((tau * keep) ** 2, axis=0) / kept),
                           condition=float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf"), samples=N, offset=off,
-                          method="consistent", min_pseudo_inertia_eig=eig)
+                          method="consistent", min_pseudo_inertia_eig=eig, rows_used=keep.sum(axis=0).astype(int))
