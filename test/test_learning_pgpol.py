@@ -113,6 +113,43 @@ def test_member_posterior_equals_gpy_dtc_and_fusion_is_inverse_sigma_weighted(mo
     np.testing.assert_allclose(S.predict(Xq), S.members[0].predict(Xq)[0], rtol=1e-7, atol=1e-8)
 
 
+@pytest.mark.parametrize("groups", ["shared", "joint"])
+def test_paper_fusion_weights_each_gp_by_its_scaled_sigma(groups):
+    """``fusion="scaled"`` (the paper's): one weight per GP, 1 / sigma with sigma the root
+    of the mean over outputs of its latent variance + noise in its own standardised output
+    units -- recomputed here from the members' predictions and scalers; the single-query
+    path gives the same; the default (raw, per output) differs; saved and loaded."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(240, 3))
+    Y = np.c_[np.sin(X[:, 0]), 10.0 * X[:, 1] ** 2, 0.1 * X[:, 2]]
+    kw = dict(windows=[40, 120], knn=5, n_inducing=8, max_iter=3, groups=groups, change_threshold=None)
+    L = PGPOL(3, 3, fusion="scaled", **kw).set_prediction(raw=True)
+    R = PGPOL(3, 3, **kw).set_prediction(raw=True)
+    for k in range(0, 240, 6):
+        L.partial_fit(X[k:k + 6], Y[k:k + 6])
+        R.partial_fit(X[k:k + 6], Y[k:k + 6])
+    Xq = X[::17] + 0.1
+    means, vars_, w = [], [], []
+    for g in L.members:
+        ys = g.snap[4]
+        mu_g, var_g = g.predict(Xq, return_var=True)
+        noise_scaled = np.broadcast_to(np.asarray(g.sn2, float), (3,)) if groups == "joint" else np.full(3, g.sn2[0])
+        w.append(1.0 / np.sqrt(np.mean(var_g / ys.std ** 2 + noise_scaled, axis=1, keepdims=True)))
+        means.append(mu_g)
+        vars_.append(var_g)
+    fused = sum(wi * mi for wi, mi in zip(w, means)) / sum(w)
+    fused_var = sum(wi * vi for wi, vi in zip(w, vars_)) / sum(w)
+    mu, var = L.predict(Xq, return_var=True)
+    np.testing.assert_allclose(mu, fused, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(var, fused_var, rtol=1e-5, atol=1e-8)
+    for i, q in enumerate(Xq[:4]):
+        np.testing.assert_allclose(L.predict(q), mu[i], rtol=1e-6, atol=1e-9)
+    assert not np.allclose(R.predict(Xq), mu, rtol=1e-6, atol=1e-9)       # the raw weights differ
+    assert L.get_config()["fusion"] == "scaled" and R.get_config()["fusion"] == "raw"
+    with pytest.raises(ValueError, match="fusion"):
+        PGPOL(3, 3, fusion="mean")
+
+
 def test_joint_groups_give_one_gp_per_output():
     X, Y = _stream(200, o=3)
     L = PGPOL(3, 3, windows=[30, 60], groups="joint", n_inducing=6, max_iter=3, change_threshold=None)

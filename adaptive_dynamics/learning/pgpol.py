@@ -24,10 +24,12 @@ eq. 4-5) that drift along it, GP i trained on the newest ``windows[i]`` samples 
   larger than the smallest window send samples to the database unseen by that GP:
   offline, feed blocks well below it (``replay --learner pgpol --block 10``).
 * **Fusion**: the k predictions are weighted by the reciprocal of their standard
-  deviation, w_i = 1 / sigma_i (per output), mu = sum w_i mu_i / sum w_i; the fused
-  variance is sum w_i sigma_i^2 / sum w_i.  sigma_i is the GP's predictive standard
-  deviation of y (latent variance + noise, raw units: comparable across GPs with
-  different scalers); the variance returned is the fused latent variance.
+  deviation, w_i = 1 / sigma_i, mu = sum w_i mu_i / sum w_i; the fused variance is
+  sum w_i var_i / sum w_i (var_i the latent variance in raw units).  ``fusion="raw"``
+  (default): sigma_i per output, the GP's predictive standard deviation of y (latent
+  variance + noise) in raw torque units, comparable across GPs whose scalers differ;
+  ``fusion="scaled"`` (the paper's): one sigma_i per GP, in the GP's own standardised
+  output units (the root of the mean over outputs of latent variance + noise).
 * **Change detection** (eq. 7-9): every sample is first predicted by the current model
   (prequential); with nmse_{t,j} = mean_i (y_ij - y~_ij)^2 / var(y_j) (var over the
   samples since the last reset) and nmse-bar_t its mean over the outputs, gamma =
@@ -173,9 +175,13 @@ class PGPOL(Learner):
         (1: eq. 7 as the paper).
     seed:
         Seeds the inducing inputs' first draw.
+    fusion:
+        ``"raw"`` (default) or ``"scaled"`` (the paper's): the standard deviation the
+        fusion weights are the reciprocal of (see the module docstring).
     """
 
     kind = "pgpol"
+    FUSIONS = ("raw", "scaled")
     DEFAULT_WINDOWS: Sequence[int] = (60, 480)
 
     def __init__(self, input_dim: int, output_dim: int, *, windows: Optional[Sequence[int]] = None,
@@ -184,8 +190,11 @@ class PGPOL(Learner):
                  groups: str = "shared", change_threshold: Optional[float] = CHANGE_DEFAULTS["change_threshold"],
                  change_horizon: int = CHANGE_DEFAULTS["change_horizon"],
                  change_warmup: int = CHANGE_DEFAULTS["change_warmup"],
-                 change_lag: int = CHANGE_DEFAULTS["change_lag"], seed: int = 0):
+                 change_lag: int = CHANGE_DEFAULTS["change_lag"], seed: int = 0, fusion: str = "raw"):
         super().__init__(input_dim, output_dim)
+        if fusion not in self.FUSIONS:
+            raise ValueError(f"fusion must be one of {self.FUSIONS}, got {fusion!r}")
+        self.fusion = fusion
         windows = list(self.DEFAULT_WINDOWS if windows is None else np.atleast_1d(windows).tolist())
         if not windows or any(int(w) != w or w < 2 for w in windows):
             raise ValueError(f"windows must be integers >= 2, got {windows}")
@@ -236,7 +245,7 @@ class PGPOL(Learner):
                 "signal_var": self.signal_var, "noise_var": self.noise_var, "ard": self.ard,
                 "groups": self.groups, "change_threshold": self.change_threshold,
                 "change_horizon": self.change_horizon, "change_warmup": self.change_warmup,
-                "change_lag": self.change_lag, "seed": self.seed}
+                "change_lag": self.change_lag, "seed": self.seed, "fusion": self.fusion}
 
     def _counters(self) -> Dict[str, int]:
         c = super()._counters()
@@ -429,7 +438,10 @@ class PGPOL(Learner):
         var = v.reshape(K, G if joint else 1) * s["ysd2"]                     # K x o, raw latent
         if K == 1:
             return mean, var, sup[:, 0]
-        w = 1.0 / np.sqrt(var + s["noise"])
+        if self.fusion == "scaled":   # one weight per GP, its standardised output units
+            w = 1.0 / np.sqrt(np.mean(var / s["ysd2"] + s["noise"] / s["ysd2"], axis=1, keepdims=True))
+        else:
+            w = 1.0 / np.sqrt(var + s["noise"])
         wsum = w.sum(axis=0)
         fused = (w * mean).sum(axis=0) / wsum
         return fused[None], ((w * var).sum(axis=0) / wsum)[None] if return_var else None, sup.max(axis=0)
@@ -471,7 +483,10 @@ class PGPOL(Learner):
         var = var_s * ysd2                                                   # K x N x o, raw latent
         if K == 1:
             return mean[0], var[0] if return_var else None, sup[0]
-        w = 1.0 / np.sqrt(var + noise_s * ysd2)
+        if self.fusion == "scaled":   # one weight per GP, its standardised output units
+            w = 1.0 / np.sqrt(np.mean(var_s + noise_s, axis=2, keepdims=True))
+        else:
+            w = 1.0 / np.sqrt(var + noise_s * ysd2)
         wsum = w.sum(axis=0)
         fused = (w * mean).sum(axis=0) / wsum
         return fused, ((w * var).sum(axis=0) / wsum if return_var else None), sup.max(axis=0)
