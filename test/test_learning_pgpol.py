@@ -150,6 +150,33 @@ def test_paper_fusion_weights_each_gp_by_its_scaled_sigma(groups):
         PGPOL(3, 3, fusion="mean")
 
 
+def test_scalers_on_the_window_alone():
+    """``scale_on="window"`` (the paper's): each GP's input and output scalers are those of
+    its window, not of its window + neighbours (the default)."""
+    from adaptive_dynamics.learning.gp import Standardiser
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200, 3)) * [1.0, 2.0, 0.5]
+    Y = np.c_[np.sin(X[:, 0]), X[:, 1]]
+    out = {}
+    for where in ("window", "training"):
+        L = PGPOL(3, 2, windows=[30], knn=15, n_inducing=6, max_iter=2, change_threshold=None, scale_on=where)
+        for k in range(0, 200, 5):
+            L.hint(X[min(k + 5, 199)])
+            L.partial_fit(X[k:k + 5], Y[k:k + 5])
+        g = L.members[0]
+        xs, ys = g.snap[3], g.snap[4]
+        assert g.X.shape[0] > 30                                # window + neighbours
+        ref_x = Standardiser.fit(g.X[:30] if where == "window" else g.X)
+        np.testing.assert_allclose(xs.mean, ref_x.mean, rtol=1e-12)
+        np.testing.assert_allclose(ys.std, Standardiser.fit(g.Y[:30] if where == "window" else g.Y).std, rtol=1e-12)
+        out[where] = xs.std
+        assert L.get_config()["scale_on"] == where
+    assert not np.allclose(out["window"], out["training"])
+    with pytest.raises(ValueError, match="scale_on"):
+        PGPOL(3, 2, scale_on="all")
+
+
 def test_joint_groups_give_one_gp_per_output():
     X, Y = _stream(200, o=3)
     L = PGPOL(3, 3, windows=[30, 60], groups="joint", n_inducing=6, max_iter=3, change_threshold=None)

@@ -116,10 +116,11 @@ prior is that model (``--project-prior rbd``, default; ``mean``: the torque itse
 prior the running mean torque); ``paper`` runs the paper's algorithm as far as it
 is a setting (:data:`PAPER_LEARNER`: the fused raw mean everywhere, ``raw_prediction`` on
 ``model_update`` and ``prediction``; the paper's one-sample change test; the fusion
-weighting each GP by its scaled standard deviation, ``fusion: scaled``); ``both`` (the
+weighting each GP by its scaled standard deviation, ``fusion: scaled``; each GP's scalers
+on its window alone, ``scale_on: window``); ``both`` (the
 default) runs the learned rows in each mode beside one set of baselines (``--quick``: one
-constellation in the paper mode).  Still not settings: the scalers on the window alone,
-one sample per update (``docs/design.md``).
+constellation in the paper mode).  Still not a setting: one sample per update
+(``docs/design.md``).
 
 JSON (``pgpol.json``, printed last): ``table_i`` (A_total per approach),
 ``a_total_reduction_best``, ``a_total_reduction_rbd``, ``beats_rbd`` (and ``_rbd_ff``: against
@@ -203,7 +204,7 @@ MODES = ("both", "project", "paper")
 #: torque itself (``target: torque``, the paper's) and fall back to the running mean torque
 PROJECT_PRIORS = ("rbd", "mean")
 #: what the paper mode changes in a learned run (the departures that are settings so far)
-PAPER_LEARNER: dict[str, Any] = {"raw": True, "change": PAPER_CHANGE, "fusion": "scaled"}
+PAPER_LEARNER: dict[str, Any] = {"raw": True, "change": PAPER_CHANGE, "fusion": "scaled", "scale_on": "window"}
 #: the payload run: pick-and-place at this speed, the payload attached at the start of the
 #: dwell at waypoint PAYLOAD_WAYPOINT (a pick point, at rest) of cycle 2 (quick: of cycle 1)
 PAYLOAD_SPEED = 0.5
@@ -889,9 +890,8 @@ def experiment_1(R: Runner, estimate: str, mode: str = "both",
             on_rbd = m == "project" and project_prior == "rbd"
             spec = {**base, "controller": R.controller("learned_rbd", estimate) if on_rbd else R.controller("learned"),
                     "learner": {"kind": "sgpol" if len(windows) == 1 else "pgpol",
-                                "config": learner_config(windows, knn, change,
-                                                         **({"fusion": PAPER_LEARNER["fusion"]}
-                                                            if m == "paper" and len(windows) > 1 else {})),
+                                "config": learner_config(windows, knn, change, **(
+                                    {k: PAPER_LEARNER[k] for k in ("fusion", "scale_on")} if m == "paper" else {})),
                                 **({"target": "residual"} if on_rbd else {}),
                                 **({"raw": PAPER_LEARNER["raw"]} if m == "paper" else {})}}
             stream = m == modes[0] and knn > 0 and windows in ((480,), (60, 480))

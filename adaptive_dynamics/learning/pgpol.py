@@ -15,7 +15,8 @@ eq. 4-5) that drift along it, GP i trained on the newest ``windows[i]`` samples 
   hint came -- in inputs standardised by the spread of the largest window.  Brute
   force, vectorised: over a database of a few thousand samples it is ~0.1 ms, below a
   KD-tree rebuild per update.  Each GP standardises its own training set (window plus
-  neighbours) at its refit; a consistency shift keeps those scalers, so they are saved.
+  neighbours, ``scale_on="training"``, the default; ``"window"``: the window alone, the
+  paper's) at its refit; a consistency shift keeps those scalers, so they are saved.
 * **One GP refitted per update** (sec. II-C: "only one model is updated"): every
   :meth:`partial_fit` call inserts its samples and refits exactly one GP, round robin;
   the refit optimises (Z, theta, sn2) for at most ``max_iter`` iterations, warm-started.
@@ -178,10 +179,14 @@ class PGPOL(Learner):
     fusion:
         ``"raw"`` (default) or ``"scaled"`` (the paper's): the standard deviation the
         fusion weights are the reciprocal of (see the module docstring).
+    scale_on:
+        ``"training"`` (default: window + neighbours) or ``"window"`` (the paper's): the
+        samples each GP's input and output scalers are fitted on.
     """
 
     kind = "pgpol"
     FUSIONS = ("raw", "scaled")
+    SCALE_ON = ("training", "window")
     DEFAULT_WINDOWS: Sequence[int] = (60, 480)
 
     def __init__(self, input_dim: int, output_dim: int, *, windows: Optional[Sequence[int]] = None,
@@ -190,11 +195,14 @@ class PGPOL(Learner):
                  groups: str = "shared", change_threshold: Optional[float] = CHANGE_DEFAULTS["change_threshold"],
                  change_horizon: int = CHANGE_DEFAULTS["change_horizon"],
                  change_warmup: int = CHANGE_DEFAULTS["change_warmup"],
-                 change_lag: int = CHANGE_DEFAULTS["change_lag"], seed: int = 0, fusion: str = "raw"):
+                 change_lag: int = CHANGE_DEFAULTS["change_lag"], seed: int = 0, fusion: str = "raw",
+                 scale_on: str = "training"):
         super().__init__(input_dim, output_dim)
         if fusion not in self.FUSIONS:
             raise ValueError(f"fusion must be one of {self.FUSIONS}, got {fusion!r}")
-        self.fusion = fusion
+        if scale_on not in self.SCALE_ON:
+            raise ValueError(f"scale_on must be one of {self.SCALE_ON}, got {scale_on!r}")
+        self.fusion, self.scale_on = fusion, scale_on
         windows = list(self.DEFAULT_WINDOWS if windows is None else np.atleast_1d(windows).tolist())
         if not windows or any(int(w) != w or w < 2 for w in windows):
             raise ValueError(f"windows must be integers >= 2, got {windows}")
@@ -245,7 +253,8 @@ class PGPOL(Learner):
                 "signal_var": self.signal_var, "noise_var": self.noise_var, "ard": self.ard,
                 "groups": self.groups, "change_threshold": self.change_threshold,
                 "change_horizon": self.change_horizon, "change_warmup": self.change_warmup,
-                "change_lag": self.change_lag, "seed": self.seed, "fusion": self.fusion}
+                "change_lag": self.change_lag, "seed": self.seed, "fusion": self.fusion,
+                "scale_on": self.scale_on}
 
     def _counters(self) -> Dict[str, int]:
         c = super()._counters()
@@ -321,11 +330,12 @@ class PGPOL(Learner):
         if n < 2:
             return
         X, Y = self._X[-n:], self._Y[-n:]
+        scalers = (Standardiser.fit(X), Standardiser.fit(Y)) if self.scale_on == "window" else (None, None)
         nb = self._neighbours(i)
         if nb is not None:
             X, Y = np.vstack([X, nb[0]]), np.vstack([Y, nb[1]])
         try:
-            self.members[i].fit(X, Y)
+            self.members[i].fit(X, Y, *scalers)
         except np.linalg.LinAlgError:   # a degenerate window: keep the previous fit of this GP
             return
         self.n_refits += 1
