@@ -28,6 +28,42 @@ def test_orientation_error_is_axis_times_angle_and_zero_without_rotation():
     np.testing.assert_allclose(orientation_error(R, R_d), 0.3 * axis, atol=1e-12)
 
 
+def test_vect_orientation_error_is_sin_angle_times_axis_and_its_rate_uses_L():
+    """The lab's e_o = vect(R_d R^T) = sin(theta) r = 1/2 sum x_i x x_d,i (Siciliano eq.
+    3.85), equal to log's theta r to first order; e_o_dot = L^T w_d - L w against finite
+    differences of rotating frames."""
+    from adaptive_dynamics.control.backstepping import _vect_L
+
+    m = RobotModel("panda")
+    ref = TaskSpaceReference(m, 5.0, orientation="vect", k_posture=0.0)
+    T0 = m.frame_pose(Q0)
+    axis = np.array([0.0, 0.6, 0.8])
+    for angle in (1e-3, 0.3, 1.2):
+        R_d = pin.exp3(angle * axis) @ T0[:3, :3]
+        ref.compute(Q0, np.zeros(7), T0[:3, 3], R_d, np.zeros(6), np.zeros(6))
+        np.testing.assert_allclose(ref.e[3:], np.sin(angle) * axis, atol=1e-12)
+        R = T0[:3, :3]
+        np.testing.assert_allclose(ref.e[3:], 0.5 * sum(np.cross(R[:, i], R_d[:, i]) for i in range(3)), atol=1e-12)
+    assert np.abs(ref.e[3:] - 1.2 * axis).max() > 0.1           # not log's theta r at large errors
+    rng = np.random.default_rng(3)
+    R0, Rd0 = pin.exp3(rng.standard_normal(3)), pin.exp3(rng.standard_normal(3) * 0.3)
+    w, w_d = rng.standard_normal(3), rng.standard_normal(3)
+
+    def e_o(t):
+        R, R_d = pin.exp3(w * t) @ R0, pin.exp3(w_d * t) @ Rd0
+        Re = R_d @ R.T
+        return 0.5 * np.array([Re[2, 1] - Re[1, 2], Re[0, 2] - Re[2, 0], Re[1, 0] - Re[0, 1]]), R, R_d
+
+    h = 1e-6
+    _, R, R_d = e_o(0.0)
+    L, Ld = _vect_L(R, R_d, w, w_d)
+    np.testing.assert_allclose(L.T @ w_d - L @ w, (e_o(h)[0] - e_o(-h)[0]) / (2 * h), atol=1e-8)
+    L1, L0 = _vect_L(*e_o(h)[1:], w, w_d)[0], _vect_L(*e_o(-h)[1:], w, w_d)[0]
+    np.testing.assert_allclose(Ld, (L1 - L0) / (2 * h), atol=1e-7)
+    with pytest.raises(ValueError, match="orientation"):
+        TaskSpaceReference(m, 5.0, orientation="quaternion")
+
+
 def _motion(t, q0, v0, a0):
     return q0 + v0 * t + 0.5 * a0 * t * t, v0 + a0 * t
 
@@ -42,8 +78,9 @@ def _reference(t, p0, R0):
     return p, R, np.concatenate([pd, w]), np.concatenate([pdd, np.zeros(3)])
 
 
+@pytest.mark.parametrize("orientation", ["log", "vect"])
 @pytest.mark.parametrize("where", ["regular", "near_singular"])
-def test_reference_acceleration_and_error_rate_are_the_time_derivatives(where):
+def test_reference_acceleration_and_error_rate_are_the_time_derivatives(where, orientation):
     """qdd_r = d/dt qd_r and e_dot = d/dt e along a motion q(t) with the reference moving,
     by central differences; near a singular pose (the damping rising) too."""
     m = RobotModel("panda")
@@ -52,7 +89,7 @@ def test_reference_acceleration_and_error_rate_are_the_time_derivatives(where):
     if where == "near_singular":
         q0[3] = -0.08                      # elbow almost straight: sigma_min below the threshold
     ref = TaskSpaceReference(m, kp=[4.0, 5.0, 6.0, 3.0, 3.5, 2.5], damping=0.1, singular_threshold=0.1,
-                             posture=q0 + 0.1, k_posture=1.5)
+                             posture=q0 + 0.1, k_posture=1.5, orientation=orientation)
     v0, a0 = 0.3 * rng.standard_normal(7), 0.5 * rng.standard_normal(7)
     T0 = m.frame_pose(q0)
     p0, R0 = T0[:3, 3] + 0.02, pin.exp3(np.array([0.05, 0.0, -0.04])) @ T0[:3, :3]
@@ -92,14 +129,16 @@ def _closed_loop(ctl, plant, m, seconds, learn, path):
     return np.array(ts), np.array(en), np.array(V)
 
 
-def test_lyapunov_function_does_not_increase_with_the_true_model():
+@pytest.mark.parametrize("orientation", ["log", "vect"])
+def test_lyapunov_function_does_not_increase_with_the_true_model(orientation):
     """Proposition 2: pi_hat = pi (the plant's own parameters, MuJoCo's dynamics being
     pinocchio's), no adaptation: V = e^T e / 2 + s^T M s / 2 does not grow along the loop
-    (up to the 1 kHz sampling), from an initial error, while the pose is held."""
+    (up to the 1 kHz sampling), from an initial error, while the pose is held -- with the
+    log orientation error and with the lab's vect(R_d R^T) and its L-matrix mapping."""
     m = RobotModel("panda")
     plant = MujocoPlant("panda", reality=RealityConfig(), q0=Q0)
     ctl = BacksteppingController(m, "direct", kp_task=5.0, kd=np.full(7, 5.0), lam=1.0, gamma=1.0,
-                                 pi0=m.parameters.copy(), dt=1e-3, k_posture=0.0)
+                                 pi0=m.parameters.copy(), dt=1e-3, k_posture=0.0, orientation=orientation)
     T0 = m.frame_pose(Q0)
     p_goal, R_goal = T0[:3, 3] + np.array([0.05, -0.03, 0.04]), pin.exp3(np.array([0.0, 0.1, 0.05])) @ T0[:3, :3]
     _, en, V = _closed_loop(ctl, plant, m, 2.0, False, lambda t: (p_goal, R_goal, np.zeros(6), np.zeros(6)))

@@ -139,6 +139,7 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
         bs = BacksteppingController(
             model, law, kp_task=np.asarray(p["kp_task"], dtype=float), damping=p["singular_damping"],
             singular_threshold=p["singular_threshold"], k_posture=p["k_posture"], pi0=pi0, adapted_links=links,
+            orientation=p.get("orientation_error", "log"),
             **common, **gains)
         core = bs.core
     else:

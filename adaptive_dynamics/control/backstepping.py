@@ -5,7 +5,13 @@ The law (its derivation, term by term, in ``docs/derivations.md``, "Adaptive bac
 
 * (27) task-space error ``e = [p_d - p; e_o]``, ``e_o = log(R_d R^T)`` (axis-angle
   ``theta r`` of the rotation from the current to the desired end-effector frame,
-  expressed in the base frame; 0 without a rotation error, never NaN);
+  expressed in the base frame; 0 without a rotation error, never NaN) -- or, with
+  ``orientation="vect"`` (the lab's controller), ``e_o = vect(R_d R^T) = sin(theta) r =
+  1/2 sum_i x_i x x_d,i`` (x_i the columns of R; Siciliano et al., *Robotics*, eq. 3.85)
+  with ``e_o_dot = L^T w_d - L w``, ``L = -1/2 sum_i S(x_d,i) S(x_i)``: the reference's
+  orientation rows are then ``L^-1 (L^T w_d + K_o e_o)`` instead of ``w_d + K_o e_o``, and
+  the cross term's ``J_o^T L^T e_o`` instead of ``J_o^T e_o`` (equal to first order in
+  the error; L is invertible for |theta| < pi/2);
 * (30) kinematic level: ``qd_r = J# (v_d + K e) + N k0 (q_posture - q)``, with
   ``v_d = [pd_d; w_d]``, ``J#`` a damped pseudo-inverse of the geometric Jacobian whose
   damping rises only near a singularity, ``N = I - J# J`` its null-space projector (a
@@ -54,11 +60,17 @@ class TaskSpaceReference:
     which it starts rising (``lambda^2 = damping^2 (1 - (sigma_min / threshold)^2)``,
     smooth, 0 above the threshold: the exact pseudo-inverse away from singularities);
     ``posture``, ``k_posture`` [1/s]: the null-space pull (None: the start pose the
-    caller sets with :meth:`set_posture`; 0 disables it).
+    caller sets with :meth:`set_posture`; 0 disables it).  ``orientation``: ``"log"``
+    (default) or ``"vect"`` (the lab's; see the module docstring).
     """
 
+    ORIENTATIONS = ("log", "vect")
+
     def __init__(self, model, kp=5.0, *, damping: float = 0.05, singular_threshold: float = 0.05,
-                 posture=None, k_posture: float = 1.0, frame: str | None = None):
+                 posture=None, k_posture: float = 1.0, frame: str | None = None, orientation: str = "log"):
+        if orientation not in self.ORIENTATIONS:
+            raise ValueError(f"orientation must be one of {self.ORIENTATIONS}, got {orientation!r}")
+        self.orientation = orientation
         self.model = model
         self.n = model.n
         self.frame = frame
@@ -73,6 +85,7 @@ class TaskSpaceReference:
         # the last evaluation (diagnostics, the cross term)
         self.e = np.zeros(6)
         self.e_dot = np.zeros(6)
+        self.e_cross = self.e          # what J^T multiplies in the cross term (vect: [e_p; L^T e_o])
         self.J = np.zeros((6, self.n))
         self.sigma_min = np.nan
         self.lam2 = 0.0
@@ -122,11 +135,17 @@ class TaskSpaceReference:
         e, e_dot = self.e, self.e_dot
         e[:3] = p_d
         e[:3] -= oMf.translation
-        e[3:] = pin.log3(R_e)
-        # e_dot (exact): position p_d_dot - J_p v; orientation d/dt log(R_e) = Jlog3(R_e) (R_e^T w_d - w)
         Jv = J.dot(v)
         e_dot[:3] = v_d[:3] - Jv[:3]
-        e_dot[3:] = pin.Jlog3(R_e).dot(R_e.T.dot(v_d[3:]) - Jv[3:])
+        vect = self.orientation == "vect"
+        if vect:
+            L, Ld = _vect_L(oMf.rotation, R_d, Jv[3:], v_d[3:])
+            e[3:] = 0.5 * (R_e[[2, 0, 1], [1, 2, 0]] - R_e[[1, 2, 0], [2, 0, 1]])   # vect(R_e)
+            e_dot[3:] = L.T.dot(v_d[3:]) - L.dot(Jv[3:])
+        else:
+            e[3:] = pin.log3(R_e)
+            # e_dot (exact): position p_d_dot - J_p v; orientation d/dt log(R_e) = Jlog3(R_e) (R_e^T w_d - w)
+            e_dot[3:] = pin.Jlog3(R_e).dot(R_e.T.dot(v_d[3:]) - Jv[3:])
         A = J.dot(J.T)
         lam_min = float(_dsyev(A, compute_v=0)[0][0])            # sigma_min^2
         smin = lam_min ** 0.5 if lam_min > 0.0 else 0.0
@@ -147,6 +166,16 @@ class TaskSpaceReference:
         g += v_d
         g_dot = self.kp * e_dot
         g_dot += a_d
+        if vect:   # orientation rows L^-1 b, b = L^T w_d + K_o e_o; d/dt: L^-1 (b_dot - L_dot L^-1 b)
+            b, b_dot = g[3:].copy(), g_dot[3:].copy()
+            b += L.T.dot(v_d[3:]) - v_d[3:]
+            b_dot += Ld.T.dot(v_d[3:]) + L.T.dot(a_d[3:]) - a_d[3:]
+            go = np.linalg.solve(L, b)
+            g[3:] = go
+            g_dot[3:] = np.linalg.solve(L, b_dot - Ld.dot(go))
+            self.e_cross = np.concatenate([e[:3], L.T.dot(e[3:])])
+        else:
+            self.e_cross = e
         pull = self.k_posture > 0 and self.posture is not None
         if pull:
             u = self.k_posture * (self.posture - q)
@@ -169,6 +198,19 @@ class TaskSpaceReference:
         return qd_r, qdd_r
 
 
+def _vect_L(R, R_d, w, w_d):
+    """``L = -1/2 sum_i S(x_d,i) S(x_i)`` and its time derivative (``x_i`` the columns of
+    ``R`` turning with ``w``, ``x_d,i`` those of ``R_d`` with ``w_d``; base frame)."""
+    L = np.zeros((3, 3))
+    Ld = np.zeros((3, 3))
+    for i in range(3):
+        x, xd = R[:, i], R_d[:, i]
+        Sx, Sxd = pin.skew(x), pin.skew(xd)
+        L -= 0.5 * Sxd.dot(Sx)
+        Ld -= 0.5 * (pin.skew(np.cross(w_d, xd)).dot(Sx) + Sxd.dot(pin.skew(np.cross(w, x))))
+    return L, Ld
+
+
 class BacksteppingController(NpzState):
     """(27)-(34): :class:`TaskSpaceReference` in front of an
     :class:`~adaptive_dynamics.control.adaptive.AdaptiveController` (``law`` "direct" or
@@ -179,10 +221,10 @@ class BacksteppingController(NpzState):
 
     def __init__(self, model, law: str = "direct", *, kp_task=5.0, damping: float = 0.05,
                  singular_threshold: float = 0.05, posture=None, k_posture: float = 1.0, frame: str | None = None,
-                 **core):
+                 orientation: str = "log", **core):
         self.model = model
         self.ref = TaskSpaceReference(model, kp_task, damping=damping, singular_threshold=singular_threshold,
-                                      posture=posture, k_posture=k_posture, frame=frame)
+                                      posture=posture, k_posture=k_posture, frame=frame, orientation=orientation)
         self.core = AdaptiveController(model, law, **core)
         self.cross_torque = np.zeros(model.n)
         self._zero = np.zeros(model.n)
@@ -206,7 +248,7 @@ class BacksteppingController(NpzState):
                 self.ref.set_posture(as_vector(q, self.model.n, "q"))
             qd_r, qdd_r = self.ref.compute(q, v, p_d, R_d, v_d, a_d)
             e = self.ref.e
-            np.dot(self.ref.J.T, e, out=self.cross_torque)
+            np.dot(self.ref.J.T, self.ref.e_cross, out=self.cross_torque)
             return self.core.compute(q, v, q, v, self._zero, tau_measured, learn,
                                      reference=(qd_r, qdd_r), extra_torque=self.cross_torque,
                                      tracking_error=math.sqrt(e.dot(e)))

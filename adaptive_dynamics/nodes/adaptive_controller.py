@@ -52,6 +52,9 @@ def specs() -> list[ParamSpec]:
         ParamSpec("singular_threshold", 0.05, "law backstepping: smallest singular value of J below which the"
                   " damping rises (above it J# is the exact pseudo-inverse)", min=1e-6, max=10.0,
                   read_only=True),
+        ParamSpec("orientation_error", "log", "law backstepping: the orientation error e_o -- log (theta r of"
+                  " R_d R^T) or vect (sin(theta) r, the lab controller's, with its L-matrix mapping in q_dot_r"
+                  " and the cross term)", choices=["log", "vect"], read_only=True),
         ParamSpec("adapted_links", [""], "estimate only these links' inertial parameters (+ friction), the"
                   " others keep the URDF's values; a body fixed to a link (the Panda's panda_hand) names that"
                   " link; [''] = every link", type="str[]", read_only=True),
