@@ -56,6 +56,11 @@ def test_thunder_quick(tmp_path, capsys):
     com = np.array([l7["m_CoM_x"], l7["m_CoM_y"], l7["m_CoM_z"]]) / l7["mass"]
     assert l7["mass"] == pytest.approx(0.736) and np.allclose(com, [0.014, -0.004, -0.045], atol=1e-12)
     assert os.path.exists(out / "thunder_estimate.npz")
+    # both modes (--mode both): the project's is the middle setting above; the lab's law
+    # (vect orientation error, no posture pull, exact pseudo-inverse, every link adapted)
+    proj, paper = res["project_mode"], res["paper_mode"]
+    assert proj["steady_state_error"] == res["steady_state_error"]["kd_x1"]
+    assert paper["settings"] == thunder.PAPER and paper["adaptive_vs_nonadaptive"] < 1.0, paper
 
 
 def test_thunder_quick_on_a_urdf_arm(tmp_path, capsys):

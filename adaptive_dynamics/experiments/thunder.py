@@ -94,6 +94,13 @@ GAMMAS = (25.0, 100.0, 400.0)
 MIDDLE = {"kd_scale": 1.0, "gamma": 100.0}
 SECONDS = 60.0
 QUICK_SECONDS = 12.0
+#: ``--mode``: the project's law (log orientation error, posture pull, damped pseudo-inverse,
+#: link 7 alone adapted), the lab's as far as it is a setting (:data:`PAPER`), or both
+MODES = ("both", "project", "paper")
+#: the paper mode: e_o = vect(R_d R^T) with its L mapping, no posture pull, the exact
+#: pseudo-inverse, every link's parameters adapted (Gamma scaled per parameter by the
+#: URDF's sizes, as the project's)
+PAPER = {"orientation": "vect", "k_posture": 0.0, "damping": 0.0, "adapt_every_link": True}
 RATE_HZ = 1000.0
 PARAMETERS_DECIMATION = 100      # the node's estimate on adaptive/parameters every 0.1 s
 
@@ -202,15 +209,20 @@ def task_path(model, st: Setup):
 
 
 # ============================================================================ in-process runs
-def run_core(st: Setup, kd_scale: float, gamma: float, adapt: bool, seconds: float, law: str = "direct") -> dict:
+def run_core(st: Setup, kd_scale: float, gamma: float, adapt: bool, seconds: float, law: str = "direct",
+             mode: str = "project") -> dict:
     """One closed loop of plant + backstepping core; the error norm at 1 kHz and the adapted
     link's block every 10 ms.  ``law`` "composite": the suite's composite update in the same
-    law (P0 = I, R = I, no forgetting: the node's defaults but ``lambda0``)."""
+    law (P0 = I, R = I, no forgetting: the node's defaults but ``lambda0``).  ``mode``
+    (:data:`MODES`): "paper" runs the lab's law as far as it is a setting (:data:`PAPER`)."""
 
     model = RobotModel(st.robot)
     kd = np.asarray(default_gains(model, armature=armature(st.robot, paper=True))["kd"]) * kd_scale   # as the node derives it
+    paper = PAPER if mode == "paper" else {}
     ctl = BacksteppingController(model, law, kp_task=KP_TASK, kd=kd, pi0=start_model(st).parameters,
-                                 adapted_links=[st.link], dt=1.0 / RATE_HZ, p0=1.0, r=1.0, lambda0=0.0)
+                                 adapted_links=None if paper.get("adapt_every_link") else [st.link],
+                                 dt=1.0 / RATE_HZ, p0=1.0, r=1.0, lambda0=0.0,
+                                 **{k: v for k, v in paper.items() if k != "adapt_every_link"})
     ctl.core.set_gains(gamma=gamma * ctl.core.nominal_gamma_scale(model.parameters))   # gamma_scaling: nominal
     path = task_path(model, st)
     blk = slice(10 * model.link_block(st.link), 10 * model.link_block(st.link) + 10)
@@ -443,6 +455,11 @@ def main(argv=None) -> int:
     add_robot_args(ap, ROBOT, plural=False,
                    extra_help="; panda: Thunder's Table 8 set-up, another arm: a 1 kg tool on its last link")
     ap.add_argument("--keep-bag", action="store_true", help="keep the headline run's bag in --out")
+    ap.add_argument("--mode", default="both", choices=list(MODES),
+                    help="project (the suite's law: log orientation error, posture pull, damped pseudo-inverse,"
+                         " the tool's link alone adapted), paper (vect orientation error with its L mapping, no"
+                         " posture pull, exact pseudo-inverse, every link adapted) or both (default): the JSON"
+                         " carries project_mode / paper_mode (adaptive and non-adaptive at the middle gains)")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the node graph's output")
     args = ap.parse_args(argv)
     seconds = args.seconds or (QUICK_SECONDS if args.quick else SECONDS)
@@ -521,6 +538,25 @@ def main(argv=None) -> int:
     }
     summary["targets_met"] = bool(summary["payload_mass_rel_error"] <= 0.03 and summary["payload_com_error_m"] <= 0.01
                                   and ratio <= 0.25)
+    modes = ["project", "paper"] if args.mode == "both" else [args.mode]
+    for m in modes:
+        if m == "project":
+            a_run, f_run = runs[middle], fixed
+        else:
+            print(f"[thunder] paper mode ({PAPER}): adaptive and non-adaptive, {seconds:g} s each ...", flush=True)
+            a_run = run_core(st, MIDDLE["kd_scale"], MIDDLE["gamma"], True, seconds, mode="paper")
+            f_run = run_core(st, MIDDLE["kd_scale"], MIDDLE["gamma"], False, seconds, mode="paper")
+        ma, mf = error_metrics(a_run["t"], a_run["err"], period), error_metrics(f_run["t"], f_run["err"], period)
+        pm, pc = st.mass_com(a_run["est"][-1])
+        summary[f"{m}_mode"] = {
+            "steady_state_error": round(ma["steady_state_error"], 6),
+            "nonadaptive_steady_state_error": round(mf["steady_state_error"], 6),
+            "adaptive_vs_nonadaptive": round(ma["steady_state_error"] / mf["steady_state_error"], 5),
+            "payload_mass_rel_error": round(abs(pm - true_m) / true_m, 5),
+            # every link adapted: the block can lose its mass (no centre of mass then)
+            "payload_com_error_m": (round(float(np.linalg.norm(pc - true_c)), 5) if np.all(np.isfinite(pc))
+                                    else None),
+            "saturated_steps": a_run["saturated_steps"], **({"settings": dict(PAPER)} if m == "paper" else {})}
     return write_result(args.out, "thunder", summary)
 
 
