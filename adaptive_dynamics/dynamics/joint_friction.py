@@ -588,7 +588,9 @@ def identify_friction(model, q, qd, qdd, tau, kind: str = "sigmoid", *, offset: 
 
     ``model``: a :class:`RobotModel` with ``friction=True`` (its friction columns are
     the linear model).  ``linear``: that model's :func:`identify` result on the same
-    data, when already computed (else computed here with ``weighted`` and ``offset``);
+    data, when already computed (else computed here with ``weighted`` and ``offset`` on
+    every sample, ``min_velocity=0``: the smooth models fit the near-rest samples the
+    linear identification leaves out by default, and start from a fit that saw them);
     ``base``: ``model.base_parameters()``, when already computed.
     ``iterations``: alternations (each a friction NLS then a rigid-body least squares);
     fewer when the residual RMSE of every joint changes by less than ``tol``
@@ -602,8 +604,8 @@ def identify_friction(model, q, qd, qdd, tau, kind: str = "sigmoid", *, offset: 
     n, N = model.n, q.shape[0]
     base = model.base_parameters() if base is None else base
     rb, fr = _split_columns(model, base)
-    if linear is None:
-        linear = identify(model, q, qd, qdd, tau, weighted=weighted, offset=offset)
+    if linear is None:   # the smooth models fit every sample, near rest too: so does their start
+        linear = identify(model, q, qd, qdd, tau, weighted=weighted, offset=offset, min_velocity=0.0)
     if linear.theta.shape != (base.n_base,) or bool(linear.offset.size) != bool(offset):
         raise ValueError("linear: not an identify() result of this model with this offset setting")
     theta_fr = linear.theta[fr]

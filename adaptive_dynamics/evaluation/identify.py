@@ -255,7 +255,7 @@ def run(args) -> dict:
                              "parameters": lin.friction.parameters(), "model": lin.friction.to_dict()}}
         ratio = {}
         for kind in kinds:
-            fit = identify_friction(model, q, qd, qdd, tau, kind, offset=offset, linear=fits["ls"], base=base)
+            fit = identify_friction(model, q, qd, qdd, tau, kind, offset=offset, base=base)
             pred[kind] = fit.torque(model, qt, qdt, qddt)
             held = nmse(taut, pred[kind])
             models[kind] = {"heldout_nmse": held, "train_nmse": nmse(tau, fit.torque(model, q, qd, qdd)),
