@@ -177,8 +177,8 @@ def test_near_rest_samples_of_coulomb_joints_are_left_out():
     truth = m.base_parameters().to_base(np.concatenate([rigid, fv, fc]))
     keep = moving_rows(m, V)
     assert 0 < np.mean(keep == 0) < 0.2 and np.all(moving_rows(RobotModel("panda"), V) == 1)
-    left_out = identify(m, Q, V, A, tau)
-    every = identify(m, Q, V, A, tau, min_velocity=0.0)
+    left_out = identify(m, Q, V, A, tau, min_velocity=MIN_VELOCITY)
+    every = identify(m, Q, V, A, tau)                  # the default: every sample
     err = lambda ident: np.linalg.norm(ident.theta - truth) / np.linalg.norm(truth)   # noqa: E731
     assert err(left_out) < 1e-3 < err(every) and err(left_out) < err(every) / 10
     np.testing.assert_array_equal(left_out.rows_used, keep.sum(axis=0))

@@ -41,8 +41,10 @@ __all__ = ["Identification", "prepare", "segments", "identify", "identify_consis
            "moving_rows", "MIN_VELOCITY"]
 
 
-#: friction columns: a joint's samples slower than this [rad/s] are left out of the fit
-#: (:func:`moving_rows`; the rule of ``identify --payload`` too)
+#: the ``min_velocity`` [rad/s] to use on an excitation that keeps the joints moving
+#: (:func:`moving_rows`; ``identify --payload``'s rule): a joint's slower samples are left
+#: out of the fit.  Not the default: on a short or slow recording whose joints rest much
+#: of the time, leaving their samples out loses what only they show (gravity)
 MIN_VELOCITY = 0.05
 
 
@@ -200,7 +202,7 @@ def moving_rows(model, qd, min_velocity: float = MIN_VELOCITY) -> np.ndarray:
 
 
 def identify(model, q, qd, qdd, tau, *, weighted: bool = True, offset: bool = False,
-             min_velocity: float = MIN_VELOCITY) -> Identification:
+             min_velocity: float = 0.0) -> Identification:
     """Least-squares base parameters of ``model`` (a :class:`RobotModel`, usually with
     ``friction=True``) from samples (N, n) of ``q, qd, qdd`` and the joint torque;
     ``offset``: plus a constant torque per joint (:attr:`Identification.offset`);
@@ -275,7 +277,7 @@ def solve_sdp(prob, xs, solver, what: str) -> np.ndarray:
 
 def identify_consistent(model, q, qd, qdd, tau, *, weights=None, offset: bool = False, prior=None,
                         prior_weight: float = 1e-6, solver: str | None = None,
-                        min_velocity: float = MIN_VELOCITY) -> Identification:
+                        min_velocity: float = 0.0) -> Identification:
     """Physically consistent identification: least squares over the full parameters
     ``pi`` (10 per link, then viscous and Coulomb friction; ``offset``: a constant torque
     per joint) subject to every link's pseudo-inertia ``J(pi_i)`` being positive

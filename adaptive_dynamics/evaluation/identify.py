@@ -109,6 +109,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cutoff-hz", type=float, default=20.0, help="zero-phase low-pass of q, qd, tau [Hz]")
     p.add_argument("--decimate", type=int, default=0, help="keep every k-th filtered sample (0: to ~200 Hz)")
     p.add_argument("--no-offset", action="store_true", help="no constant torque offset per joint")
+    p.add_argument("--min-velocity", type=float, default=0.0, metavar="V",
+                   help="leave out each joint's samples slower than V [rad/s] (its friction near rest follows no"
+                   " friction law: 0.05 on an excitation that keeps the joints moving, e.g. excite's; default 0:"
+                   " every sample)")
     p.add_argument("--no-consistent", action="store_true", help="skip the physically consistent variant")
     p.add_argument("--law", default="direct", choices=["direct", "composite"],
                    help="adaptive law the estimate files are written for (default direct)")
@@ -212,10 +216,13 @@ def run(args) -> dict:
     results, files = {}, {}
     nominal = model.regressor_batch(qt, qdt, qddt) @ model.parameters
     results["nominal"] = {"test_nmse": nmse(taut, nominal)}
-    fits = {"ls": identify(model, q, qd, qdd, tau, offset=offset)}
+    vmin = float(getattr(args, "min_velocity", 0.0) or 0.0)
+    if not (vmin >= 0):
+        raise ValueError(f"--min-velocity must be >= 0 [rad/s], got {vmin}")
+    fits = {"ls": identify(model, q, qd, qdd, tau, offset=offset, min_velocity=vmin)}
     if not args.no_consistent:
         w = 1.0 / np.maximum(fits["ls"].residual_rmse, 1e-9)
-        fits["consistent"] = identify_consistent(model, q, qd, qdd, tau, weights=w, offset=offset)
+        fits["consistent"] = identify_consistent(model, q, qd, qdd, tau, weights=w, offset=offset, min_velocity=vmin)
     pred, train_pred = {"nominal": nominal}, {}
     for key, ident in fits.items():
         pred[key] = ident.torque(model, qt, qdt, qddt)

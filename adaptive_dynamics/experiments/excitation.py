@@ -12,8 +12,9 @@ excitation of the same period, harmonics and limits
 for one period in MuJoCo (PD + the URDF's model, the robot's joint friction -- viscous +
 smooth Coulomb -- and ``experiment realdata``'s torque-sensor bias and noise, velocity and
 position noise; no drive armature, so the truth is the URDF's rigid body and the
-configured friction) and identified the same way (``identify``: filtered forward and
-backward at 20 Hz, least squares on the base parameters + friction + offsets).  Figures:
+configured friction) and identified the same way (``identify --min-velocity 0.05``:
+filtered forward and backward at 20 Hz, least squares on the base parameters + friction +
+offsets, each joint's samples slower than 0.05 rad/s left out).  Figures:
 the condition number; the identified base parameters' error against the simulator's
 truth, ``|theta - theta*| / |theta*|`` over the base parameters and friction; the
 held-out torque nMSE per joint on a third trajectory (another Fourier excitation, other
@@ -47,7 +48,7 @@ import numpy as np
 
 from ..control import AdaptiveController
 from ..dynamics import RobotModel
-from ..dynamics.identification import identify, nmse, prepare
+from ..dynamics.identification import identify, MIN_VELOCITY, nmse, prepare
 from ..dynamics.payload import identify_payload
 from ..robot_setup import resolve_robot
 from ..robots import friction, ROBOT_NAMES
@@ -187,7 +188,8 @@ def arm_part(robot: str, cfg: dict, seed: int = 0) -> dict:
     for key, traj in (("optimised", opt), ("default", dflt)):
         Q, V, A = _samples(traj, cfg["duration"])
         rec = track(robot, Q, V, A, _reality(robot, m, seed + 1))
-        ident = identify(mf, *prepare(rec["t"], rec["q"], rec["qd"], rec["tau"]), offset=True)
+        ident = identify(mf, *prepare(rec["t"], rec["q"], rec["qd"], rec["tau"]), offset=True,
+                         min_velocity=MIN_VELOCITY)
         err = float(np.linalg.norm(ident.theta - truth) / np.linalg.norm(truth))
         out[key] = {"condition": trajectory_condition(m, traj, cols, samples=CONDITION_SAMPLES),
                     "param_rel_error": err,
