@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .inertial import inertia_matrix, pseudo_inertia, transform_matrix
-from .identification import _check, _pseudo_inertia_basis, solve_sdp
+from .identification import _check, _pseudo_inertia_basis, MIN_VELOCITY, solve_sdp
 
 __all__ = ["PayloadEstimate", "identify_payload", "arm_torque", "payload_columns"]
 
@@ -272,7 +272,7 @@ def _coulomb_joints(model, arm_pi, friction) -> np.ndarray:
 
 def identify_payload(model, q, qd, qdd, tau, *, arm_pi=None, frame: str | None = None, friction=None,
                      offset: bool = True, consistent: bool = True, weighted: bool = True,
-                     min_velocity: float = 0.05, min_mass: float = 1e-3, solver: str | None = None
+                     min_velocity: float = MIN_VELOCITY, min_mass: float = 1e-3, solver: str | None = None
                      ) -> PayloadEstimate:
     """The 10 inertial parameters of a rigid load fixed to ``frame`` (default
     ``model.ee_frame``) with the arm's model held fixed (see the module docstring).

@@ -88,7 +88,6 @@ from ..control.adaptive import AdaptiveController
 from ..control.contact import ContactDetector, ThresholdCalibration
 from ..control.momentum_observer import MomentumObserver, observer_model, wrench_estimate
 from ..dynamics import RobotModel
-from ..dynamics.inertial import from_mass_com_inertia
 from ..learning import OnlineResidual
 from ..robot_setup import controller_gains
 from ..robots import armature, friction
@@ -272,9 +271,7 @@ def true_model(robot: str, seed: int = 0) -> tuple:
     for the sensor noise (the floor no model can go below)."""
     plant = MujocoPlant(robot, reality=reality(robot, seed))
     m = RobotModel(robot)
-    xx, xy, xz, yy, yz, zz = TOOL["inertia"]
-    I3 = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
-    m.set_payload(from_mass_com_inertia(TOOL["mass"], TOOL["com"], I3), plant.payload_frame)
+    m.set_payload(plant.payload_parameters(), plant.payload_frame)        # the plant's own tool
     bias = np.asarray(plant.tau_bias, dtype=float)
     return m, lambda q, v, _a: bias + plant.friction_model(v, q)
 

@@ -147,7 +147,8 @@ def track(robot: str, Q, V, A, reality: RealityConfig, dt: float = 1e-3, integra
         plant.step(pd.compute(q, v, Q[k], V[k], A[k], learn=adapt))
     n = m.n
     return {"t": np.arange(len(Q)) * dt, "q": out[:, :n], "qd": out[:, n:2 * n], "tau": out[:, 2 * n:],
-            "saturated_steps": int(np.max(plant.saturation_count))}
+            "saturated_steps": int(np.max(plant.saturation_count)),
+            "payload_inertia": plant.payload_inertia.copy()}            # the truth, 3 x 3 about the CoM
 
 
 def _samples(traj, seconds: float, dt: float = 1e-3):
@@ -206,11 +207,6 @@ def arm_part(robot: str, cfg: dict, seed: int = 0) -> dict:
     return out
 
 
-def _inertia3(v):
-    xx, xy, xz, yy, yz, zz = v
-    return np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
-
-
 def payload_part(robot: str, tools, seconds: float, cfg: dict, seed: int = 0) -> dict:
     """Each tool identified from the wrist excitation and from the whole-arm default excitation."""
     m = RobotModel(robot)
@@ -230,8 +226,8 @@ def payload_part(robot: str, tools, seconds: float, cfg: dict, seed: int = 0) ->
             row[key] = {"mass": float(est.mass), "com": [float(x) for x in est.com],
                         "mass_rel_error": abs(est.mass - tool["mass"]) / tool["mass"],
                         "com_error_m": float(np.linalg.norm(np.asarray(est.com) - tool["com"])),
-                        "inertia_error_rel": float(np.linalg.norm(est.inertia - _inertia3(tool["inertia"]))
-                                                   / np.linalg.norm(_inertia3(tool["inertia"]))),
+                        "inertia_error_rel": float(np.linalg.norm(est.inertia - rec["payload_inertia"])
+                                                   / np.linalg.norm(rec["payload_inertia"])),
                         "mass_std": float(est.mass_std), "saturated_steps": rec["saturated_steps"],
                         "seconds": float(len(Q) * 1e-3)}
         rows.append(row)
