@@ -115,6 +115,40 @@ def test_decimation_and_consecutive_updates_sum(model):
     np.testing.assert_allclose(core.predict(X[::11]), ref.predict(X[::11]), rtol=1e-7, atol=1e-9)
 
 
+def test_latest_sample_per_update(model):
+    """update_samples "latest" (PGPOL's paper: one current point per update): after the
+    warm-up each update learns only the newest sample queued since the previous one,
+    and a parameter update between samples still lands in stream order."""
+    X, Y = stream(model, N=400)
+    d = dpi_for(model, seed=5)
+    cfg = {"n_basis": 64, "width": 0.4}
+    core = OnlineResidual(model, "rbfn", cfg, learn_every=1, warmup=100, threaded=False,
+                          update_samples="latest")
+    core.add_sample(X[0], Y[0])
+    core.process()
+    for k in range(1, 100):   # the warm-up collects every sample
+        core.add_sample(X[k], Y[k])
+    core.process()
+    kept = list(range(100))
+    chunk = 7
+    for start in range(100, 400, chunk):
+        for k in range(start, min(start + chunk, 400)):
+            if k == 250:   # an update in the middle of a chunk: the samples before it end their own update
+                core.add_parameter_update(d)
+                kept.append(k - 1)
+            core.add_sample(X[k], Y[k])
+        core.process()
+        kept.append(min(start + chunk, 400) - 1)
+    kept = sorted(set(kept))
+    c = core.diagnostics()
+    assert c["samples_learned"] == len(kept) and c["samples_skipped"] == 400 - len(kept)
+    cut = kept.index(250 - 1) + 1   # learnt samples before the update
+    ref = manual(model, "rbfn", X[kept], Y[kept], 100, cut, d, cfg)
+    np.testing.assert_allclose(core.predict(X[::11]), ref.predict(X[::11]), rtol=1e-7, atol=1e-9)
+    with pytest.raises(ValueError, match="update_samples"):
+        OnlineResidual(model, "rbfn", cfg, threaded=False, update_samples="newest")
+
+
 def test_bad_input_never_reaches_the_learner(model):
     X, Y = stream(model, N=300)
     core = OnlineResidual(model, "gmm", {"max_components": 8}, learn_every=1, warmup=50, threaded=False)

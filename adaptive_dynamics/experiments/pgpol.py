@@ -117,10 +117,11 @@ prior the running mean torque); ``paper`` runs the paper's algorithm as far as i
 is a setting (:data:`PAPER_LEARNER`: the fused raw mean everywhere, ``raw_prediction`` on
 ``model_update`` and ``prediction``; the paper's one-sample change test; the fusion
 weighting each GP by its scaled standard deviation, ``fusion: scaled``; each GP's scalers
-on its window alone, ``scale_on: window``); ``both`` (the
+on its window alone, ``scale_on: window``; one current sample per model update,
+``update_samples: latest`` on ``model_update``, where the project learns every queued
+sample in batches); ``both`` (the
 default) runs the learned rows in each mode beside one set of baselines (``--quick``: one
-constellation in the paper mode).  Still not a setting: one sample per update
-(``docs/design.md``).
+constellation in the paper mode).
 
 JSON (``pgpol.json``, printed last): ``table_i`` (A_total per approach),
 ``a_total_reduction_best``, ``a_total_reduction_rbd``, ``beats_rbd`` (and ``_rbd_ff``: against
@@ -204,7 +205,8 @@ MODES = ("both", "project", "paper")
 #: torque itself (``target: torque``, the paper's) and fall back to the running mean torque
 PROJECT_PRIORS = ("rbd", "mean")
 #: what the paper mode changes in a learned run (the departures that are settings so far)
-PAPER_LEARNER: dict[str, Any] = {"raw": True, "change": PAPER_CHANGE, "fusion": "scaled", "scale_on": "window"}
+PAPER_LEARNER: dict[str, Any] = {"raw": True, "change": PAPER_CHANGE, "fusion": "scaled", "scale_on": "window",
+                                 "update_samples": "latest"}
 #: the payload run: pick-and-place at this speed, the payload attached at the start of the
 #: dwell at waypoint PAYLOAD_WAYPOINT (a pick point, at rest) of cycle 2 (quick: of cycle 1)
 PAYLOAD_SPEED = 0.5
@@ -558,6 +560,8 @@ def run_graph(robot: str, spec: dict, bag: str, *, echo: bool = False, timeout: 
                                      "publish_period": PUBLISH_PERIOD}
         if lrn.get("raw"):   # the paper's: the learner's own mean everywhere, no fall-back
             overrides["model_update"]["raw_prediction"] = True
+        if lrn.get("update_samples"):   # the paper's "latest": one current point per update
+            overrides["model_update"]["update_samples"] = lrn["update_samples"]
         overrides["prediction"] = {"learner": lrn["kind"], "monitor_decimation": 10,
                                    **({"raw_prediction": True} if lrn.get("raw") else {}),
                                    "prediction_lead": PREDICTION_LEAD,
@@ -893,7 +897,8 @@ def experiment_1(R: Runner, estimate: str, mode: str = "both",
                                 "config": learner_config(windows, knn, change, **(
                                     {k: PAPER_LEARNER[k] for k in ("fusion", "scale_on")} if m == "paper" else {})),
                                 **({"target": "residual"} if on_rbd else {}),
-                                **({"raw": PAPER_LEARNER["raw"]} if m == "paper" else {})}}
+                                **({k: PAPER_LEARNER[k] for k in ("raw", "update_samples")}
+                                   if m == "paper" else {})}}
             stream = m == modes[0] and knn > 0 and windows in ((480,), (60, 480))
             cons[name] = evaluate(name, R.run(f"I {name}", spec, stream=stream))
         best = min(cons, key=cons.get)

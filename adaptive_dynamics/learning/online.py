@@ -26,7 +26,10 @@ the residual ``f(x) = tau - Y(x) pi_hat`` of a parametric model that keeps chang
   kept and handed over when the learner is built after the warm-up.
 * The worker thread (``threaded=True``) drains the queue in blocks of up to
   ``block_size`` samples; ``threaded=False`` learns synchronously in :meth:`process`
-  (deterministic runs, tests).
+  (deterministic runs, tests).  ``update_samples="latest"`` (PGPOL's paper: one current
+  point per model update) takes only the newest of the samples queued since the last
+  update and drops the others (``samples_skipped``); the warm-up still collects every
+  queued sample.
 
 Warm-up: the learner is built from the first ``warmup`` queued samples: the GMM takes
 its per-coordinate scale from them (its novelty test is in scaled units), the RBF
@@ -56,6 +59,8 @@ from .snapshot import encode_snapshot
 __all__ = ["OnlineResidual"]
 
 _SAMPLE, _UPDATE = 0, 1
+#: ``update_samples``: every queued sample, or the newest one per learner update
+UPDATE_SAMPLES = ("all", "latest")
 
 
 class OnlineResidual:
@@ -80,6 +85,9 @@ class OnlineResidual:
     queue_limit:
         Queued samples beyond this are dropped (counted in ``samples_dropped``): a
         learner slower than the stream loses samples, never memory or latency.
+    update_samples:
+        ``"all"`` (default): every queued sample is learnt, up to ``block_size`` per
+        update; ``"latest"``: each update learns the newest queued sample alone.
     prior, raw:
         What the learner falls back to where its data does not reach, and whether it
         does (:meth:`Learner.set_prediction`): ``"zero"`` for a residual, ``"mean"`` for
@@ -91,11 +99,13 @@ class OnlineResidual:
                  learn_every: int = 10, block_size: int = 50, warmup: int = 200,
                  box: str = "data", box_margin: float = 0.2, acceleration_limit: float = 10.0,
                  queue_limit: int = 20000, learning: bool = True, transform: bool = True,
-                 threaded: bool = True, prior="zero", raw: bool = False):
+                 threaded: bool = True, prior="zero", raw: bool = False, update_samples: str = "all"):
         if kind not in LEARNERS:
             raise ValueError(f"unknown learner {kind!r}; available: {sorted(LEARNERS)}")
         if box not in ("data", "limits"):
             raise ValueError(f"box must be 'data' or 'limits', got {box!r}")
+        if update_samples not in UPDATE_SAMPLES:
+            raise ValueError(f"update_samples must be one of {UPDATE_SAMPLES}, got {update_samples!r}")
         if int(warmup) < 2 or int(learn_every) < 1 or int(block_size) < 1 or int(queue_limit) < 1:
             raise ValueError("warmup must be >= 2; learn_every, block_size and queue_limit >= 1")
         self.model = model
@@ -113,6 +123,7 @@ class OnlineResidual:
         self.transform = bool(transform)
         self.prior = prior
         self.raw = bool(raw)
+        self.latest_only = update_samples == "latest"
         self.learner: Optional[Learner] = None
         self._zeros = np.zeros(n)
         self._queue: collections.deque = collections.deque()
@@ -125,7 +136,7 @@ class OnlineResidual:
         self.counters: Dict[str, Any] = {k: 0 for k in (
             "samples_offered", "samples_queued", "samples_learned", "samples_rejected", "samples_dropped",
             "updates_received", "updates_rejected", "transforms_applied", "updates_ignored",
-            "fit_calls", "fit_errors")}
+            "fit_calls", "fit_errors", "samples_skipped")}
         self.counters["fit_ms_last"] = 0.0
         self.counters["transform_ms_last"] = 0.0
         self.last_error = ""
@@ -245,8 +256,15 @@ class OnlineResidual:
                     batch = None
                 else:
                     batch = []
-                    while self._queue and self._queue[0][0] == _SAMPLE and len(batch) < self.block_size:
-                        batch.append(self._queue.popleft())
+                    if self.latest_only and self.learner is not None:
+                        while self._queue and self._queue[0][0] == _SAMPLE:   # up to the next update
+                            batch.append(self._queue.popleft())
+                        self.counters["samples_skipped"] += len(batch) - 1
+                        done += len(batch) - 1
+                        batch = batch[-1:]
+                    else:
+                        while self._queue and self._queue[0][0] == _SAMPLE and len(batch) < self.block_size:
+                            batch.append(self._queue.popleft())
             if batch is None:
                 self._apply_update(item[1])
                 done += 1

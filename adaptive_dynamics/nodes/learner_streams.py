@@ -32,6 +32,7 @@ import numpy as np
 from sensor_msgs.msg import JointState
 
 from ..learning import LEARNERS, OnlineResidual
+from ..learning.online import UPDATE_SAMPLES
 from ..ros.joint_states import JointStateMapper, joint_state_msg
 from ..ros.params import ParamSpec
 from .housekeeping import logged_save
@@ -75,6 +76,10 @@ def learner_specs() -> list[ParamSpec]:
         ParamSpec("transform", True, "apply the consistency transform on every parameter update"),
         ParamSpec("learn_decimation", 10, "learn every k-th sample", min=1, max=1000),
         ParamSpec("block_size", 50, "most samples per learner update on the worker", min=1, max=10000,
+                  read_only=True),
+        ParamSpec("update_samples", "all", "all: every queued sample is learnt (up to block_size per update) |"
+                  " latest: each learner update takes the newest queued sample alone and skips the rest"
+                  " (samples_skipped; PGPOL's paper: one current point per update)", choices=list(UPDATE_SAMPLES),
                   read_only=True),
         ParamSpec("warmup", 200, "samples collected before the learner is built (GMM scale, RBFN box)",
                   min=2, max=100000, read_only=True),
@@ -148,7 +153,7 @@ def make_core(p, model, config: dict, *, transform: Optional[bool] = None, prior
         warmup=p["warmup"], box=p["rbfn_box"], box_margin=p["box_margin"],
         acceleration_limit=p["acceleration_limit"], queue_limit=p["queue_limit"],
         learning=p["learning"], transform=p["transform"] if transform is None else transform,
-        prior=prior, raw=p["raw_prediction"])
+        prior=prior, raw=p["raw_prediction"], update_samples=p["update_samples"])
 
 
 class SampleAssembler:
