@@ -74,8 +74,10 @@ def test_online_rbfn_warmup_spans_one_trajectory_period():
     """The RBFN's input box comes from its warm-up samples: the online experiment makes
     the warm-up one trajectory period at the 100 Hz learning rate (at most 80 % of phase 1)."""
     from adaptive_dynamics.experiments.consistency_online import learner_settings
-    assert learner_settings("gmm", [20, 20, 30, 30], None) == {"learner_config": '{"full_novelty": null}'}
+    base = {"learn_decimation": 10}   # 100 Hz, as the paper's runs (the node's default is 200 Hz)
+    assert learner_settings("gmm", [20, 20, 30, 30], None) == {**base, "warmup": 200,
+                                                               "learner_config": '{"full_novelty": null}'}
     plain = '{"bias": false, "standardize": false}'                                       # ARDL's network
-    assert learner_settings("rbfn", [20, 20, 30, 30], None) == {"warmup": 1000, "learner_config": plain}  # 10 s
-    assert learner_settings("rbfn", [4, 4, 4, 4], {"base_frequency": 0.25}) == {"warmup": 320, "learner_config": plain}  # capped
-    assert learner_settings("rbfn", [20, 20, 30, 30], {"base_frequency": 1.0}) == {"warmup": 200, "learner_config": plain}  # floor
+    assert learner_settings("rbfn", [20, 20, 30, 30], None) == {**base, "warmup": 1000, "learner_config": plain}  # 10 s
+    assert learner_settings("rbfn", [4, 4, 4, 4], {"base_frequency": 0.25}) == {**base, "warmup": 320, "learner_config": plain}  # capped
+    assert learner_settings("rbfn", [20, 20, 30, 30], {"base_frequency": 1.0}) == {**base, "warmup": 200, "learner_config": plain}  # floor

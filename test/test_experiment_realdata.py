@@ -56,7 +56,8 @@ def test_realdata_quick(tmp_path, capsys):
 
 @pytest.mark.ros
 def test_realdata_closed_loop_quick(tmp_path, capsys):
-    """The composite controller + the default residual learner over DDS: where it learned
+    """The composite controller + the residual learner over DDS (its defaults but a 2 s
+    warm-up, CLOSED_LOOP_QUICK: the default 10 s outlasts the quick run's 8 s): where it learned
     the residual pays (the quick run's 8 s: at least a third off on average; per joint
     the 8 s spread wide -- joint 2, with 0.6-0.8 mrad of error, measured 0.61-1.27, joint
     5 0.07-0.51 over seven runs, the worst within the full suite: no joint beyond 1.5x --

@@ -142,8 +142,11 @@ def tracking(bag: str, names: list[str], t_from: float = 0.0) -> dict:
 
 def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s: float = EVAL_S,
               seed: int = 0, out_dir: str = ".", trajectory: dict | None = None, keep_bags: bool = False,
-              echo: bool = False, timeout: float = 3600.0, reality: str = "config") -> dict:
+              echo: bool = False, timeout: float = 3600.0, reality: str = "config",
+              learner_settings: dict | None = None) -> dict:
     """The four runs of one robot; per-joint RMSE, ratios, region figures and traces.
+    ``learner_settings``: residual_learner parameters beyond :data:`LEARNER` (the quick
+    version's shorter warm-up).
     ``reality``: "config" (the simulator of ``launch sim``: ``config/<robot>.yaml``'s
     joint friction; :data:`CONFIG_CONTROLLER`) or "proxy" (:func:`bridge_reality`, and
     :data:`PROXY_CONTROLLER`)."""
@@ -165,7 +168,7 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
             files = {"adaptive_controller": {**controller, "estimate_file": est, "autosave_period": 0.0,
                                              **({"residual_wait": RESIDUAL_WAIT} if lrn != "none" else {})}}
             if lrn != "none":   # the learner's model has the controller's friction columns
-                files["residual_learner"] = {**LEARNER, "model_file": os.path.join(work, "learner.npz"),
+                files["residual_learner"] = {**LEARNER, **(learner_settings or {}), "model_file": os.path.join(work, "learner.npz"),
                                              "friction": controller["friction"]}
             rec = {"recorder": {"topics": RECORDED if lrn != "none" else RECORDED[:2],
                                 "wait_for_publishers": ["reference"]}}
@@ -201,7 +204,8 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
     f_mean = {k: float(np.mean(np.abs(data[k]["f"][data[k]["t_f"] >= t_from])))
               for k, t_from in (("learned_residual", learn_s), ("new_residual", 0.0)) if "f" in data[k]}
     return {
-        "robot": name, "learner": learner, "reality": reality, **({"bridge": bridge} if bridge else {}),
+        "robot": name, "learner": learner, "reality": reality,
+        "learner_settings": {**LEARNER, **(learner_settings or {})}, **({"bridge": bridge} if bridge else {}),
         "controller": controller, "trajectory_a": traj_a, "trajectory_b": traj_b,
         "learned_rmse": {"residual": data["learned_residual"]["rmse"].tolist(),
                          "none": data["learned_none"]["rmse"].tolist()},
@@ -261,13 +265,13 @@ def plot(res: dict, out_dir: str, files: list, learn_s: float) -> None:
 
 def run(robots=("panda", "iiwa14"), learner: str = "gmm", learn_s: float = LEARN_S, eval_s: float = EVAL_S,
         seed: int = 0, out_dir: str = ".", trajectory: dict | None = None, keep_bags: bool = False,
-        echo: bool = False, reality: str = "config") -> dict:
+        echo: bool = False, reality: str = "config", learner_settings: dict | None = None) -> dict:
     """Every robot's four runs; the JSON-able summary (traces dropped) and the plots."""
     files: list = []
     per_robot: dict[str, Any] = {}
     for robot in robots:
         res = run_robot(robot, learner, learn_s, eval_s, seed, out_dir, trajectory, keep_bags, echo,
-                        reality=reality)
+                        reality=reality, learner_settings=learner_settings)
         plot(res, out_dir, files, learn_s)
         res.pop("traces")
         per_robot[res["robot"]] = res

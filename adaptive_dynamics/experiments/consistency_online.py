@@ -60,6 +60,8 @@ PHASE_SETTINGS = {
 }
 PHASE_NAMES = {1: "NP learns, no output", 2: "NP learns + outputs", 3: "parametric adapts, NP transformed only",
                4: "both learn (+ transform)"}
+#: residual_learner's learn_decimation here (100 Hz at the bridge's 1 kHz)
+LEARN_DECIMATION = 10
 #: composite-law gains of this experiment (the rest from config/<robot>.yaml)
 CONTROLLER: dict[str, Any] = {}
 RECORDED = ["joint_states", "reference", "adaptive/parametric_torque", "residual_learner/prediction"]
@@ -69,22 +71,25 @@ def learner_settings(learner: str, phases: list[float], trajectory: dict | None)
     """Per-learner residual_learner settings of this experiment.
 
     The RBFN places its basis functions in the box its warm-up samples span: with the
-    node's default 200 samples (2 s at the 100 Hz learning rate) that box covers a fifth
+    200 samples of the paper's runs (2 s at this experiment's 100 Hz learning rate,
+    :data:`LEARN_DECIMATION`; every learner here starts after them) that box covers a fifth
     of the default 10 s trajectory period and the network predicts ~0 outside it.  Its
     warm-up here is one trajectory period (at most 80 % of phase 1), and the network is
     ARDL's plain one (no bias feature, raw targets).  The GMM keeps the ``beta`` novelty
     level at its size cap (``full_novelty: null``), as these runs were made."""
+    # the paper's phases start the learner at once: 100 Hz and a 200-sample warm-up, as these
+    # runs were made (the node's defaults hold it back 10 s for the parametric estimate)
+    base = {"learn_decimation": LEARN_DECIMATION, "warmup": 200}
     if learner == "gmm":   # the novelty level at the size cap these runs were made with
-        return {"learner_config": json.dumps({"full_novelty": None})}
+        return {**base, "learner_config": json.dumps({"full_novelty": None})}
     if learner != "rbfn":
-        return {}
-    sim = config_path("sim.yaml")   # the learning rate the graph runs at
-    rate = (load_param_file(sim, "mujoco_bridge")["rate_hz"]
-            / load_param_file(sim, "residual_learner")["learn_decimation"])
+        return base
+    sim = config_path("sim.yaml")   # the rate the graph runs at
+    rate = load_param_file(sim, "mujoco_bridge")["rate_hz"] / LEARN_DECIMATION
     traj = load_param_file(sim, "trajectory")
     period = 1.0 / float((trajectory or {}).get("base_frequency", traj["base_frequency"]))
     # ARDL's plain network (no bias feature, raw targets), as the paper's
-    return {"warmup": int(max(200, min(period, 0.8 * phases[0]) * rate)),
+    return {**base, "warmup": int(max(200, min(period, 0.8 * phases[0]) * rate)),
             "learner_config": json.dumps({"bias": False, "standardize": False})}
 
 

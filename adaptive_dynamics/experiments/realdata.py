@@ -107,7 +107,9 @@ WRIST = slice(-3, None)
 #: the sigmoid model's held-out nMSE over the linear model's, worst wrist joint, both test sets
 FRICTION_TARGET = {"sigmoid_vs_linear_wrist_max": 0.5}
 #: the closed loop's --quick: learning and evaluation [sim s] on a trajectory period of 1 / base_frequency
-CLOSED_LOOP_QUICK = {"learn_s": 8.0, "eval_s": 4.0, "base_frequency": 0.25}
+CLOSED_LOOP_QUICK = {"learn_s": 8.0, "eval_s": 4.0, "base_frequency": 0.25,
+                     # the node's 10 s warm-up would outlast the 8 s: the learner starts after 2 s
+                     "learner": {"warmup": 400}}
 
 
 def record(seconds: float, seed: int = 0, robot: str = "panda", *, trajectory_seed=None,
@@ -385,7 +387,8 @@ def closed_loop(args, robots) -> tuple:
         (args.learn_seconds, args.eval_seconds)
     traj = {"base_frequency": CLOSED_LOOP_QUICK["base_frequency"]} if args.quick else None
     res = cl.run(robots, args.closed_loop_learner, learn_s, eval_s, args.seed, args.out, traj,
-                 keep_bags=args.keep_bags, reality=args.closed_loop_reality)
+                 keep_bags=args.keep_bags, reality=args.closed_loop_reality,
+                 learner_settings=CLOSED_LOOP_QUICK["learner"] if args.quick else None)
     files = [os.path.join(args.out, f) for f in res["plots"]]
     return res, files
 

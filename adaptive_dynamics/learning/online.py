@@ -96,7 +96,7 @@ class OnlineResidual:
     """
 
     def __init__(self, model, kind: str = "gmm", config: Optional[Dict[str, Any]] = None, *,
-                 learn_every: int = 10, block_size: int = 50, warmup: int = 200,
+                 learn_every: int = 5, block_size: int = 50, warmup: int = 2000,
                  box: str = "data", box_margin: float = 0.2, acceleration_limit: float = 10.0,
                  queue_limit: int = 20000, learning: bool = True, transform: bool = True,
                  threaded: bool = True, prior="zero", raw: bool = False, update_samples: str = "all"):

@@ -74,14 +74,16 @@ def learner_specs() -> list[ParamSpec]:
                   " carries <joint>.fv/.fc)", read_only=True),
         ParamSpec("learning", True, "learn from the stream (phases 1, 2, 4)"),
         ParamSpec("transform", True, "apply the consistency transform on every parameter update"),
-        ParamSpec("learn_decimation", 10, "learn every k-th sample", min=1, max=1000),
+        ParamSpec("learn_decimation", 5, "learn every k-th sample (5: 200 Hz from a 1 kHz loop)", min=1, max=1000),
         ParamSpec("block_size", 50, "most samples per learner update on the worker", min=1, max=10000,
                   read_only=True),
         ParamSpec("update_samples", "all", "all: every queued sample is learnt (up to block_size per update) |"
                   " latest: each learner update takes the newest queued sample alone and skips the rest"
                   " (samples_skipped; PGPOL's paper: one current point per update)", choices=list(UPDATE_SAMPLES),
                   read_only=True),
-        ParamSpec("warmup", 200, "samples collected before the learner is built (GMM scale, RBFN box)",
+        ParamSpec("warmup", 2000, "samples collected before the learner is built and feeds anything forward"
+                  " (GMM scale, RBFN box; 2000 = 10 s at learn_decimation 5: the parametric estimate adapts"
+                  " alone first and takes what it can express everywhere)",
                   min=2, max=100000, read_only=True),
         ParamSpec("rbfn_box", "data", "RBF input box: data (warm-up range + margin) | limits (joint,"
                   " velocity and acceleration limits)", choices=["data", "limits"], read_only=True),
