@@ -179,6 +179,7 @@ def test_the_stated_change_defaults_are_the_learners():
 def test_offline_gp_size_argument():
     assert P.offline_gp_size("15000,1500") == {"n_points": 15000, "n_inducing": 1500}
     assert P.offline_gp_size("3000,100,0") == {"n_points": 3000, "n_inducing": 100, "max_iter": 0}
+    assert P.offline_gp_size("paper") == {"n_points": 15000, "n_inducing": 1500, "max_iter": 100, "groups": "shared"}
     for bad in ("100,200", "1,1", "3000", "3000,100,5,1", "a,b", "3000,100,-1"):
         with pytest.raises(Exception, match="POINTS,INDUCING"):
             P.offline_gp_size(bad)

@@ -72,6 +72,7 @@ class Probe:
         self.state = self.node.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
         self.estimate = self.node.create_publisher(JointState, "adaptive/parameters", LATCHED_QOS)
         self.residual = self.node.create_publisher(JointState, "feedforward/residual", PUBLISHER_STREAM_QOS)
+        self.residual_std = self.node.create_publisher(JointState, "feedforward/residual_std", PUBLISHER_STREAM_QOS)
         deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
         self.torque, self.contact, self.wrench = [], [], []
         self.node.create_subscription(JointState, "external_torque", self.torque.append, deep)
@@ -204,6 +205,52 @@ def test_the_estimate_and_the_residual(ros):
     urdf = MomentumObserver(base, gains=50.0).run((S - S[0]) * 1e-9, Q, V, TAU)
     assert np.abs(urdf).max() > 0.3                     # the URDF's model alone would call it contact
     assert not any(m.name for m in probe.contact)
+
+
+@pytest.mark.parametrize("use_std", [True, False])
+def test_the_residual_std_raises_the_thresholds(ros, use_std):
+    """use_residual_std: the learner's predictive std (feedforward/residual_std, stamped like
+    the residual) enters the thresholds as thresholds + k_u sqrt(model_std^2 + std^2): a
+    push above the static threshold but below that on the joint the learner is unsure
+    about is no contact there; without it, it is."""
+    model = RobotModel(ROBOT)
+    names = model.joint_names
+    push = np.array([0.8, 0.8])
+    S, Q, V, TAU = simulate(model, 300, ext=lambda t: push if t >= 0.15 - 1e-9 else 0.0)
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, use_residual=True, use_residual_std=use_std,
+                   thresholds=[0.3], uncertainty_gain=1.0, publish_wrench=False)
+    probe = Probe(ros, names)
+    assert ros.spin_until(lambda: probe.state.get_subscription_count() > 0
+                          and node.pub_contact.get_subscription_count() > 0
+                          and (not use_std or probe.residual_std.get_subscription_count() > 0), timeout=10.0)
+    std = np.array([2.0, 0.0])     # the learner is unsure of joint 1: 0.3 + 2.0 > 0.8 > 0.3
+
+    def residual(k):
+        if k == 100:   # NaN, unknown joints: rejected, counted, never used
+            probe.residual_std.publish(joint_state_msg(int(S[k]) - 1, names, effort=[np.nan, 0.0]))
+            probe.residual_std.publish(joint_state_msg(int(S[k]) - 1, ["a", "b"], effort=std))
+            if use_std:
+                assert ros.spin_until(lambda: node.counters["residual_std_rejected"] == 2, timeout=10.0)
+        probe.residual.publish(joint_state_msg(int(S[k]), names, effort=np.zeros(2)))
+        if k != 200:   # one missing: the newest within residual_staleness stands in
+            probe.residual_std.publish(joint_state_msg(int(S[k]), names, effort=std))
+        assert ros.spin_until(lambda: int(S[k]) in node.residuals and (
+            not use_std or k == 200 or int(S[k]) in node.residual_stds), timeout=10.0)
+
+    feed(ros, node, probe, S, Q, V, TAU, before=residual)
+    assert ros.spin_until(lambda: len(probe.contact) == len(S), timeout=10.0)
+    contact = {to_ns(m.header.stamp): list(m.name) for m in probe.contact}
+    t = (S - S[0]) * 1e-9
+    assert not any(contact[s] for s, tt in zip(S, t) if tt <= 0.15)
+    late = [contact[s] for s, tt in zip(S, t) if tt >= 0.25]
+    assert all(names[1] in c for c in late)
+    if use_std:
+        assert not any(names[0] in c for c in contact.values())
+        assert node.counters["residual_std_missing"] == 0
+    else:
+        assert all(names[0] in c for c in late)
+        assert node.counters["residual_std_rejected"] == 0   # no subscription: nothing read
+    assert node.counters["residual_missing"] == 0
 
 
 def test_monitor_joins_the_graph():

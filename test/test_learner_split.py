@@ -298,14 +298,16 @@ def test_bad_snapshots_are_refused_and_the_model_stays(ros, model, tmp_path):
 
 
 class _Picky(Learner):
-    """Predicts x[0] per output, and refuses (ValueError) inputs with x[0] > 0.65."""
+    """Predicts x[0] per output with the variance x[1]^2, and refuses (ValueError) inputs
+    with x[0] > 0.65."""
 
     kind = "_picky"
 
     def _predict(self, X, return_var):
         if np.any(X[:, 0] > 0.65):
             raise ValueError("outside the picky range")
-        return np.repeat(X[:, :1], self.output_dim, axis=1), None
+        return (np.repeat(X[:, :1], self.output_dim, axis=1),
+                np.repeat(X[:, 1:2] ** 2, self.output_dim, axis=1) if return_var else None)
 
     def _fit(self, X, y, R):
         pass
@@ -378,6 +380,47 @@ def test_lead_extrapolation_and_holding_the_last_output(ros, model, monkeypatch)
     assert ros.spin_until(lambda: len(probe.res) == 11, timeout=10.0)
     np.testing.assert_allclose(by_stamp(probe.res, names)[13 * DT], [0.0] * n, atol=1e-12)   # x0 of step 12
     assert pred.counters["held_outputs"] == held + 1
+
+
+def test_publish_std_follows_the_residual_and_is_held_with_it(ros, model, monkeypatch):
+    """publish_std: feedforward/residual_std with the residual's stamps, sqrt of the
+    learner's variance; zeros without a model; the last valid one held with the last
+    valid residual when a prediction fails or the reference ended."""
+    from adaptive_dynamics.learning import base
+    monkeypatch.setitem(base.LEARNERS, _Picky.kind, _Picky)
+    pred = ros.add(PredictionNode, robot=ROBOT, prediction_lead=2 * DT * 1e-9, extrapolate=False,
+                   publish_std=True)
+    probe = Probe(ros, model.joint_names)
+    std = []
+    deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
+    probe.node.create_subscription(JointState, "feedforward/residual_std", std.append, deep)
+    names = model.joint_names
+    n = model.n
+    Q = np.array([[0.0, 0.1], [0.1, 0.2], [0.2, 0.3], [0.3, 0.4]])
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q, np.zeros_like(Q)))
+    assert ros.spin_until(lambda: len(pred.refs) == 4 and probe.snap.get_subscription_count() > 0
+                          and pred.output.pub_std.get_subscription_count() > 0, timeout=10.0)
+    probe.send(0, Q[0], Q[0], np.zeros(n))                     # no model: zeros, held, for 0..2
+    assert ros.spin_until(lambda: len(std) == 3, timeout=10.0)
+    probe.publish_snapshot(encode_snapshot(_Picky(3 * n, n), 1))
+    assert ros.spin_until(lambda: pred.model is not None, timeout=10.0)
+    probe.send(1, Q[1], Q[1], np.zeros(n))                     # step 3: x0 = 0.3, std |x1| = 0.4
+    assert ros.spin_until(lambda: len(std) == 4, timeout=10.0)
+    probe.ref.publish(reference_batch_msg(4 * DT, DT, names, np.array([[0.7, 0.5]]), np.zeros((1, 2))))
+    assert ros.spin_until(lambda: len(pred.refs) == 5, timeout=10.0)
+    probe.send(2, Q[2], Q[2], np.zeros(n))                     # step 4: x0 = 0.7 fails: hold
+    probe.send(5, Q[3], Q[3], np.zeros(n))                     # past the reference: hold, stamped 5
+    assert ros.spin_until(lambda: len(std) == 6 and len(probe.res) == 6, timeout=10.0)
+    ros.spin_for(0.1)
+    assert [to_ns(m.header.stamp) for m in std] == [to_ns(m.header.stamp) for m in probe.res] \
+        == [k * DT for k in range(6)]
+    got, res = by_stamp(std, names), by_stamp(probe.res, names)
+    for k in range(3):
+        assert np.all(got[k * DT] == 0.0) and np.all(res[k * DT] == 0.0)
+    for k in (3, 4, 5):
+        np.testing.assert_allclose(res[k * DT], [0.3] * n, atol=1e-12)
+        np.testing.assert_allclose(got[k * DT], [0.4] * n, atol=1e-12)
+    assert pred.counters["prediction_failed"] == 1 and pred.counters["held_outputs"] == 5
 
 
 def test_torque_target_learns_the_measured_torque(ros, model):

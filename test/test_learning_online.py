@@ -81,20 +81,27 @@ def test_streamed_learning_equals_the_plain_learner(model, kind, cfg, cut):
     d = dpi_for(model)
     ref = manual(model, kind, X, Y, 100, cut, d, cfg)
     Xt = X[::7] + 0.01
-    want = ref.predict(Xt)
+    want, want_var = ref.predict(Xt, return_var=True)
     for threaded in (True, False):
         core = OnlineResidual(model, kind, cfg, learn_every=1, block_size=37, warmup=100, threaded=threaded)
         try:
             assert not core.ready and np.all(core.predict(Xt) == 0.0)   # zeros before the warm-up
+            m0, v0 = core.predict(Xt, return_var=True)                  # and nothing uncertain added
+            assert m0.shape == v0.shape == want.shape and np.all(m0 == 0.0) and np.all(v0 == 0.0)
             feed(core, X, Y, {cut: d})
             assert core.flush(timeout=60.0)
             got = core.predict(Xt)
+            got_mean, got_var = core.predict(Xt, return_var=True)
             c = core.diagnostics()
         finally:
             core.stop()
         assert c["samples_learned"] == len(X) and c["transforms_applied"] == 1 and c["fit_errors"] == 0
         # IGMM is sequential per sample: identical; RLS in other blocks: equal to rounding
         np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9 * np.abs(want).max())
+        np.testing.assert_array_equal(got_mean, got)
+        assert got_var.shape == want_var.shape and np.all(np.isfinite(got_var)) and np.all(got_var > 0)
+        if kind == "gmm":   # (RLS's noise variance comes from each block's a-priori errors: block-dependent)
+            np.testing.assert_allclose(got_var, want_var, rtol=1e-7, atol=1e-9 * np.abs(want_var).max())
 
 
 def test_decimation_and_consecutive_updates_sum(model):

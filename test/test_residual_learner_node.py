@@ -210,3 +210,50 @@ def test_bad_input_is_rejected_and_counted(ros, model, tmp_path):
     with pytest.raises(ValueError, match="holds a 'gmm' learner"):
         ros.add(ResidualLearnerNode, robot=ROBOT, learner="rbfn", model_file=str(path))
     assert path.read_bytes() == saved   # a node that refused the file never overwrites it
+
+
+def test_publish_std_streams_the_predictive_std_by_stamp(ros, model):
+    """publish_std: feedforward/residual_std, one per residual with its stamp and joint
+    names, effort = sqrt of the learner's own predictive variance of the reference row
+    (zeros before the learner exists, zeros with output off); never NaN."""
+    node = ros.add(ResidualLearnerNode, robot=ROBOT, learner="rbfn", learner_config=CFG, warmup=60,
+                   learn_decimation=1, prediction_lead=LEAD, target_torque="measured", publish_std=True)
+    probe = Probe(ros, model.joint_names)
+    names = model.joint_names
+    std = []
+    deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
+    probe.node.create_subscription(JointState, "feedforward/residual_std", std.append, deep)
+    Q, QD, QDD, q, v, tau, pt = motion(model, N=80)
+    X = np.hstack([Q, QD, QDD])
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q, QD, QDD))
+    assert ros.spin_until(lambda: len(node.refs) == len(Q) and probe.ptorque.get_subscription_count() > 0
+                          and node.output.pub_std.get_subscription_count() > 0, timeout=10.0)
+    for k in range(60):
+        probe.send(k, q[k], v[k], tau[k], pt[k])
+        assert ros.spin_until(lambda: node.core.counters["samples_offered"] == k + 1, timeout=10.0)
+    assert node.core.flush(timeout=20.0) and node.core.ready
+    node.set_parameters(to_parameters({"learning": False}))   # the learner is fixed from here on
+    lead = int(LEAD * 1e9) // DT
+    for k in range(60, 64):
+        probe.send(k, q[k], v[k], tau[k], pt[k])
+    last = (63 + lead) * DT
+    assert ros.spin_until(lambda: std and probe.res and to_ns(std[-1].header.stamp) == last
+                          and to_ns(probe.res[-1].header.stamp) == last, timeout=10.0)
+    ros.spin_for(0.2)
+    assert [to_ns(m.header.stamp) for m in std] == [to_ns(m.header.stamp) for m in probe.res] \
+        == list(range(0, last + 1, DT))
+    assert all(list(m.name) == list(names) for m in std)
+    assert all(np.isfinite(m.effort).all() for m in std)
+    got, res = by_stamp(std, names), by_stamp(probe.res, names)
+    assert np.all(got[0][0] == 0.0)                 # before the warm-up: no learner, zero residual and std
+    L = node.core.learner
+    for k in range(64, 63 + lead + 1):              # published from the fixed learner
+        mean, var = L.predict(X[k], return_var=True)
+        np.testing.assert_allclose(res[k * DT][0], mean, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(got[k * DT][0], np.sqrt(var), rtol=1e-9, atol=1e-12)
+        assert np.all(got[k * DT][0] > 0)
+    # output off: zeros on both streams
+    node.set_parameters(to_parameters({"output": False}))
+    probe.send(64, q[64], v[64], tau[64], pt[64])
+    assert ros.spin_until(lambda: to_ns(std[-1].header.stamp) == (64 + lead) * DT, timeout=10.0)
+    assert np.all(by_stamp(std, names)[(64 + lead) * DT][0] == 0.0)

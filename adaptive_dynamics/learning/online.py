@@ -18,8 +18,9 @@ the residual ``f(x) = tau - Y(x) pi_hat`` of a parametric model that keeps chang
   is ignored: the ablation of the paper's Fig. 4a.
 * :meth:`predict` (any thread, never blocks on learning): the learners publish an
   immutable prediction snapshot (see :mod:`.base`), so the control-rate prediction
-  never waits for a ``partial_fit`` in progress.  Before the learner exists it returns
-  zeros (:attr:`ready` is False).
+  never waits for a ``partial_fit`` in progress; ``return_var=True`` adds the predictive
+  variance.  Before the learner exists it returns zeros, variance zeros too (:attr:`ready`
+  is False).
 * :meth:`hint` (any thread, cheap): the input of the next prediction (the reference
   ahead), forwarded to :meth:`Learner.hint` -- learners that select training data
   around the query (PGPOL's k nearest database points) use it at their next update;
@@ -214,14 +215,18 @@ class OnlineResidual:
         return True
 
     # ------------------------------------------------------------- prediction
-    def predict(self, X) -> np.ndarray:
-        """Residual for the rows of ``X`` (N x 3n, or one 3n vector); zeros before the
-        learner exists.  Never waits for learning."""
+    def predict(self, X, return_var: bool = False):
+        """Residual for the rows of ``X`` (N x 3n, or one 3n vector); with ``return_var``
+        ``(mean, var)``, ``var`` the learner's predictive variance (:meth:`Learner.predict`).
+        Before the learner exists the residual is zero -- the parametric model alone,
+        which contributes nothing uncertain of the learner's -- so mean and variance are
+        zeros.  Never waits for learning."""
         L = self.learner
         X = np.asarray(X, dtype=float)
         if L is None:
-            return np.zeros(X.shape[:-1] + (self.n,))
-        return L.predict(X)
+            zeros = np.zeros(X.shape[:-1] + (self.n,))
+            return (zeros, zeros.copy()) if return_var else zeros
+        return L.predict(X, return_var=return_var)
 
     # ----------------------------------------------------------------- worker
     def _run(self) -> None:

@@ -83,8 +83,11 @@ def monitor_specs(n: int | None = None) -> list[ParamSpec]:
                   read_only=True),
         ParamSpec("use_residual", False, "subtract the learned residual feedforward/residual (stamped for the"
                   " state's instant, else the newest within residual_staleness) from what the observer reports"),
-        ParamSpec("residual_staleness", 0.01, "use a residual at most this old [s] when none is stamped for the"
-                  " state's instant", min=0.0, max=10.0),
+        ParamSpec("use_residual_std", False, "with use_residual: add the learner's predictive std"
+                  " (feedforward/residual_std, stamped like the residual) to the thresholds' uncertainty term:"
+                  " threshold = thresholds + uncertainty_gain x sqrt(model_std^2 + std^2)", read_only=True),
+        ParamSpec("residual_staleness", 0.01, "use a residual (and its std) at most this old [s] when none is"
+                  " stamped for the state's instant", min=0.0, max=10.0),
         ParamSpec("gains", [50.0], "observer gains K_O [1/s], 1 or n values (> 0): r follows the external"
                   " torque with time constant 1/K_O", type="float[]", min=1e-3, max=1e5, validator=lengths),
         ParamSpec("torque_timing", "held", "held: the effort of a state is the torque applied over the step"
@@ -110,7 +113,8 @@ def monitor_specs(n: int | None = None) -> list[ParamSpec]:
         ParamSpec("model_std", [0.0], "the model's own torque uncertainty [N m] per joint, 1 or n values (e.g."
                   " the identification residual's standard deviation), added as uncertainty_gain x std",
                   type="float[]", min=0.0, validator=lengths),
-        ParamSpec("uncertainty_gain", 0.0, "k_u: threshold = thresholds + k_u x model_std", min=0.0, max=100.0),
+        ParamSpec("uncertainty_gain", 0.0, "k_u: threshold = thresholds + k_u x model_std (x sqrt(model_std^2 +"
+                  " std^2) with use_residual_std)", min=0.0, max=100.0),
         ParamSpec("release", 0.8, "a joint leaves contact below release x its threshold (hysteresis)",
                   min=0.01, max=1.0),
         ParamSpec("min_samples", 1, "consecutive samples above the threshold before a joint is in contact",
@@ -139,7 +143,7 @@ class ExternalTorqueNode(Node):
         self.names = list(model.joint_names)
         self.counters = Counters("external_torque", self.get_fully_qualified_name(),
                                  warn_on=("joint_states_rejected", "out_of_order", "estimate_rejected",
-                                          "residual_rejected", "nonfinite_output"))
+                                          "residual_rejected", "residual_std_rejected", "nonfinite_output"))
         self.log_throttle = Throttle(1.0)
         self._lock = threading.RLock()
         # ---- the cores
@@ -158,6 +162,7 @@ class ExternalTorqueNode(Node):
         model.frame_id(self.wrench_frame)   # raises naming the frames
         self.mapper = JointStateMapper(model.joint_names)
         self.residuals = VectorBuffer(4096)
+        self.residual_stds = VectorBuffer(4096)
         self._origin = None          # stamp [ns] of the first state: t = (stamp - origin) * 1e-9
         self._last_stamp = None
         self._estimate_stamp = None
@@ -179,6 +184,10 @@ class ExternalTorqueNode(Node):
         self.create_subscription(JointState, "joint_states", self._on_state, stream_qos(p["reliable_streams"]),
                                  raw=True)   # serialized -> arrays (wire.py)
         self.create_subscription(JointState, "feedforward/residual", self._on_residual, DEEP_RELIABLE_QOS)
+        self.use_std = bool(p["use_residual_std"])
+        if self.use_std:
+            self.create_subscription(JointState, "feedforward/residual_std", self._on_residual_std,
+                                     DEEP_RELIABLE_QOS)
         if self.layout is not None:
             self.create_subscription(JointState, "adaptive/parameters", self._on_estimate, LATCHED_QOS)
         steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -186,7 +195,8 @@ class ExternalTorqueNode(Node):
         self._start_calibration(p["calibrate"])
         self.get_logger().info(
             f"model {p['model_source']}{' + friction' if p['friction'] else ''}"
-            f"{' + fixed friction' if fixed is not None else ''}, residual {'on' if p['use_residual'] else 'off'},"
+            f"{' + fixed friction' if fixed is not None else ''}, residual {'on' if p['use_residual'] else 'off'}"
+            f"{' (+ its std in the thresholds)' if self.use_std and p['use_residual'] else ''},"
             f" K_O {np.asarray(p['gains']).tolist()} 1/s, thresholds "
             f"{self.detector.thresholds.tolist() if self.detector.configured else 'none'}; joints {self.names}")
 
@@ -242,6 +252,16 @@ class ExternalTorqueNode(Node):
         with self._lock:
             self.residuals.add(stamp, f)
 
+    def _on_residual_std(self, msg: JointState) -> None:
+        try:
+            stamp, d = vector_from_msg(msg, self.names, "effort", where="feedforward/residual_std")
+            if np.any(d < 0):
+                raise ValueError(f"feedforward/residual_std: negative standard deviation {d.tolist()}")
+        except ValueError as exc:
+            return self._reject("residual_std", exc)
+        with self._lock:
+            self.residual_stds.add(stamp, d)
+
     def _on_estimate(self, msg: JointState) -> None:
         try:
             stamp, theta = vector_from_msg(msg, None, "position", where="adaptive/parameters")
@@ -275,11 +295,15 @@ class ExternalTorqueNode(Node):
                 return
             if self._origin is None:
                 self._origin = stamp
-            residual = None
+            residual = std = None
             if self.p["use_residual"]:
                 residual = self.residuals.get(stamp, self.p["residual_staleness"] * 1e9)
                 if residual is None:
                     self.counters.inc("residual_missing")
+                if self.use_std:
+                    std = self.residual_stds.get(stamp, self.p["residual_staleness"] * 1e9)
+                    if std is None:   # the static term alone
+                        self.counters.inc("residual_std_missing")
             gaps = self.observer.gaps
             try:
                 r = self.observer.update((stamp - self._origin) * 1e-9, q, v, tau, residual)
@@ -292,7 +316,7 @@ class ExternalTorqueNode(Node):
                 self.observer.reset()
                 self.counters.inc("nonfinite_output")
                 return
-            contact, joints = self.detector.update(r)
+            contact, joints = self.detector.update(r, std)
             if self._calibration is not None:
                 cal, seconds = self._calibration
                 cal.add((stamp - self._origin) * 1e-9, r)

@@ -17,7 +17,9 @@ process) and the PGPOL split's ``model_update`` (learning) and ``prediction``.
 * :class:`ResidualOutput` -- the stamped ``feedforward/residual`` stream: on each state
   stamped ``t`` one message per reference point in ``(last published, t + lead]`` and
   not before ``t``, predicted from the reference state ``(q_d, qd_d, qdd_d)`` and
-  stamped with the instant it applies to, so the controller finds the exact stamp.
+  stamped with the instant it applies to, so the controller finds the exact stamp;
+  with ``publish_std`` also ``feedforward/residual_std``, the learner's predictive
+  standard deviation of each published residual (same stamps, from the same prediction).
 
 The nodes stay thin: they create the subscriptions and hand the messages to these.
 """
@@ -118,6 +120,9 @@ def output_specs(monitor_topic: str) -> list[ParamSpec]:
                   " the newest state", min=0.0, max=1.0),
         ParamSpec("monitor_decimation", 10, f"publish {monitor_topic} every k-th point (0 = off)",
                   min=0, max=10000),
+        ParamSpec("publish_std", False, "also publish feedforward/residual_std: the learner's predictive"
+                  " standard deviation of each published residual [N m] (JointState effort, the same stamps;"
+                  " for external_torque's contact thresholds)", read_only=True),
     ]
 
 
@@ -346,6 +351,14 @@ class ResidualOutput:
     per state, counted in ``held_outputs``), so the controller keeps its feed-forward.
     A non-finite prediction counts as failed: never a NaN residual.
 
+    ``std`` (``publish_std``): ``predict`` is called as ``predict(X, return_var=True)
+    -> (F, V)`` (or None), and every residual published on ``feedforward/residual`` is
+    preceded by ``feedforward/residual_std`` stamped alike, ``effort = sqrt(V)`` of the
+    same row (a negative rounding of ``V`` is taken as 0).  A non-finite or missing ``V``
+    counts as a failed prediction like a non-finite ``F``; held outputs re-publish the
+    last valid standard deviation with the last valid residual (zeros before any), and
+    ``output`` false publishes zeros on both.
+
     ``extrapolate_ns`` > 0: when the reference buffer does not reach ``t + lead``,
     instants on the reference's grid beyond its newest point (at most
     ``extrapolate_ns`` beyond it) are predicted from the reference extrapolated
@@ -354,17 +367,21 @@ class ResidualOutput:
     """
 
     def __init__(self, node, names, refs: ReferenceBuffer, counters, log_error: Callable[[str, str], None], *,
-                 monitor_topic: str, hold: bool = False):
+                 monitor_topic: str, hold: bool = False, std: bool = False):
         self.names = list(names)
         self.n = len(self.names)
         self.refs = refs
         self.counters = counters
         self.log_error = log_error
         self.hold = bool(hold)
+        self.std = bool(std)
+        self.pub_std = (node.create_publisher(JointState, "feedforward/residual_std", PUBLISHER_STREAM_QOS)
+                        if self.std else None)
         self.pub_res = node.create_publisher(JointState, "feedforward/residual", PUBLISHER_STREAM_QOS)
         self.pub_mon = node.create_publisher(JointState, monitor_topic, PUBLISHER_STREAM_QOS)
         self.last_published: Optional[int] = None   # stamp of the last published residual
         self.last_output = np.zeros(self.n)          # the last valid prediction (hold)
+        self.last_std = np.zeros(self.n)             # its standard deviation (std)
         self._k = 0
 
     def _points(self, now: int, horizon: int, extrapolate_ns: int):
@@ -409,19 +426,29 @@ class ResidualOutput:
         todo, rows = self._points(now, horizon, extrapolate_ns)
         if not todo:
             if self.hold and self._uncovered(now, todo):
-                self._publish([now], np.tile(self.last_output, (1, 1)), output, monitor_every)
+                self._publish([now], self.last_output[None], self.last_std[None], output, monitor_every)
                 self.counters.inc("held_outputs")
                 return 1
             return 0
         n = self.n
         X = np.array(rows)
         held = False
+        D = None
         try:
-            F = predict(X)
+            F = predict(X, return_var=True) if self.std else predict(X)
             if F is None:
                 held = True
-            elif not np.isfinite(F).all():
-                raise ValueError("non-finite prediction")
+            else:
+                if self.std:
+                    F, V = F
+                    if V is None:
+                        raise ValueError("the learner gives no predictive variance")
+                    V = np.asarray(V, dtype=float)
+                    if V.shape != np.shape(F) or not np.isfinite(V).all():
+                        raise ValueError("non-finite predictive variance")
+                    D = np.sqrt(np.maximum(V, 0.0))
+                if not np.isfinite(F).all():
+                    raise ValueError("non-finite prediction")
         except ValueError as exc:
             self.counters.inc("prediction_failed")
             self.log_error("predict", f"prediction failed ({exc}): publishing "
@@ -430,16 +457,21 @@ class ResidualOutput:
             held = self.hold
         if F is None:
             F = np.tile(self.last_output, (len(todo), 1)) if held else np.zeros((len(todo), n))
+            D = np.tile(self.last_std, (len(todo), 1)) if held else np.zeros((len(todo), n))
             if held:
                 self.counters.inc("held_outputs", len(todo))
         else:
             self.last_output = np.array(F[-1], dtype=float)
-        self._publish(todo, F, output, monitor_every)
+            if D is not None:
+                self.last_std = np.array(D[-1], dtype=float)
+        self._publish(todo, F, D, output, monitor_every)
         return len(todo)
 
-    def _publish(self, todo: list, F: np.ndarray, output: bool, monitor_every: int) -> None:
+    def _publish(self, todo: list, F: np.ndarray, D: Optional[np.ndarray], output: bool, monitor_every: int) -> None:
         zeros = np.zeros(self.n)
-        for s, f in zip(todo, F):
+        for i, (s, f) in enumerate(zip(todo, F)):
+            if self.pub_std is not None:   # first: a reader that has the residual most likely has its std
+                self.pub_std.publish(joint_state_msg(s, self.names, effort=D[i] if output else zeros))
             self.pub_res.publish(joint_state_msg(s, self.names, effort=f if output else zeros))
             if monitor_every and self._k % monitor_every == 0:
                 self.pub_mon.publish(joint_state_msg(s, self.names, effort=f))

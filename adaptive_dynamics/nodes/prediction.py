@@ -97,7 +97,7 @@ class PredictionNode(Node):
             self._load_file(p["model_file"])
 
         self.output = ResidualOutput(self, self.names, self.refs, self.counters, self._log_error,
-                                     monitor_topic="learner/prediction", hold=True)
+                                     monitor_topic="learner/prediction", hold=True, std=p["publish_std"])
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         # snapshots: on the owner's executor (their bytes are only queued there), never on the hot path
         self.create_subscription(UInt8MultiArray, "learner/model", self._on_snapshot, LATCHED_QOS, raw=True)
@@ -145,11 +145,11 @@ class PredictionNode(Node):
                                   output=p["output"], monitor_every=p["monitor_decimation"],
                                   extrapolate_ns=int(p["extrapolation_limit"] * 1e9) if p["extrapolate"] else 0)
 
-    def _predict(self, X: np.ndarray):
+    def _predict(self, X: np.ndarray, return_var: bool = False):
         m = self.model   # one read: a swap meanwhile does not mix two models
         if m is None:
             return None
-        return m.learner.predict(X)
+        return m.learner.predict(X, return_var=return_var)
 
     # ----------------------------------------------------------------- snapshots
     def _on_snapshot(self, raw: bytes) -> None:
@@ -222,7 +222,12 @@ class PredictionNode(Node):
         cur = self.model
         x = self._probe_input()
         try:
-            f = snap.learner.predict(x)
+            if self.p["publish_std"]:   # the std is published too: its variance must be finite as well
+                f, var = snap.learner.predict(x, return_var=True)
+                if var is None or not np.isfinite(var).all():
+                    raise ValueError("no finite predictive variance")
+            else:
+                f = snap.learner.predict(x)
             if not np.isfinite(f).all():
                 raise ValueError("non-finite output")
         except ValueError as exc:

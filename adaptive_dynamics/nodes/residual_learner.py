@@ -66,7 +66,7 @@ class ResidualLearnerNode(Node):
         self._last_save = time.monotonic()
 
         self.output = ResidualOutput(self, self.names, self.refs, self.counters, self._log_error,
-                                     monitor_topic="residual_learner/prediction")
+                                     monitor_topic="residual_learner/prediction", std=p["publish_std"])
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.io = HotPath(self, enabled=p["hot_path_thread"])
         io = self.io.node
