@@ -5,6 +5,7 @@ nothing NaN published; the adaptive controller's estimate and the learned residu
 from __future__ import annotations
 
 import numpy as np
+from rclpy.parameter import Parameter
 import pinocchio as pin
 import pytest
 from geometry_msgs.msg import WrenchStamped
@@ -164,6 +165,36 @@ def test_external_torque_calibration_contact_and_bad_states(ros):
     c = node.counters.as_dict()
     assert c["states"] == len(S) and c["joint_states_rejected"] == 3 and c["out_of_order"] == 1
     assert c["nonfinite_output"] == 0 and c["calibration"] == "done"
+
+
+def test_second_low_pass_set_live(ros):
+    """filter_gains (the observer's second low pass) from the start and changed through the
+    parameter mid-run: the node's r equals the core's fed the same states with the same
+    change at the same sample."""
+    model = RobotModel(ROBOT)
+    names = model.joint_names
+    S, Q, V, TAU = simulate(model, 300, ext=lambda t: np.array([1.0, -0.5]) if t >= 0.1 - 1e-9 else 0.0)
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[40.0], filter_gains=[150.0])
+    probe = Probe(ros, names)
+    connected(ros, node, probe)
+    ref = MomentumObserver(model, gains=40.0, filter_gains=150.0)
+    T = (S - S[0]) * 1e-9
+    want = []
+    for k in range(len(S)):
+        if k == 200:
+            ref.set_filter_gains([80.0, 0.0])
+        want.append(ref.update(T[k], Q[k], V[k], TAU[k]))
+
+    def change(k):
+        if k == 200:
+            node.set_parameters([Parameter("filter_gains", value=[80.0, 0.0])])
+
+    feed(ros, node, probe, S, Q, V, TAU, before=change)
+    assert ros.spin_until(lambda: len(probe.torque) == len(S), timeout=10.0)
+    got = by_stamp(probe.torque, names)
+    R = np.array([got[s] for s in S])
+    assert np.abs(R - np.array(want)).max() < 1e-9
+    assert np.abs(R[199] - np.array([1.0, -0.5])).max() < 0.05    # 0.1 s (4 / K_O) after the push
 
 
 def test_the_estimate_and_the_residual(ros):

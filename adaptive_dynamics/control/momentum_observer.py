@@ -42,7 +42,18 @@ integrated exactly over the step::
 
 which is the continuous observer's response to a piecewise-constant external torque:
 stable for any gain and step (0 < a < 1), and ``(1 - a) / dt -> K_O`` for small steps,
-the continuous law.  A step longer than ``max_gap`` (a lost stretch of the stream) holds
+the continuous law.
+
+Velocity noise reaches ``tau_ext_k`` through the momentum difference, ``M (dv_{k+1} -
+dv_k) / dt``: a differenced white noise, so r carries it as ``K_O M`` times a noise whose
+power sits at the highest frequencies.  ``filter_gains`` ``K_F`` (> 0, per joint; 0 =
+off) passes r through one more first-order low pass, integrated the same way::
+
+    r_f,{k+1} = a_f r_f,k + (1 - a_f) r_{k+1},   a_f = exp(-K_F dt)
+
+(a second-order observer: ``r_f = K_O K_F / ((s + K_O)(s + K_F)) tau_ext``, the added lag
+``1 / K_F``); :attr:`MomentumObserver.r` is then ``r_f`` and :attr:`r_raw` the first
+stage.  A step longer than ``max_gap`` (a lost stretch of the stream) holds
 r and restarts the integration from the new sample (counted in :attr:`gaps`); a step
 ``dt <= 0`` (an out-of-order or repeated sample) is refused with ``ValueError``, the
 state unchanged.  The first sample initialises ``p_0`` (r = 0).
@@ -238,15 +249,19 @@ class MomentumObserver:
         ``"held"`` or ``"sampled"`` (:data:`TORQUE_TIMINGS`, module docstring).
     max_gap:
         Longest step [s] integrated; a longer one holds r and restarts.
+    filter_gains:
+        ``K_F`` [1/s] of the second low pass (module docstring): one value or one per
+        joint; 0 (default) = off, r is the first stage.
     """
 
     def __init__(self, model: RobotModel, gains=50.0, *, residual: Optional[Callable] = None,
                  fixed_friction=None, armature=0.0, torque_timing: str = "held", max_gap: float = 0.1,
-                 copy: bool = True):
+                 copy: bool = True, filter_gains=0.0):
         self.model = observer_model(model) if copy else model
         self.n = n = self.model.n
         self.joint_names = list(self.model.joint_names)
         self.set_gains(gains)
+        self.set_filter_gains(filter_gains)
         self.residual = residual
         self.fixed_friction = fixed_friction
         if fixed_friction is not None and getattr(fixed_friction, "n", n) != n:
@@ -258,8 +273,11 @@ class MomentumObserver:
         self.max_gap = float(max_gap)
         if not self.max_gap > 0:
             raise ValueError(f"max_gap must be > 0 [s], got {max_gap!r}")
-        #: the external-torque estimate r (model order) after the last sample
+        #: the external-torque estimate r (model order) after the last sample (the second
+        #: stage's with ``filter_gains``)
         self.r = np.zeros(n)
+        #: the first stage's r (= :attr:`r` without ``filter_gains``)
+        self.r_raw = np.zeros(n)
         #: the step's external-torque estimate before the low pass (the last step's)
         self.tau_ext_step = np.zeros(n)
         self.samples = 0
@@ -273,6 +291,13 @@ class MomentumObserver:
             raise ValueError(f"gains (K_O) must be > 0 [1/s], got {k.tolist()}")
         self.gains = k
 
+    def set_filter_gains(self, filter_gains) -> None:
+        k = per_joint(filter_gains, self.n, "filter_gains (K_F)", one_for_all=True)
+        if not np.all(k >= 0):
+            raise ValueError(f"filter_gains (K_F) must be >= 0 [1/s] (0 = off), got {k.tolist()}")
+        self.filter_gains = k
+        self._filtered = bool(np.any(k > 0))
+
     def set_parameters(self, pi) -> None:
         """Use the full parameters ``pi`` (an estimate; non-physical allowed) from the next
         sample on.  The momentum of the last sample is recomputed with them, so the next
@@ -285,6 +310,7 @@ class MomentumObserver:
     def reset(self) -> None:
         """Forget the history: the next sample restarts the observer with r = 0."""
         self.r = np.zeros(self.n)
+        self.r_raw = np.zeros(self.n)
         self.tau_ext_step = np.zeros(self.n)
         self._prev = None
 
@@ -338,7 +364,12 @@ class MomentumObserver:
             if residual is not None:
                 ext += residual
             a = np.exp(-self.gains * dt)
-            self.r = a * self.r + (1.0 - a) * ext
+            self.r_raw = a * self.r_raw + (1.0 - a) * ext
+            if self._filtered:   # K_F = 0 on a joint: a_f = 0, r = r_raw there
+                af = np.where(self.filter_gains > 0, np.exp(-self.filter_gains * dt), 0.0)
+                self.r = af * self.r + (1.0 - af) * self.r_raw
+            else:
+                self.r = self.r_raw.copy()
             self.tau_ext_step = ext
         self._prev = (t, q.copy(), v.copy(), p, b, tau.copy(), f)
         self.samples += 1

@@ -90,6 +90,9 @@ def monitor_specs(n: int | None = None) -> list[ParamSpec]:
                   " stamped for the state's instant", min=0.0, max=10.0),
         ParamSpec("gains", [50.0], "observer gains K_O [1/s], 1 or n values (> 0): r follows the external"
                   " torque with time constant 1/K_O", type="float[]", min=1e-3, max=1e5, validator=lengths),
+        ParamSpec("filter_gains", [0.0], "K_F [1/s] of a second low pass on r, 1 or n values (0 = off): the"
+                  " velocity noise reaches r as K_O M(q) times a differenced white noise, which this removes"
+                  " at a lag of 1/K_F", type="float[]", min=0.0, max=1e5, validator=lengths),
         ParamSpec("torque_timing", "held", "held: the effort of a state is the torque applied over the step"
                   " before it (the simulator; an effort command held) | sampled: a torque sensor read at the"
                   " instants (the step uses the mean of the two samples)", choices=list(TORQUE_TIMINGS),
@@ -150,7 +153,7 @@ class ExternalTorqueNode(Node):
         fixed = friction_model(model, p["friction_model_file"]) if p["friction_model_file"] else None
         self.observer = MomentumObserver(observer_model(model), p["gains"], fixed_friction=fixed,
                                          armature=armature_of(p, n), torque_timing=p["torque_timing"],
-                                         max_gap=p["max_gap"], copy=False)
+                                         max_gap=p["max_gap"], copy=False, filter_gains=p["filter_gains"])
         self.layout = None
         if p["model_source"] == "estimate":
             self.layout = EstimateLayout(model, adapted_links=[x for x in p["adapted_links"] if x])
@@ -170,7 +173,7 @@ class ExternalTorqueNode(Node):
         self._peak = np.zeros(n)     # max |r| since the last diagnostics
         self.counters.set("model", "urdf" if self.layout is None else "estimate (waiting for adaptive/parameters)")
         # ---- live parameters
-        for name in ("gains", "max_gap"):
+        for name in ("gains", "max_gap", "filter_gains"):
             self.p.on_change(name, self._on_observer_param)
         for name in ("uncertainty_gain", "model_std", "release", "min_samples"):
             self.p.on_change(name, self._on_detector_param)
@@ -212,6 +215,7 @@ class ExternalTorqueNode(Node):
     def _on_observer_param(self, _name, _value) -> None:
         with self._lock:
             self.observer.set_gains(self.p["gains"])
+            self.observer.set_filter_gains(self.p["filter_gains"])
             self.observer.max_gap = float(self.p["max_gap"])
 
     def _on_detector_param(self, _name, _value) -> None:
