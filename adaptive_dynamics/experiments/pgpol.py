@@ -729,7 +729,7 @@ def learning_stream(data: dict, rate_hz: float = LEARN_RATE_HZ, filter_hz: float
     """``(t, X, Y)``: the samples ``model_update`` learns from (``target: torque``,
     ``acceleration: measured``), rebuilt from a run's 1 kHz states: x = (q, qd, the
     first-order low-pass (``filter_hz``) of the backward difference of qd), y = the
-    measured torque, every (1 kHz / ``rate_hz``)-th state."""
+    measured torque, every (1 kHz / ``rate_hz``)-th state (rounded down: at least ``rate_hz``)."""
     t, q, v, tau = data["t"], data["q"], data["qd"], data["tau"]
     acc = np.zeros_like(v)
     a = np.zeros(v.shape[1])
@@ -737,7 +737,7 @@ def learning_stream(data: dict, rate_hz: float = LEARN_RATE_HZ, filter_hz: float
         dt = t[k] - t[k - 1]
         a += (1.0 - math.exp(-2.0 * math.pi * filter_hz * dt)) * ((v[k] - v[k - 1]) / dt - a)
         acc[k] = a
-    step = max(1, int(round(1.0 / (rate_hz * np.median(np.diff(t))))))
+    step = max(1, int(1.0 / (rate_hz * np.median(np.diff(t))) + 1e-6))   # at least rate_hz
     sel = slice(0, None, step)
     return t[sel], np.hstack([q[sel], v[sel], acc[sel]]), tau[sel].copy()
 
