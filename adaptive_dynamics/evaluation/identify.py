@@ -261,8 +261,11 @@ def run(args) -> dict:
         models = {"linear": {"heldout_nmse": results["ls"]["test_nmse"], "train_nmse": results["ls"]["train_nmse"],
                              "parameters": lin.friction.parameters(), "model": lin.friction.to_dict()}}
         ratio = {}
+        # the smooth models start from a linear fit of every sample: fits["ls"] itself unless
+        # --min-velocity left samples out of it; one start for every kind
+        start = fits["ls"] if vmin == 0 else identify(model, q, qd, qdd, tau, offset=offset)
         for kind in kinds:
-            fit = identify_friction(model, q, qd, qdd, tau, kind, offset=offset, base=base)
+            fit = identify_friction(model, q, qd, qdd, tau, kind, offset=offset, linear=start, base=base)
             pred[kind] = fit.torque(model, qt, qdt, qddt)
             held = nmse(taut, pred[kind])
             models[kind] = {"heldout_nmse": held, "train_nmse": nmse(tau, fit.torque(model, q, qd, qdd)),

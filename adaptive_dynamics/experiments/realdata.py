@@ -211,7 +211,8 @@ def evaluate(recs: dict, learners, seed: int = 0, robot: str = "panda") -> dict:
     fr_base = model.base_parameters()
     res["friction_heldout_nmse"] = {"linear": {n: nmse(parts[n][1], parts[n][3]) for n in tests}}
     for kind in FRICTION_MODELS:
-        fit = identify_friction(model, q, qd, qdd, tau, kind, offset=True, base=fr_base)
+        # (ls fits every sample, as identify_friction's own start would: reused)
+        fit = identify_friction(model, q, qd, qdd, tau, kind, offset=True, linear=ls, base=fr_base)
         res["friction_heldout_nmse"][kind] = {n: nmse(y, fit.torque(model, a, b, c))
                                               for n, (a, b, c, y) in tests.items()}
     lin = res["friction_heldout_nmse"]["linear"]
