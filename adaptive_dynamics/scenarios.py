@@ -226,6 +226,9 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     if monitor:
         mon = monitor_node_for(nodes, ctl, overrides.get(ctl, {}), learner != "none", common, mode)
         nodes.append(mon)
+        for spec in nodes:   # the learner's predictive std beside its residual, for the thresholds
+            if spec.name in ("residual_learner", "prediction"):
+                spec.params["publish_std"] = True
         if sim:  # one more /clock and joint_states subscriber before the lockstep bridge starts
             nodes[0].params["wait_for_nodes"] += 1
             nodes[0].params["wait_for_state_subscribers"] += 1
@@ -288,9 +291,11 @@ def monitor_node_for(nodes: list[NodeSpec], ctl: str, ctl_overrides: dict[str, A
                      common: dict[str, Any], mode: str) -> NodeSpec:
     """The ``external_torque`` node of ``monitor``: ``model_source: estimate`` next to an
     ``adaptive_controller`` (with its resolved :data:`MONITOR_SHARED` parameters), else
-    ``urdf``; ``use_residual`` when a learner publishes ``feedforward/residual``."""
+    ``urdf``; ``use_residual`` and ``use_residual_std`` when a learner publishes
+    ``feedforward/residual`` (:func:`build_graph` has it publish ``feedforward/residual_std``
+    too; ``uncertainty_gain``, live, sets how much the std raises the thresholds)."""
     spec = next(s for s in nodes if s.name == ctl)
-    params: dict[str, Any] = {**common, "use_residual": bool(learner)}
+    params: dict[str, Any] = {**common, "use_residual": bool(learner), "use_residual_std": bool(learner)}
     if nodes[0].name == "mujoco_bridge":
         params["reliable_streams"] = mode == "lockstep"
     if ctl == "adaptive_controller":

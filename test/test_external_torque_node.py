@@ -301,11 +301,17 @@ def test_monitor_joins_the_graph():
     mon = graph["external_torque"]
     assert mon.executable == "external_torque" and mon.param_files == graph["adaptive_controller"].param_files
     assert mon.params["model_source"] == "estimate" and mon.params["use_residual"] is True
+    assert mon.params["use_residual_std"] is True and graph["residual_learner"].params["publish_std"] is True
+    assert "publish_std" not in plain["residual_learner"].params
+    split = {s.name: s for s in build_graph("sim", controller="composite", learner="gmm", learner_split=True,
+                                            monitor=True)}
+    assert split["prediction"].params["publish_std"] is True and "publish_std" not in split["model_update"].params
     assert mon.params["adapted_links"] == ["panda_link7"] and mon.params["friction"] is True
     for key in ("wait_for_nodes", "wait_for_state_subscribers"):
         assert graph["mujoco_bridge"].params[key] == plain["mujoco_bridge"].params[key] + 1
     mon = {s.name: s for s in build_graph("real", controller="computed_torque", monitor=True)}["external_torque"]
     assert mon.params["model_source"] == "urdf" and mon.params["use_residual"] is False
+    assert mon.params["use_residual_std"] is False
     args = build_parser().parse_args(["launch", "sim", "--controller", "pd", "--monitor"])
     assert "external_torque" in {s.name for s in _graph_from_args(args, "sim")}
     root = pathlib.Path(__file__).resolve().parents[1]
