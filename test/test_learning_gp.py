@@ -120,6 +120,37 @@ def test_dtc_marginal_likelihood_and_gradient_equal_gpy():
     assert g_sn2[0] == pytest.approx(-m.likelihood.variance.gradient[0] * sn2, rel=1e-6)
 
 
+def test_dtc_likelihood_with_many_inducing_inputs_on_dense_data():
+    """Hundreds of inducing inputs on densely sampled data (Kmm's condition number ~1e9 at
+    the jitter): the likelihood equals the dense computation of N(0, Q), where a factorisation
+    of sn2 Kmm + Kmn Knm (Kmm's condition number squared) fails."""
+    from scipy.linalg import cho_factor, cho_solve
+
+    from adaptive_dynamics.learning.gp_kernel import se_kernel
+    from adaptive_dynamics.learning.sparse_gp import JITTER
+
+    n, m = 1200, 120
+    X = np.linspace(0.0, 6.0, n)[:, None]
+    Y = np.sin(2 * X) + 0.01 * np.random.default_rng(0).standard_normal((n, 1))
+    Z = np.linspace(0.0, 6.0, m)[None, :, None]
+    ls, sf2, sn2 = np.array([[1.0]]), np.array([1.0]), np.array([1e-4])
+    F, (_, g_ls, _, g_sn2) = dtc_nlml(X, Y[None], Z, ls, sf2, sn2)
+    Kmm = se_kernel(Z, Z, ls, sf2)[0] + JITTER * np.eye(m)
+    assert np.linalg.cond(Kmm) > 1e8
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.cholesky(sn2[0] * Kmm + se_kernel(Z, X, ls, sf2)[0] @ se_kernel(X, Z, ls, sf2)[0])
+    Knm = se_kernel(X, Z, ls, sf2)[0]
+    w, V = np.linalg.eigh(Kmm)
+    Q = (Knm @ V) @ np.diag(1.0 / w) @ (Knm @ V).T + sn2[0] * np.eye(n)
+    c = cho_factor(Q, lower=True)
+    ref = 0.5 * Y[:, 0] @ cho_solve(c, Y[:, 0]) + np.log(np.diag(c[0])).sum() + 0.5 * n * np.log(2 * np.pi)
+    assert F[0] == pytest.approx(ref, rel=1e-9)
+    f = lambda ls, sn2: dtc_nlml(X, Y[None], Z, ls, sf2, sn2, grad=False)[0][0]
+    e = np.exp(1e-4)   # the gradient goes through P = Kmm^-1 Kmn: a few digits fewer
+    assert g_ls[0, 0] == pytest.approx((f(ls * e, sn2) - f(ls / e, sn2)) / 2e-4, rel=1e-3)
+    assert g_sn2[0] == pytest.approx((f(ls, sn2 * e) - f(ls, sn2 / e)) / 2e-4, rel=1e-3)
+
+
 def test_dtc_gradient_finite_differences_ard_two_gps():
     X, Y = _data(25)
     rng = np.random.default_rng(4)

@@ -15,7 +15,9 @@ With A = sn2 Kmm + Kmn Knm (Woodbury) the predictive distribution is
 (latent f).  Gradient: with W = c Q^-1 - beta beta^T (beta = Q^-1 Y, c columns) and
 P = Kmm^-1 Kmn, dF/dKnm = W P^T, dF/dKmm = -P W P^T / 2, dF/dsn2 = tr W / 2,
 then through the kernel (:mod:`.gp_kernel`).  Q^-1 and W are never formed: every
-product goes through Woodbury's m x m factor, so a value and gradient cost
+product goes through Woodbury's m x m factor -- A = sn2 Kmm + Kmn Knm, factorised as
+sn2 Lm (I + B B^T / sn2) Lm^T with B = Lm^-1 Kmn (GPy's form: A itself has Kmm's condition
+number squared and fails at hundreds of inducing inputs on densely sampled data) -- so a value and gradient cost
 O(n m^2 + n m d) (n = 480 costs ~10x n = 60, not ~64x); every quantity is a stack over the G
 independent GPs (one per output joint, or one for all joints with shared
 hyperparameters as GPy fits a multi-output Y), never a Python loop over joints.
@@ -59,21 +61,32 @@ def dtc_nlml(Xs: np.ndarray, Ys: np.ndarray, Z: np.ndarray, ls: np.ndarray, sf2:
     Lm = np.linalg.cholesky(Kmm)
     KK = Kmn @ Knm                                                       # G x m x m
     s2 = sn2[:, None, None]
-    LA = np.linalg.cholesky(s2 * Kmm + KK)                               # A = sn2 Kmm + Kmn Knm
+    # A = sn2 Kmm + Kmn Knm = sn2 Lm Ab Lm^T with Ab = I + B B^T / sn2, B = Lm^-1 Kmn: Ab's
+    # eigenvalues are >= 1, where factorising A itself squares Kmm's condition number (at
+    # hundreds of inducing inputs on densely sampled data it fails or loses every digit)
+    B = solve_triangular(Lm, Kmn, lower=True)                            # G x m x n
+    LA = np.linalg.cholesky(np.eye(m)[None] + (B @ np.swapaxes(B, 1, 2)) / s2)
+
+    def solve_A(R):   # A^-1 R
+        y = cho_solve((LA, True), solve_triangular(Lm, R, lower=True))
+        return solve_triangular(np.swapaxes(Lm, 1, 2), y, lower=False) / s2
+
     # beta = Q^-1 Y with Q^-1 = (I - Knm A^-1 Kmn) / sn2 (never formed: O(n m^2))
-    beta = (Ys - Knm @ cho_solve((LA, True), Kmn @ Ys)) / s2             # G x n x c
-    logdetQ = (n - m) * np.log(sn2) + _chol_logdet(LA) - _chol_logdet(Lm)
+    beta = (Ys - Knm @ solve_A(Kmn @ Ys)) / s2                           # G x n x c
+    logdetQ = n * np.log(sn2) + _chol_logdet(LA)                         # det Q = sn2^n det Ab
     F = 0.5 * np.einsum("gnc,gnc->g", Ys, beta) + 0.5 * c * logdetQ + 0.5 * n * c * LOG2PI
     if not grad:
         return F, None
     Pt = np.swapaxes(cho_solve((Lm, True), Kmn), 1, 2)                   # P^T = Knm Kmm^-1, n x m
     C = np.swapaxes(cho_solve((Lm, True), KK), 1, 2)                     # Kmn P^T = Kmn Knm Kmm^-1
-    QiPt = (Pt - Knm @ cho_solve((LA, True), C)) / s2                    # Q^-1 P^T
+    QiPt = (Pt - Knm @ solve_A(C)) / s2                                  # Q^-1 P^T
     bP = np.swapaxes(beta, 1, 2) @ Pt                                    # beta^T P^T, c x m
     dKnm = c * QiPt - beta @ bP                                          # W P^T
     dKmm = -0.5 * (c * (np.swapaxes(Pt, 1, 2) @ QiPt) - np.swapaxes(bP, 1, 2) @ bP)   # -P W P^T / 2
     dKmm = 0.5 * (dKmm + np.swapaxes(dKmm, 1, 2))
-    trQi = (n - np.einsum("gii->g", cho_solve((LA, True), KK))) / sn2
+    # tr Q^-1 = (n - tr(A^-1 KK)) / sn2, tr(A^-1 KK) = tr(Ab^-1 (Ab - I)) = m - tr Ab^-1
+    LAi = solve_triangular(LA, np.broadcast_to(np.eye(m), LA.shape), lower=True)
+    trQi = (n - m + np.einsum("gij,gij->g", LAi, LAi)) / sn2
     d_ls1, d_sf1, d_Z1 = se_kernel_grads(Xs, Z, ls, Knm, dKnm, wrt_B=True)
     d_ls2, d_sf2_, d_Z2 = se_kernel_grads(Z, Z, ls, Kmm_f, dKmm, wrt_B=True, symmetric=True)
     d_sn2 = 0.5 * sn2 * (c * trQi - np.einsum("gnc,gnc->g", beta, beta))  # sn2 tr(W) / 2
