@@ -30,6 +30,9 @@ def test_contact_quick(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res == json.loads((out / "contact.json").read_text())
     assert res["experiment"] == "contact" and res["quick"] and res["robots"] == ["panda"]
+    assert res["config"]["learner"] == "gmm"   # the node's default kind; --learner picks another
+    with pytest.raises(SystemExit):
+        contact.main(["--out", str(out), "--quick", "--learner", "no_such_learner"])
     for key in ("threshold_vs_urdf_max", "detection_delay_ms_max", "external_torque_rmse_vs_urdf",
                 "learned_never_worse", "targets", "targets_met", "smallest_push_detected_n",
                 "wrench_direction_error_deg", "heldout_false_alarm_samples"):

@@ -133,7 +133,7 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
                            links=links, log=log)
     common = dict(dt=1.0 / p["rate_hz"], base_parameters=p["base_parameters"], friction=p["friction"],
                   projection=p["projection"], robot_compensates_gravity=p["robot_compensates_gravity"],
-                  forget_to=p.get("forget_to", "prior"), adapt_to_feedforward=p.get("adapt_to_feedforward", False))
+                  forget_to=p.get("forget_to", "prior"), adapt_to_feedforward=p.get("adapt_to_feedforward", True))
     law = p["adaptation"] if task else p["law"] if p["law"] in ("direct", "composite") else "composite"
     if task:
         bs = BacksteppingController(

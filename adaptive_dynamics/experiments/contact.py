@@ -4,7 +4,7 @@ observer on the URDF, on the adapted estimate and on the adapted estimate + resi
 The cores: :mod:`~adaptive_dynamics.control.momentum_observer`,
 :mod:`~adaptive_dynamics.control.contact` (the ``external_torque`` node's).
 
-``adaptive-dynamics experiment contact --out DIR [--quick] [--robots panda,iiwa14] [--seed S]``
+``adaptive-dynamics experiment contact --out DIR [--quick] [--robots panda,iiwa14] [--seed S] [--learner KIND]``
 
 Per robot (the Panda and the iiwa 14), one run in process, deterministic (the plant and
 the cores, no DDS; :func:`simulate`):
@@ -20,7 +20,7 @@ the cores, no DDS; :func:`simulate`):
   the graph runs it (composite law, viscous + Coulomb friction columns, ``forget_to="prior"``,
   the robot's ``adaptive_controller`` gains, started from the URDF's estimate);
 * **the phases** (:data:`FULL`: 60 s) -- *learning* (the controller adapts; the residual
-  learner core, ``OnlineResidual("gmm")`` with the ``residual_learner`` node's defaults
+  learner core, ``OnlineResidual(KIND)`` (``--learner``, default ``gmm``) with the ``residual_learner`` node's defaults
   but 100 Hz and a 2 s warm-up (:data:`LEARNER_SETTINGS`),
   learns ``tau_measured - parametric torque`` at ``(q, qd, qdd_d)`` from
   :data:`LEARNER_START_S` on, with the consistency transform on every parameter update --
@@ -90,6 +90,7 @@ from ..control.contact import ContactDetector, ThresholdCalibration
 from ..control.momentum_observer import MomentumObserver, observer_model, wrench_estimate
 from ..dynamics import RobotModel
 from ..learning import OnlineResidual
+from ..learning.base import LEARNERS
 from ..robot_setup import controller_gains
 from ..robots import armature, friction
 from ..sim.plant import MujocoPlant, RealityConfig
@@ -207,7 +208,7 @@ def controller(m: RobotModel, robot: str) -> AdaptiveController:
 
 # ----------------------------------------------------------------------------- the run
 
-def simulate(robot: str, cfg: dict, seed: int = 0, log=print) -> dict:
+def simulate(robot: str, cfg: dict, seed: int = 0, log=print, learner_kind: str = LEARNER) -> dict:
     """One run: learning, then frozen calibration, held-out and contact phases.  Returns
     the samples from :data:`OBSERVER_LEAD_S` before the freeze on (``t``, ``q``, ``v``, ``tau`` measured, the reference
     ``Q``, ``V``, ``A``, ``truth``: the pushes' joint torques), the frozen estimate ``pi``,
@@ -227,7 +228,7 @@ def simulate(robot: str, cfg: dict, seed: int = 0, log=print) -> dict:
     for p in pushes:
         plant.add_push(p["link"], p["direction"], p["magnitude"], start=p["start"], duration=p["duration"])
     core = controller(m, robot)
-    learner = OnlineResidual(m, LEARNER, threaded=False, **LEARNER_SETTINGS)
+    learner = OnlineResidual(m, learner_kind, threaded=False, **LEARNER_SETTINGS)
     k_freeze = int(round(cfg["learn_s"] / DT))
     k_rec = k_freeze - int(round(OBSERVER_LEAD_S / DT))   # the observers start a little before the freeze
     K = T.size
@@ -425,8 +426,8 @@ def _ratio(a, b) -> list:
 
 
 def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=print,
-              with_sensitivity: bool = True) -> dict:
-    run = simulate(robot, cfg, seed, log)
+              with_sensitivity: bool = True, learner: str = LEARNER) -> dict:
+    run = simulate(robot, cfg, seed, log, learner)
     t0 = time.perf_counter()
     R = observers(run, seed)
     model = RobotModel(robot)
@@ -626,6 +627,8 @@ def main(argv=None) -> int:
     ap.add_argument("--robots", default=",".join(ROBOTS), help=f"comma-separated, of {', '.join(ROBOTS)}"
                     f" (default {','.join(ROBOTS)}; --quick: the first)")
     ap.add_argument("--seed", type=int, default=0, help="trajectory and sensor-noise seed")
+    ap.add_argument("--learner", default=LEARNER, choices=sorted(LEARNERS),
+                    help=f"the residual learner of the adapted + learned model (default {LEARNER}, the node's)")
     args = ap.parse_args(argv)
     robots = [r.strip() for r in args.robots.split(",") if r.strip()]
     bad = [r for r in robots if r not in ROBOTS]
@@ -639,12 +642,13 @@ def main(argv=None) -> int:
     files: list = []
     per_robot = {}
     for robot in robots:
-        res = run_robot(robot, cfg, args.seed, args.out, files, with_sensitivity=not args.quick)
+        res = run_robot(robot, cfg, args.seed, args.out, files, with_sensitivity=not args.quick,
+                        learner=args.learner)
         per_robot[res["robot"]] = res
     _plot_thresholds(per_robot, args.out, files)
     out = {"experiment": "contact", "quick": bool(args.quick), "robots": list(per_robot), "seed": args.seed,
            "config": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()}, "push_on_s": PUSH_ON,
-                      "push_slot_s": PUSH_SLOT, "observer_gain": GAIN, "calibration": CALIBRATION, "learner": LEARNER,
+                      "push_slot_s": PUSH_SLOT, "observer_gain": GAIN, "calibration": CALIBRATION, "learner": args.learner,
                       "tool": TOOL, "elbow": {label(r): ELBOW[r] for r in robots}},
            **summarise(per_robot), "per_robot": per_robot,
            "plots": [os.path.basename(f) for f in files], "runtime_s": round(time.perf_counter() - t0, 1)}

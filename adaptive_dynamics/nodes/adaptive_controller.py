@@ -82,9 +82,10 @@ def specs() -> list[ParamSpec]:
                   " all information) | prior (the initial estimate with covariance p0: directions the motion"
                   " does not excite return to it at the forgetting rate instead of drifting)",
                   choices=["zero", "prior"], read_only=True),
-        ParamSpec("adapt_to_feedforward", False, "with a feedforward/residual: the s-driven law adapts on"
+        ParamSpec("adapt_to_feedforward", True, "with a feedforward/residual: the s-driven law adapts on"
                   " s - K_D^-1 f, as if the feedback had supplied the residual f, so the parametric estimate"
-                  " keeps what it can express of it (off: the residual is only added to the command)",
+                  " adapts as it would alone and is what remains where the residual falls back (off: the"
+                  " residual is only added to the command, the papers')",
                   read_only=True),
         ParamSpec("k0", 1000.0, "composite law: |P| at which forgetting would vanish", min=1e-9),
         ParamSpec("k1", 100.0, "composite law: |P| above which forgetting is off", min=1e-9),
