@@ -65,10 +65,12 @@ def test_realdata_closed_loop_quick(tmp_path, capsys):
     trajectory far from it the learner falls back to zero and the tracking is that of the
     same controller without it (target 1.05 in the full run; the quick run's 4 s
     evaluation within 1.1)."""
-    assert main(["--quick", "--part", "closed_loop", "--robots", "panda", "--out", str(tmp_path)]) == 0
+    assert main(["--quick", "--part", "closed_loop", "--robots", "panda", "--closed-loop-reality", "config",
+                 "--out", str(tmp_path)]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["part"] == "closed_loop" and "out_of_region_vs_id_max" not in res
     p = res["closed_loop"]["robots"]["panda"]
+    assert p["reality"] == "config" and p["controller"]["friction"] is False
     learned, new = np.array(p["learned_vs_no_residual"]), np.array(p["new_vs_no_residual"])
     assert np.all(learned <= 1.5) and learned.mean() < 0.67, p
     assert res["learned_region_vs_no_residual_max"] == pytest.approx(learned.max())
@@ -87,14 +89,13 @@ def test_realdata_closed_loop_quick(tmp_path, capsys):
 
 @pytest.mark.ros
 def test_realdata_closed_loop_quick_on_the_iiwa_proxy(tmp_path, capsys):
-    """The other arm on its realistic proxy (``--closed-loop-reality proxy``: doubled viscous
+    """The other arm on its realistic proxy (``--closed-loop-reality proxy``, the default: doubled viscous
     friction, a position ripple, sensor bias and noise, 1 kg payload; the controller with
     friction columns, forgetting toward the URDF's estimate): where it learned the residual
     pays (measured 0.11-0.48 per joint in 8 s), on B -- every state outside A's region -- the
     learner's output is zero and both controllers follow it (no divergence; measured
     0.87-1.06, the 4 s evaluation's spread)."""
-    assert main(["--quick", "--part", "closed_loop", "--robots", "iiwa14", "--closed-loop-reality", "proxy",
-                 "--out", str(tmp_path)]) == 0
+    assert main(["--quick", "--part", "closed_loop", "--robots", "iiwa14", "--out", str(tmp_path)]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     p = res["closed_loop"]["robots"]["iiwa14"]
     assert p["reality"] == "proxy" and p["controller"]["friction"] is True

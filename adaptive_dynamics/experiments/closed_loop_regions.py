@@ -20,12 +20,13 @@ new, residual       B                from the saved estimate and learner
 new, none           B                from the saved estimate, no learner
 ==================  ===============  ====================================================
 
-``reality`` "config" (default) is the simulator ``launch sim`` starts, with the controller
-(and the learner) without friction columns (:data:`CONFIG_CONTROLLER`): the joints'
-friction is what the parametric model lacks; "proxy" gives the
-bridge ``experiment realdata``'s proxy of the robot (Stribeck friction or a position
-ripple, sensor bias and noise, a payload; :func:`bridge_reality`) and the controller
-friction columns (:data:`PROXY_CONTROLLER`).
+``reality`` "proxy" (default) gives the bridge ``experiment realdata``'s proxy of the robot
+(Stribeck friction or a position ripple, sensor bias and noise, a payload;
+:func:`bridge_reality`) and the controller friction columns (:data:`PROXY_CONTROLLER`), as
+the robots' parameter files set them: what the learners are judged on offline, a plant
+the suite's models do not express; "config" is the simulator ``launch sim`` starts, with
+the controller (and the learner) without friction columns (:data:`CONFIG_CONTROLLER`): the
+joints' friction is what the parametric model lacks.
 
 B has other Fourier coefficients (seed + :data:`OTHER_SEED`) and its centre moved by
 :data:`CENTRE_SHIFT` of each joint's half range, alternately up and down: another part
@@ -142,14 +143,14 @@ def tracking(bag: str, names: list[str], t_from: float = 0.0) -> dict:
 
 def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s: float = EVAL_S,
               seed: int = 0, out_dir: str = ".", trajectory: dict | None = None, keep_bags: bool = False,
-              echo: bool = False, timeout: float = 3600.0, reality: str = "config",
+              echo: bool = False, timeout: float = 3600.0, reality: str = "proxy",
               learner_settings: dict | None = None) -> dict:
     """The four runs of one robot; per-joint RMSE, ratios, region figures and traces.
     ``learner_settings``: residual_learner parameters beyond :data:`LEARNER` (the quick
     version's shorter warm-up).
-    ``reality``: "config" (the simulator of ``launch sim``: ``config/<robot>.yaml``'s
-    joint friction; :data:`CONFIG_CONTROLLER`) or "proxy" (:func:`bridge_reality`, and
-    :data:`PROXY_CONTROLLER`)."""
+    ``reality``: "proxy" (:func:`bridge_reality`, and :data:`PROXY_CONTROLLER`) or "config"
+    (the simulator of ``launch sim``: ``config/<robot>.yaml``'s joint friction;
+    :data:`CONFIG_CONTROLLER`)."""
     if reality not in REALITIES:
         raise ValueError(f"reality must be one of {REALITIES}, got {reality!r}")
 
@@ -265,7 +266,7 @@ def plot(res: dict, out_dir: str, files: list, learn_s: float) -> None:
 
 def run(robots=("panda", "iiwa14"), learner: str = "gmm", learn_s: float = LEARN_S, eval_s: float = EVAL_S,
         seed: int = 0, out_dir: str = ".", trajectory: dict | None = None, keep_bags: bool = False,
-        echo: bool = False, reality: str = "config", learner_settings: dict | None = None) -> dict:
+        echo: bool = False, reality: str = "proxy", learner_settings: dict | None = None) -> dict:
     """Every robot's four runs; the JSON-able summary (traces dropped) and the plots."""
     files: list = []
     per_robot: dict[str, Any] = {}

@@ -411,10 +411,11 @@ def main(argv=None) -> int:
                     f" (default {','.join(LEARNERS)})")
     ap.add_argument("--closed-loop-learner", default="gmm", help="closed loop: the residual learner (default"
                     " gmm, the launch graph's)")
-    ap.add_argument("--closed-loop-reality", choices=list(cl.REALITIES), default="config",
-                    help="closed loop: config (default: the simulator of `launch sim`, the robot's joint friction,"
-                         " the controller without friction columns) or proxy (this experiment's proxy of the robot in the bridge -- Stribeck friction or"
-                         " ripple, sensor bias and noise, a payload -- and friction columns in the controller)")
+    ap.add_argument("--closed-loop-reality", choices=list(cl.REALITIES), default="proxy",
+                    help="closed loop: proxy (default: this experiment's proxy of the robot in the bridge --"
+                         " Stribeck friction or ripple, sensor bias and noise, a payload -- and friction columns in"
+                         " the controller) or config (the simulator of `launch sim`, the robot's joint friction, the"
+                         " controller without friction columns)")
     ap.add_argument("--learn-seconds", type=float, default=cl.LEARN_S, help="closed loop: sim s of learning on"
                     f" trajectory A (default {cl.LEARN_S:g})")
     ap.add_argument("--eval-seconds", type=float, default=cl.EVAL_S, help="closed loop: sim s of each"
