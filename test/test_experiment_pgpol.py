@@ -183,3 +183,36 @@ def test_offline_gp_size_argument():
     for bad in ("100,200", "1,1", "3000", "3000,100,5,1", "a,b", "3000,100,-1"):
         with pytest.raises(Exception, match="POINTS,INDUCING"):
             P.offline_gp_size(bad)
+
+
+def test_table_ii_rows_run_each_mode_as_table_i_does():
+    """Table II in both modes: the paper's rows as the paper runs them (raw means, one
+    sample per update, its change test, scaled-sigma fusion and window scalers, the
+    offline GP raw), the project's with the learners' defaults on the identified model's
+    residual; the baselines once."""
+    from types import SimpleNamespace
+
+    R = SimpleNamespace(gains={"kd": [1.0]})
+    R.controller = lambda mode, est="": P.Runner.controller(R, mode, est)
+    rows = P.table_ii_rows(R, "/tmp/off.snap", ["project", "paper"], "/tmp/est.npz")
+    keys = [r[0] for r in rows]
+    assert keys == ["no_ff", "rbd_ff", "sgpol", "pgpol", "paper offline_gp", "paper sgpol", "paper pgpol"]
+    by = {r[0]: r for r in rows}
+    assert by["no_ff"][1] is None and by["no_ff"][3] is None and by["rbd_ff"][2]["model_input"] == "desired"
+    for k in ("sgpol", "pgpol"):
+        _, mode, ctl, lrn = by[k]
+        assert mode == "project" and lrn["target"] == "residual" and "raw" not in lrn
+        assert ctl["estimate_file"] == "/tmp/est.npz" and ctl["feedforward"] is True
+        assert {key: lrn["config"][key] for key in P.CHANGE} == P.CHANGE
+        _, mode, ctl, lrn = by[f"paper {k}"]
+        assert mode == "paper" and "target" not in lrn and "estimate_file" not in ctl
+        assert lrn["raw"] is True and lrn["update_samples"] == P.PAPER_LEARNER["update_samples"]
+        assert lrn["config"]["fusion"] == "scaled" and lrn["config"]["scale_on"] == "window"
+        assert {key: lrn["config"][key] for key in P.PAPER_LEARNER["change"]} == P.PAPER_LEARNER["change"]
+    assert by["paper offline_gp"][3] == {"kind": "sgpol", "model_file": "/tmp/off.snap", "raw": True}
+    assert by["pgpol"][3]["config"]["windows"] == [60, 480] and by["pgpol"][3]["config"]["knn"] == 20
+    # one mode: its keys bare; no estimate: no rigid-body row, the project's learners on the torque
+    rows = P.table_ii_rows(R, "/tmp/off.snap", ["paper"])
+    assert [r[0] for r in rows] == ["no_ff", "offline_gp", "sgpol", "pgpol"]
+    rows = P.table_ii_rows(R, "/tmp/off.snap", ["project"])
+    assert [r[0] for r in rows] == ["no_ff", "sgpol", "pgpol"] and "target" not in rows[1][3]

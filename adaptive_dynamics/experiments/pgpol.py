@@ -965,8 +965,41 @@ def offline_gp(R: Runner, estimate: str, size: dict | None = None) -> tuple[dict
             "fit_s": round(fit_s, 2), "training_nmse": [round(float(x), 5) for x in nm]}, path
 
 
-def experiment_2(R: Runner, offline_path: str) -> tuple[dict, dict]:
-    """Table II and Fig. 5: the speed schedule with each feed-forward."""
+def table_ii_rows(R: Runner, offline_path: str, modes, estimate: str = "",
+                  project_prior: str = "rbd") -> list:
+    """``(key, mode, controller, learner)`` of Table II (mode None: a baseline): PD alone, the identified model as a pure
+    feed-forward (with ``estimate``), and per mode (the first's keys bare, the others'
+    prefixed with the mode) SGPOL n = 480 and PGPOL n = 60, 480, knn 20 -- the paper mode's
+    as the paper runs them (:data:`PAPER_LEARNER`, raw means), with the offline GP (raw),
+    the project mode's with the learners' defaults, on the identified model's residual
+    (``project_prior`` rbd, as Table I's)."""
+    rows = [("no_ff", None, R.controller("noff"), None)]
+    if estimate:
+        rows.append(("rbd_ff", None, R.controller("rbd_ff", estimate), None))
+    for m in modes:
+        pre = "" if m == modes[0] else f"{m} "
+        if m == "paper":
+            extra = {k: PAPER_LEARNER[k] for k in ("fusion", "scale_on")}
+            raw = {k: PAPER_LEARNER[k] for k in ("raw", "update_samples")}
+            ctl, chg, tgt = R.controller("learned"), PAPER_LEARNER["change"], {}
+            rows.append((pre + "offline_gp", m, ctl, {"kind": "sgpol", "model_file": offline_path, "raw": True}))
+        else:
+            extra, raw, chg = {}, {}, CHANGE
+            on_rbd = project_prior == "rbd" and bool(estimate)
+            ctl = R.controller("learned_rbd", estimate) if on_rbd else R.controller("learned")
+            tgt = {"target": "residual"} if on_rbd else {}
+        rows.append((pre + "sgpol", m, ctl, {"kind": "sgpol", "config": learner_config((480,), 0, chg, **extra),
+                                          **tgt, **raw}))
+        rows.append((pre + "pgpol", m, ctl, {"kind": "pgpol", "config": learner_config((60, 480), 20, chg, **extra),
+                                          **tgt, **raw}))
+    return rows
+
+
+def experiment_2(R: Runner, offline_path: str, mode: str = "both", estimate: str = "",
+                 project_prior: str = "rbd") -> tuple[dict, dict]:
+    """Table II and Fig. 5: the speed schedule with each feed-forward (:func:`table_ii_rows`);
+    ``mode`` as Table I's.  Fig. 5 shows the paper mode's curves when it ran."""
+    modes = ["project", "paper"] if mode == "both" else [mode]
     per = pick_place_period(R.robot)
     speeds = PICK_PLACE["speeds"]
     cycles = PICK_PLACE["cycles"]
@@ -974,15 +1007,10 @@ def experiment_2(R: Runner, offline_path: str) -> tuple[dict, dict]:
     W = pick_place_waypoints(R.robot)
     base = {"duration": float(edges[-1]), "bridge": {"q0": W[0].tolist()},
             "trajectory": pick_place_params(R.robot, "test", speeds, cycles)}
-    approaches = {
-        "no_ff": None,
-        "offline_gp": {"kind": "sgpol", "model_file": offline_path},
-        "sgpol": {"kind": "sgpol", "config": learner_config((480,), 0, CHANGE)},
-        "pgpol": {"kind": "pgpol", "config": learner_config((60, 480), 20, CHANGE)},
-    }
     table, sections, curves, recov = {}, {}, {}, {}
-    for key, lrn in approaches.items():
-        spec = {**base, "controller": R.controller("learned" if lrn else "noff")}
+    rows = table_ii_rows(R, offline_path, modes, estimate, project_prior)
+    for key, _, ctl, lrn in rows:
+        spec = {**base, "controller": ctl}
         if lrn:
             spec["learner"] = lrn
         data = R.run(f"II {key}", spec, stream=key == "pgpol")
@@ -993,7 +1021,7 @@ def experiment_2(R: Runner, offline_path: str) -> tuple[dict, dict]:
             t, y, yh = prediction_pairs(data)
             cen, val = nmse_windowed(t, y, yh, 1.0)
             curves[key] = {"t": t, "nmse": nmse_cumulative(y, yh), "cen": cen, "win": val}
-            if key in ("sgpol", "pgpol"):
+            if key.split()[-1] in ("sgpol", "pgpol"):
                 recov[key] = {}
                 for i, tc in enumerate(edges[1:-1]):
                     r, lvl = recovery_time(cen, val, tc, edges[i + 2])
@@ -1012,12 +1040,19 @@ def experiment_2(R: Runner, offline_path: str) -> tuple[dict, dict]:
                           "dwell_time_s": pp_settings(R.robot)["dwell_time"]},
            "speed_change_s": [round(float(x), 3) for x in edges[1:-1]], "duration_s": float(edges[-1]),
            "units": "deg^2 ms", "table_ii": table, "a_total_per_speed": sections,
+           "a_total_reduction": {k: round(1.0 - v / table["no_ff"], 5) for k, v in table.items() if k != "no_ff"},
+           "mode": mode, **{f"{m}_mode": {"rows": [r[0] for r in rows if r[1] == m],
+                                          **({"learner": dict(PAPER_LEARNER)} if m == "paper"
+                                             else {"prior": project_prior})} for m in modes},
            "nmse_per_speed": {k: v["section_nmse"] for k, v in curves.items()},
            "nmse_final": {k: round(float(v["nmse"][-1]), 5) for k, v in curves.items() if len(v["nmse"])},
            "nmse_recovery": recov,
            "recovery_rule": "seconds after the speed change until the 1 s windowed nmse-bar is <= 2x its"
                             " median over the second half of that speed section"}
-    return out, {"curves": curves, "edges": edges}
+    fig5 = "paper" if "paper" in modes else modes[0]
+    shown = {r[0].split()[-1]: curves[r[0]] for r in rows if r[1] == fig5 and r[0] in curves}
+    out["fig5_mode"] = fig5
+    return out, {"curves": shown, "edges": edges}
 
 
 def payload_run(R: Runner, change: dict, label: str) -> tuple[dict, dict]:
@@ -1276,7 +1311,7 @@ def main(argv=None) -> int:
                     help="1: identification + Table I; 2: Table II, Fig. 5 and the payload run; payload: only"
                          " the payload run")
     ap.add_argument("--mode", default="both", choices=list(MODES),
-                    help="Table I's learned rows: project (the learners' defaults: predictions fall back to the"
+                    help="Table I's and Table II's learned rows: project (the learners' defaults: predictions fall back to the"
                          " prior where the learner's data do not reach), paper (the paper's algorithm: the fused"
                          " raw mean everywhere, its one-sample change test) or both (default); the JSON carries"
                          " project_mode / paper_mode")
@@ -1342,7 +1377,7 @@ def main(argv=None) -> int:
         if args.part in ("all", "2", "payload"):
             if not args.quick and args.part != "payload":
                 summary["offline_gp"], off = offline_gp(R, est, args.offline_gp)
-                ex2, tr2 = experiment_2(R, off)
+                ex2, tr2 = experiment_2(R, off, args.mode, est, args.project_prior)
                 summary["experiment_2"] = ex2
                 summary["table_ii"] = ex2["table_ii"]
                 summary["nmse_recovery"] = ex2["nmse_recovery"]
