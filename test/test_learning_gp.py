@@ -137,8 +137,6 @@ def test_dtc_likelihood_with_many_inducing_inputs_on_dense_data():
     F, (_, g_ls, _, g_sn2) = dtc_nlml(X, Y[None], Z, ls, sf2, sn2)
     Kmm = se_kernel(Z, Z, ls, sf2)[0] + JITTER * np.eye(m)
     assert np.linalg.cond(Kmm) > 1e8
-    with pytest.raises(np.linalg.LinAlgError):
-        np.linalg.cholesky(sn2[0] * Kmm + se_kernel(Z, X, ls, sf2)[0] @ se_kernel(X, Z, ls, sf2)[0])
     Knm = se_kernel(X, Z, ls, sf2)[0]
     w, V = np.linalg.eigh(Kmm)
     Q = (Knm @ V) @ np.diag(1.0 / w) @ (Knm @ V).T + sn2[0] * np.eye(n)

@@ -1,8 +1,8 @@
 """Residual learning in closed loop, judged where it learned and where it never was.
 
 The graph is the one ``adaptive-dynamics launch sim controller:=composite learner:=gmm``
-starts (MuJoCo bridge in lockstep with the robot's joint friction and payload,
-``config/<robot>.yaml``; Modified Fourier reference; composite ``adaptive_controller``
+starts (MuJoCo bridge in lockstep -- on the robot's realistic proxy by default, ``reality``
+below; Modified Fourier reference; composite ``adaptive_controller``
 with its defaults, started from the URDF's model (:data:`CONTROLLER`);
 ``residual_learner`` with its defaults; recorder), as separate processes over DDS.  Per robot, four runs:
 

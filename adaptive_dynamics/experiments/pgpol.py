@@ -84,13 +84,16 @@ inducing inputs, <= 10 optimiser iterations per refit).
 
 **Experiment II (Table II, Fig. 5):** pick-and-place between six points on a circle
 (joint-space minimum-jerk moves between IK waypoints above and at each point; Fig. 3c),
-5 cycles each at 33, 66 and 100 % speed (``speed_schedule``), with no feed-forward, an
-offline GP (one sparse GP per joint fitted once on a separate training run over twelve
-other points at rising speed, Fig. 3b, tracked with the identified rigid-body model so
-the arm stays on its reference; then frozen and served by the prediction node from its
-``model_file``), SGPOL (n = 480) and PGPOL (n = 60, 480, knn 20).  nmse-bar over time
-(eq. 8-9 of the feed-forward against the measured torque, cumulative and in 1 s
-windows), A_total per speed section, the recovery time after each speed change.
+5 cycles each at 33, 66 and 100 % speed (``speed_schedule``), with no feed-forward, the
+identified rigid-body model as a pure feed-forward (``rbd_ff``), and per mode
+(:func:`table_ii_rows`) SGPOL (n = 480) and PGPOL (n = 60, 480, knn 20); the paper mode
+adds the offline GP (one sparse GP per joint fitted once on a separate training run
+over twelve other points at rising speed, Fig. 3b, tracked with the identified
+rigid-body model so the arm stays on its reference; then frozen, raw, and served by the
+prediction node from its ``model_file``).  nmse-bar over time (eq. 8-9 of the
+feed-forward against the measured torque, cumulative and in 1 s windows; not for the
+project mode's rows, which predict a residual), A_total per speed section, the recovery
+time after each speed change; Fig. 5 from the paper mode.
 
 **Payload run:** PGPOL (n = 60, 480, knn 20) on the pick-and-place at half speed; a
 payload (Panda 3 kg, iiwa 7 kg) is attached mid-run (``mujoco_bridge/set_payload``, at a
@@ -109,7 +112,7 @@ some -- and the payload run repeats with it for comparison.  :func:`change_study
 (full run) replays the recorded learning streams through PGPOL and evaluates the test
 over a grid of settings, offline, for the evidence in ``change_detection``.
 
-**Modes** (``--mode``, Table I): ``project`` runs the learners with their defaults -- a
+**Modes** (``--mode``, Tables I and II): ``project`` runs the learners with their defaults -- a
 prediction falls back to its prior where the learner's support does not reach
 (``docs/learners.md``) -- on the residual of the identified rigid-body model, so the
 prior is that model (``--project-prior rbd``, default; ``mean``: the torque itself, the
@@ -125,7 +128,9 @@ constellation in the paper mode).
 
 JSON (``pgpol.json``, printed last): ``table_i`` (A_total per approach),
 ``a_total_reduction_best``, ``a_total_reduction_rbd``, ``beats_rbd`` (and ``_rbd_ff``: against
-the paper's pure feed-forward baseline), ``table_ii``,
+the paper's pure feed-forward baseline), ``table_ii`` (every row; the second mode's keys
+prefixed with it, e.g. ``paper pgpol``; ``experiment_2`` has each mode's ``table_ii`` and
+``a_total_reduction`` in ``project_mode`` / ``paper_mode`` and ``fig5_mode``),
 ``nmse_recovery``, ``change_detected``, ``payload``, ``change_detection``,
 ``identification``, ``offline_gp``, ``project_mode`` / ``paper_mode`` (each mode's best
 constellation, reduction and comparisons), and per run (``runs``) the wall time, sim rate,

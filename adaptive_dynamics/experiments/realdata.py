@@ -3,7 +3,8 @@ learners with their defaults, judged on held-out data inside **and outside** the
 training region.
 
 ``adaptive-dynamics experiment realdata --out DIR [--quick] [--part offline|closed_loop|all]
-[--seconds S] [--learners gmm,rbfn,gp,sgpol,pgpol] [--robots panda,iiwa14|URDF,...]``
+[--seconds S] [--learners gmm,rbfn,gp,sgpol,pgpol] [--robots panda,iiwa14|URDF,...]
+[--closed-loop-reality proxy|config]``
 
 Two parts: ``offline`` (the recordings below) and ``closed_loop``
 (:mod:`~adaptive_dynamics.experiments.closed_loop_regions`: the composite controller with

@@ -59,7 +59,6 @@ def dtc_nlml(Xs: np.ndarray, Ys: np.ndarray, Z: np.ndarray, ls: np.ndarray, sf2:
     Knm = se_kernel(Xs, Z, ls, sf2)                                      # G x n x m
     Kmn = np.swapaxes(Knm, 1, 2)
     Lm = np.linalg.cholesky(Kmm)
-    KK = Kmn @ Knm                                                       # G x m x m
     s2 = sn2[:, None, None]
     # A = sn2 Kmm + Kmn Knm = sn2 Lm Ab Lm^T with Ab = I + B B^T / sn2, B = Lm^-1 Kmn: Ab's
     # eigenvalues are >= 1, where factorising A itself squares Kmm's condition number (at
@@ -77,6 +76,7 @@ def dtc_nlml(Xs: np.ndarray, Ys: np.ndarray, Z: np.ndarray, ls: np.ndarray, sf2:
     F = 0.5 * np.einsum("gnc,gnc->g", Ys, beta) + 0.5 * c * logdetQ + 0.5 * n * c * LOG2PI
     if not grad:
         return F, None
+    KK = Kmn @ Knm                                                       # G x m x m
     Pt = np.swapaxes(cho_solve((Lm, True), Kmn), 1, 2)                   # P^T = Knm Kmm^-1, n x m
     C = np.swapaxes(cho_solve((Lm, True), KK), 1, 2)                     # Kmn P^T = Kmn Knm Kmm^-1
     QiPt = (Pt - Knm @ solve_A(C)) / s2                                  # Q^-1 P^T
