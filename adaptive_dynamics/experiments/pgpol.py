@@ -899,15 +899,8 @@ def experiment_1(R: Runner, estimate: str, mode: str = "both",
         for windows, knn in (grid[:1] if (R.quick and m == "paper" and len(modes) > 1) else grid):
             key = constellation_key(windows, knn)
             name = key if m == modes[0] else f"{m} {key}"
-            change = PAPER_LEARNER["change"] if m == "paper" else CHANGE
-            on_rbd = m == "project" and project_prior == "rbd"
-            spec = {**base, "controller": R.controller("learned_rbd", estimate) if on_rbd else R.controller("learned"),
-                    "learner": {"kind": "sgpol" if len(windows) == 1 else "pgpol",
-                                "config": learner_config(windows, knn, change, **(
-                                    {k: PAPER_LEARNER[k] for k in ("fusion", "scale_on")} if m == "paper" else {})),
-                                **({"target": "residual"} if on_rbd else {}),
-                                **({k: PAPER_LEARNER[k] for k in ("raw", "update_samples")}
-                                   if m == "paper" else {})}}
+            ctl, lrn = learned_run(R, m, windows, knn, estimate, project_prior)
+            spec = {**base, "controller": ctl, "learner": lrn}
             stream = m == modes[0] and knn > 0 and windows in ((480,), (60, 480))
             cons[name] = evaluate(name, R.run(f"I {name}", spec, stream=stream))
         best = min(cons, key=cons.get)
@@ -971,6 +964,23 @@ def offline_gp(R: Runner, estimate: str, size: dict | None = None) -> tuple[dict
             "fit_s": round(fit_s, 2), "training_nmse": [round(float(x), 5) for x in nm]}, path
 
 
+def learned_run(R: Runner, mode: str, windows, knn: int, estimate: str = "",
+                project_prior: str = "rbd") -> tuple[dict, dict]:
+    """``(controller, learner)`` of a learned row in ``mode``: the paper's with every
+    :data:`PAPER_LEARNER` setting; the project's with the learners' defaults, on the
+    identified model's residual when ``project_prior`` is rbd and there is an ``estimate``."""
+    if mode == "paper":
+        extra = {k: PAPER_LEARNER[k] for k in ("fusion", "scale_on")}
+        return R.controller("learned"), {
+            "kind": "sgpol" if len(windows) == 1 else "pgpol",
+            "config": learner_config(windows, knn, PAPER_LEARNER["change"], **extra),
+            **{k: PAPER_LEARNER[k] for k in ("raw", "update_samples")}}
+    on_rbd = project_prior == "rbd" and bool(estimate)
+    return (R.controller("learned_rbd", estimate) if on_rbd else R.controller("learned"),
+            {"kind": "sgpol" if len(windows) == 1 else "pgpol", "config": learner_config(windows, knn, CHANGE),
+             **({"target": "residual"} if on_rbd else {})})
+
+
 def table_ii_rows(R: Runner, offline_path: str, modes, estimate: str = "",
                   project_prior: str = "rbd") -> list:
     """``(key, mode, controller, learner)`` of Table II (mode None: a baseline): PD alone, the identified model as a pure
@@ -985,19 +995,10 @@ def table_ii_rows(R: Runner, offline_path: str, modes, estimate: str = "",
     for m in modes:
         pre = "" if m == modes[0] else f"{m} "
         if m == "paper":
-            extra = {k: PAPER_LEARNER[k] for k in ("fusion", "scale_on")}
-            raw = {k: PAPER_LEARNER[k] for k in ("raw", "update_samples")}
-            ctl, chg, tgt = R.controller("learned"), PAPER_LEARNER["change"], {}
-            rows.append((pre + "offline_gp", m, ctl, {"kind": "sgpol", "model_file": offline_path, "raw": True}))
-        else:
-            extra, raw, chg = {}, {}, CHANGE
-            on_rbd = project_prior == "rbd" and bool(estimate)
-            ctl = R.controller("learned_rbd", estimate) if on_rbd else R.controller("learned")
-            tgt = {"target": "residual"} if on_rbd else {}
-        rows.append((pre + "sgpol", m, ctl, {"kind": "sgpol", "config": learner_config((480,), 0, chg, **extra),
-                                          **tgt, **raw}))
-        rows.append((pre + "pgpol", m, ctl, {"kind": "pgpol", "config": learner_config((60, 480), 20, chg, **extra),
-                                          **tgt, **raw}))
+            rows.append((pre + "offline_gp", m, R.controller("learned"),
+                         {"kind": "sgpol", "model_file": offline_path, "raw": True}))
+        for key, windows, knn in (("sgpol", (480,), 0), ("pgpol", (60, 480), 20)):
+            rows.append((pre + key, m, *learned_run(R, m, windows, knn, estimate, project_prior)))
     return rows
 
 
@@ -1041,15 +1042,15 @@ def experiment_2(R: Runner, offline_path: str, mode: str = "both", estimate: str
                                                     / np.maximum(np.var(y[m], axis=0), 1e-12))), 5)
                                 if m.sum() > 10 else None)
             curves[key]["section_nmse"] = sec_nmse
+    reduction = {k: round(1.0 - v / table["no_ff"], 5) for k, v in table.items() if k != "no_ff"}
     out = {"trajectory": {"waypoints": len(W), "period_s": per, "speeds": speeds, "cycles_per_speed": cycles,
                           "move_time_s": pp_settings(R.robot)["move_time"],
                           "dwell_time_s": pp_settings(R.robot)["dwell_time"]},
            "speed_change_s": [round(float(x), 3) for x in edges[1:-1]], "duration_s": float(edges[-1]),
            "units": "deg^2 ms", "table_ii": table, "a_total_per_speed": sections,
-           "a_total_reduction": {k: round(1.0 - v / table["no_ff"], 5) for k, v in table.items() if k != "no_ff"},
+           "a_total_reduction": reduction,
            "mode": mode, **{f"{m}_mode": {"table_ii": {r[0]: table[r[0]] for r in rows if r[1] == m},
-                                          "a_total_reduction": {r[0]: round(1.0 - table[r[0]] / table["no_ff"], 5)
-                                                                for r in rows if r[1] == m},
+                                          "a_total_reduction": {r[0]: reduction[r[0]] for r in rows if r[1] == m},
                                           **({"learner": dict(PAPER_LEARNER)} if m == "paper" else
                                              {"prior": project_prior if estimate else "mean"})} for m in modes},
            "nmse_per_speed": {k: v["section_nmse"] for k, v in curves.items()},

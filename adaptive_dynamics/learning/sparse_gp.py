@@ -77,7 +77,7 @@ def dtc_nlml(Xs: np.ndarray, Ys: np.ndarray, Z: np.ndarray, ls: np.ndarray, sf2:
     if not grad:
         return F, None
     KK = Kmn @ Knm                                                       # G x m x m
-    Pt = np.swapaxes(cho_solve((Lm, True), Kmn), 1, 2)                   # P^T = Knm Kmm^-1, n x m
+    Pt = np.swapaxes(solve_triangular(np.swapaxes(Lm, 1, 2), B, lower=False), 1, 2)   # P^T = Knm Kmm^-1 = (Lm^-T B)^T
     C = np.swapaxes(cho_solve((Lm, True), KK), 1, 2)                     # Kmn P^T = Kmn Knm Kmm^-1
     QiPt = (Pt - Knm @ solve_A(C)) / s2                                  # Q^-1 P^T
     bP = np.swapaxes(beta, 1, 2) @ Pt                                    # beta^T P^T, c x m
