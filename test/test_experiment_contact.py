@@ -7,7 +7,9 @@ The quick run is too short for the full run's figures; what it must show: the JS
 structure (last line = the file), thresholds finite and positive with no false alarm on
 the held-out free motion, the pushes the adapted model sees (every push of 20 N and
 more, at the end effector and at the elbow), the learned model's thresholds and RMSE
-below the URDF's on every joint, and the plots.  Plus the debounced calibration of
+below the URDF's on every joint and never above the adapted model's (the residual kept per
+joint where it lowers the calibrated threshold, as the node's calibration does), and the
+plots.  Plus the debounced calibration of
 ``ThresholdCalibration`` the experiment relies on.
 """
 from __future__ import annotations
@@ -57,6 +59,15 @@ def test_contact_quick(tmp_path, capsys):
     assert r["ratios"]["rmse_vs_urdf"]["learned"] < 1.0
     assert max(r["ratios"]["rmse_per_joint_vs_urdf"]["learned"]) < 1.0
     assert res["threshold_vs_urdf_max"] < 1.0 and res["external_torque_rmse_vs_urdf"] < 1.0
+    # the residual kept per joint where it lowers the calibrated threshold (the node's
+    # residual_select): never above the adapted model's, and the residual on every joint beside it
+    assert set(r["residual_joints"]) <= set(r["joints"]) and res["residual_joints"]["panda"] == r["residual_joints"]
+    assert max(r["ratios"]["learned_vs_adapted"]["thresholds"]) <= 1.0 + 1e-9
+    every = r["ratios"]["learned_every_joint"]
+    keep = np.isin(r["joints"], r["residual_joints"])
+    np.testing.assert_allclose(np.where(keep, every["threshold_vs_urdf"], r["ratios"]["threshold_vs_urdf"]["adapted"]),
+                               r["ratios"]["threshold_vs_urdf"]["learned"], rtol=2e-3)
+    assert res["every_joint"]["learned_vs_adapted_max"] >= res["learned_vs_adapted_max"] - 1e-9
     # the URDF misses the tool: its estimate's wrench points elsewhere than the adapted model's
     we = res["wrench_direction_error_deg"]
     assert we["adapted"]["panda"]["ee"] < we["urdf"]["panda"]["ee"]

@@ -13,7 +13,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 
 from adaptive_dynamics.control.adaptive import AdaptiveController
-from adaptive_dynamics.control.contact import ThresholdCalibration
+from adaptive_dynamics.control.contact import ThresholdCalibration, calibrate_residual_joints
 from adaptive_dynamics.control.momentum_observer import EstimateLayout, MomentumObserver, observer_model
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.external_torque import ExternalTorqueNode
@@ -236,6 +236,57 @@ def test_the_estimate_and_the_residual(ros):
     urdf = MomentumObserver(base, gains=50.0).run((S - S[0]) * 1e-9, Q, V, TAU)
     assert np.abs(urdf).max() > 0.3                     # the URDF's model alone would call it contact
     assert not any(m.name for m in probe.contact)
+
+
+def test_calibration_keeps_the_residual_where_it_helps(ros):
+    """use_residual + calibrate (residual_select, the default): the node calibrates r with
+    and without the residual over the same free motion, keeps the residual on joint 1 (where
+    it is the plant's ripple) and drops it on joint 2 (where it is wrong): residual_joints
+    and the thresholds as the core computes them from the same stream; from then on joint
+    2's r is the one without the residual.  A residual_joints naming no joint is refused."""
+    model = RobotModel(ROBOT)
+    names = model.joint_names
+
+    def ripple(q):
+        return 0.3 * np.sin(3.0 * q)
+
+    S, Q, V, TAU = simulate(model, 300, friction=lambda q, v: ripple(q))
+    F = np.array([ripple(q) for q in Q])
+    F[:, 1] = 0.4 * np.sin(20.0 * (S - S[0]) * 1e-9)          # wrong on joint 2
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, use_residual=True, calibrate=0.2, min_samples=2,
+                   publish_wrench=False)
+    probe = Probe(ros, names)
+    assert ros.spin_until(lambda: probe.state.get_subscription_count() > 0
+                          and node.pub_torque.get_subscription_count() > 0, timeout=10.0)
+    assert not node.set_parameters([Parameter("residual_joints", value=["elbow"])])[0].successful
+    assert list(node.p["residual_joints"]) == ["all"]
+
+    def residual(k):
+        probe.residual.publish(joint_state_msg(int(S[k]), names, effort=F[k]))
+        assert ros.spin_until(lambda: int(S[k]) in node.residuals, timeout=10.0)
+
+    feed(ros, node, probe, S, Q, V, TAU, before=residual)
+    assert ros.spin_until(lambda: len(probe.torque) == len(S), timeout=10.0)
+    ref = MomentumObserver(model, gains=50.0)
+    cw, cwo = ThresholdCalibration(2, min_samples=2), ThresholdCalibration(2, min_samples=2)
+    T = (S - S[0]) * 1e-9
+    W, WO = [], []
+    for k in range(len(S)):
+        ref.update(T[k], Q[k], V[k], TAU[k], F[k])
+        W.append(ref.r_with_residual)
+        WO.append(ref.r_without_residual)
+        if cw.duration < 0.2:
+            cw.add(T[k], W[-1])
+            cwo.add(T[k], WO[-1])
+    thr, keep = calibrate_residual_joints(cw, cwo, "max", margin=1.5)
+    assert keep.tolist() == [True, False]
+    assert list(node.p["residual_joints"]) == [names[0]]
+    assert np.allclose(node.p["thresholds"], thr, rtol=1e-9) and node.counters["calibration"] == "done"
+    got = by_stamp(probe.torque, names)
+    R = np.array([got[s] for s in S])
+    done = np.flatnonzero(T > 0.2 + 2e-3)
+    assert np.abs(R[done, 0] - np.array(W)[done, 0]).max() < 1e-9
+    assert np.abs(R[done, 1] - np.array(WO)[done, 1]).max() < 1e-9
 
 
 @pytest.mark.parametrize("use_std", [True, False])

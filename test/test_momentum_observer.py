@@ -13,7 +13,7 @@ import pinocchio as pin
 import pytest
 
 from adaptive_dynamics.control.adaptive import AdaptiveController
-from adaptive_dynamics.control.contact import ContactDetector, ThresholdCalibration
+from adaptive_dynamics.control.contact import ContactDetector, ThresholdCalibration, calibrate_residual_joints
 from adaptive_dynamics.control.momentum_observer import (EstimateLayout, MomentumObserver, damped_transpose_pinv,
                                                          observer_model, wrench_estimate)
 from adaptive_dynamics.dynamics import RobotModel
@@ -297,6 +297,54 @@ def test_friction_of_the_estimate_and_the_residual(panda):
             ob.set_parameters(pi)
         r = ob.update(s["t"][k], s["q"][k], s["v"][k], s["tau"][k])
     assert np.abs(r).max() < 1e-3
+
+
+
+def test_residual_per_joint_and_its_calibration(panda):
+    """residual_mask: r takes the residual on the masked joints only; both estimates are
+    kept (r_with_residual, r_without_residual: each equals an observer run with the residual
+    on every joint / on none, the second low pass included), and their difference is the
+    residual through the observer's own discrete low pass (the observer is linear in it).
+    calibrate_residual_joints keeps the residual where its threshold is not higher: here a
+    residual right on joints 1-4 (the plant's friction) and wrong on 5-7."""
+    fv = np.linspace(0.5, 1.1, 7)
+    s = simulate(panda, 1.0, friction=lambda v: fv * v)
+    F = fv * s["v"]
+    F[:, 4:] = 0.4 * np.sin(7.0 * s["t"])[:, None]       # a learner wrong on joints 5-7
+    kw = {"gains": 40.0, "filter_gains": 120.0}
+    full = MomentumObserver(panda, **kw).run(s["t"], s["q"], s["v"], s["tau"], residuals=F)
+    none = MomentumObserver(panda, **kw).run(s["t"], s["q"], s["v"], s["tau"])
+    mask = np.array([True] * 4 + [False] * 3)
+    ob = MomentumObserver(panda, residual_mask=mask, **kw)
+    W, WO = [], []
+    for k in range(len(s["t"])):
+        r = ob.update(s["t"][k], s["q"][k], s["v"][k], s["tau"][k], F[k])
+        W.append(ob.r_with_residual)
+        WO.append(ob.r_without_residual)
+        assert np.allclose(r, np.where(mask, full[k], none[k]), atol=1e-12)
+    assert np.allclose(W, full, atol=1e-12) and np.allclose(WO, none, atol=1e-12)
+    # linear in the residual: with - without = F through the two low passes (independent recursion)
+    a, af = math.exp(-40.0 * DT), math.exp(-120.0 * DT)
+    y1 = y2 = np.zeros(panda.n)
+    for k in range(1, len(s["t"])):
+        y1 = a * y1 + (1 - a) * F[k]
+        y2 = af * y2 + (1 - af) * y1
+        assert np.allclose(W[k] - WO[k], y2, atol=1e-9)
+    # calibration over the same samples: the residual kept on joints 1-4 only
+    cw, cwo = ThresholdCalibration(panda.n, min_samples=3), ThresholdCalibration(panda.n, min_samples=3)
+    for k in range(100, len(s["t"])):
+        cw.add(s["t"][k], W[k])
+        cwo.add(s["t"][k], WO[k])
+    thr, keep = calibrate_residual_joints(cw, cwo, "max", margin=1.5)
+    assert keep.tolist() == mask.tolist()
+    assert np.allclose(thr, np.minimum(cw.thresholds("max", margin=1.5), cwo.thresholds("max", margin=1.5)))
+    assert np.all(thr <= cwo.thresholds("max", margin=1.5))       # never above the model's without it
+    with pytest.raises(ValueError, match="same samples"):
+        calibrate_residual_joints(cw, ThresholdCalibration(panda.n))
+    ob.set_residual_mask(None)
+    assert ob.residual_mask.all()
+    with pytest.raises(ValueError, match="residual_mask"):
+        ob.set_residual_mask([True, False])
 
 
 def test_inputs_refused_gaps_held_and_gains(panda, free_run):

@@ -23,6 +23,16 @@ A joint is in contact when ``|r_i|`` exceeds its threshold::
   learner's predictive standard deviation at the current state): where the model is
   unsure, the threshold rises; where it has data, it stays at ``base``.
 
+The residual, per joint
+-----------------------
+A learned residual lowers the thresholds where it describes the arm and raises them where
+it does not.  :func:`calibrate_residual_joints` calibrates from the same free motion the
+observer's estimate with the residual and without it (the observer keeps both:
+:attr:`~.momentum_observer.MomentumObserver.r_with_residual`, ``r_without_residual``) and
+keeps the residual on a joint only where its threshold is not higher -- so the learned
+model's thresholds are never above the model's without it on the calibration segment
+(``learning that never makes the model worse``, applied to contact detection).
+
 Decision (per sample)
 ---------------------
 A joint enters contact after ``min_samples`` consecutive samples above its threshold
@@ -41,7 +51,7 @@ import numpy as np
 
 from ..validation import as_vector, per_joint
 
-__all__ = ["ContactDetector", "ThresholdCalibration", "CALIBRATION_METHODS"]
+__all__ = ["ContactDetector", "ThresholdCalibration", "CALIBRATION_METHODS", "calibrate_residual_joints"]
 
 CALIBRATION_METHODS = ("max", "std")
 
@@ -101,6 +111,21 @@ class ThresholdCalibration:
         else:
             raise ValueError(f"calibration method must be one of {list(CALIBRATION_METHODS)}, got {method!r}")
         return np.maximum(thr, per_joint(floor, self.n, "floor", one_for_all=True))
+
+
+def calibrate_residual_joints(with_residual: ThresholdCalibration, without_residual: ThresholdCalibration,
+                              method: str = "max", **kw) -> tuple:
+    """``(thresholds, mask)`` from two calibrations over the same samples: r with the
+    residual and r without it (module docstring).  ``mask[i]``: joint i keeps the residual
+    (its threshold with it at most the one without); ``thresholds[i]`` that joint's.
+    ``kw``: :meth:`ThresholdCalibration.thresholds`'s."""
+    if with_residual.n != without_residual.n or with_residual.count != without_residual.count:
+        raise ValueError("the two calibrations must cover the same samples "
+                         f"({with_residual.count} and {without_residual.count} samples)")
+    thr_w = with_residual.thresholds(method, **kw)
+    thr_wo = without_residual.thresholds(method, **kw)
+    mask = thr_w <= thr_wo
+    return np.where(mask, thr_w, thr_wo), mask
 
 
 class ContactDetector:

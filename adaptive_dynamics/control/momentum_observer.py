@@ -252,16 +252,24 @@ class MomentumObserver:
     filter_gains:
         ``K_F`` [1/s] of the second low pass (module docstring): one value or one per
         joint; 0 (default) = off, r is the first stage.
+    residual_mask:
+        The joints whose r takes the residual (n booleans; ``None``, default: every
+        joint).  The observer is linear in ``f_hat``, so it keeps both estimates at the
+        cost of one more low pass: :attr:`r_with_residual` and
+        :attr:`r_without_residual`, and :attr:`r` takes each joint's from the mask
+        (:meth:`set_residual_mask`; a calibration picks it per joint,
+        :func:`~adaptive_dynamics.control.contact.calibrate_residual_joints`).
     """
 
     def __init__(self, model: RobotModel, gains=50.0, *, residual: Optional[Callable] = None,
                  fixed_friction=None, armature=0.0, torque_timing: str = "held", max_gap: float = 0.1,
-                 copy: bool = True, filter_gains=0.0):
+                 copy: bool = True, filter_gains=0.0, residual_mask=None):
         self.model = observer_model(model) if copy else model
         self.n = n = self.model.n
         self.joint_names = list(self.model.joint_names)
         self.set_gains(gains)
         self.set_filter_gains(filter_gains)
+        self.set_residual_mask(residual_mask)
         self.residual = residual
         self.fixed_friction = fixed_friction
         if fixed_friction is not None and getattr(fixed_friction, "n", n) != n:
@@ -278,6 +286,11 @@ class MomentumObserver:
         self.r = np.zeros(n)
         #: the first stage's r (= :attr:`r` without ``filter_gains``)
         self.r_raw = np.zeros(n)
+        #: r with the residual on every joint and without it on any (both stages' output)
+        self.r_with_residual = np.zeros(n)
+        self.r_without_residual = np.zeros(n)
+        self._raw2 = np.zeros((2, n))    # first stages: with, without the residual
+        self._out2 = np.zeros((2, n))    # second stages (= first stages without filter_gains)
         #: the step's external-torque estimate before the low pass (the last step's)
         self.tau_ext_step = np.zeros(n)
         self.samples = 0
@@ -298,6 +311,17 @@ class MomentumObserver:
         self.filter_gains = k
         self._filtered = bool(np.any(k > 0))
 
+    def set_residual_mask(self, mask) -> None:
+        """The joints whose r takes the residual (n booleans, or ``None``: every joint),
+        from the next sample on (both estimates run all along: no transient)."""
+        if mask is None:
+            self.residual_mask = np.ones(self.n, dtype=bool)
+            return
+        m = np.asarray(mask)
+        if m.shape != (self.n,) or not (m.dtype == bool or np.all(np.isin(m, (0, 1)))):
+            raise ValueError(f"residual_mask must be {self.n} booleans, got {np.asarray(mask).tolist()!r}")
+        self.residual_mask = m.astype(bool)
+
     def set_parameters(self, pi) -> None:
         """Use the full parameters ``pi`` (an estimate; non-physical allowed) from the next
         sample on.  The momentum of the last sample is recomputed with them, so the next
@@ -311,6 +335,10 @@ class MomentumObserver:
         """Forget the history: the next sample restarts the observer with r = 0."""
         self.r = np.zeros(self.n)
         self.r_raw = np.zeros(self.n)
+        self.r_with_residual = np.zeros(self.n)
+        self.r_without_residual = np.zeros(self.n)
+        self._raw2 = np.zeros((2, self.n))
+        self._out2 = np.zeros((2, self.n))
         self.tau_ext_step = np.zeros(self.n)
         self._prev = None
 
@@ -360,17 +388,23 @@ class MomentumObserver:
                 f = as_vector(self.residual(q, v, (v - v0) / dt), n, "residual (callable)")
                 residual = f if f0 is None else 0.5 * (f0 + f)
             tau_step = tau if self.torque_timing == "held" else 0.5 * (tau + tau0)
-            ext = (p - p0) / dt - tau_step - 0.5 * (b0 + b)
-            if residual is not None:
-                ext += residual
+            ext0 = (p - p0) / dt - tau_step - 0.5 * (b0 + b)
+            ext = ext0 + residual if residual is not None else ext0
             a = np.exp(-self.gains * dt)
-            self.r_raw = a * self.r_raw + (1.0 - a) * ext
+            raw2, out2 = self._raw2, self._out2
+            raw2[0] = a * raw2[0] + (1.0 - a) * ext
+            raw2[1] = a * raw2[1] + (1.0 - a) * ext0
             if self._filtered:   # K_F = 0 on a joint: a_f = 0, r = r_raw there
                 af = np.where(self.filter_gains > 0, np.exp(-self.filter_gains * dt), 0.0)
-                self.r = af * self.r + (1.0 - af) * self.r_raw
+                out2[:] = af * out2 + (1.0 - af) * raw2
             else:
-                self.r = self.r_raw.copy()
-            self.tau_ext_step = ext
+                out2[:] = raw2
+            mask = self.residual_mask
+            self.r_raw = np.where(mask, raw2[0], raw2[1])
+            self.r = np.where(mask, out2[0], out2[1])
+            self.r_with_residual = out2[0].copy()
+            self.r_without_residual = out2[1].copy()
+            self.tau_ext_step = np.where(mask, ext, ext0)
         self._prev = (t, q.copy(), v.copy(), p, b, tau.copy(), f)
         self.samples += 1
         return self.r.copy()

@@ -86,7 +86,7 @@ import time
 import numpy as np
 
 from ..control.adaptive import AdaptiveController
-from ..control.contact import ContactDetector, ThresholdCalibration
+from ..control.contact import ContactDetector, ThresholdCalibration, calibrate_residual_joints
 from ..control.momentum_observer import MomentumObserver, observer_model, wrench_estimate
 from ..dynamics import RobotModel
 from ..learning import OnlineResidual
@@ -320,6 +320,23 @@ def _mask(t, span):
     return (t >= span[0] - 1e-9) & (t < span[1] - 1e-9)
 
 
+def select_residual(run: dict, R_learned: np.ndarray, R_adapted: np.ndarray,
+                    min_samples: int = MIN_SAMPLES) -> tuple:
+    """The ``external_torque`` node's calibration with the residual (``residual_select``):
+    over the calibration segment, the estimate with the residual and without it, the
+    residual kept on a joint only where its threshold is not higher
+    (:func:`~adaptive_dynamics.control.contact.calibrate_residual_joints`).  Returns the
+    adapted + learned model's estimates (each joint's from the kept one) and the mask."""
+    n = R_learned.shape[1]
+    cw, cwo = ThresholdCalibration(n, min_samples=min_samples), ThresholdCalibration(n, min_samples=min_samples)
+    t = run["t"]
+    for k in np.flatnonzero(_mask(t, run["phases"]["calibrate"])):
+        cw.add(t[k], R_learned[k])
+        cwo.add(t[k], R_adapted[k])
+    _thr, keep = calibrate_residual_joints(cw, cwo, CALIBRATION["method"], margin=CALIBRATION["margin"], floor=1e-6)
+    return np.where(keep, R_learned, R_adapted), keep
+
+
 def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, min_samples: int = MIN_SAMPLES) -> dict:
     """One model's figures (module docstring) from its estimates ``R`` (observer gain
     ``gain``; the detector's and the calibration's ``min_samples``)."""
@@ -431,6 +448,8 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
     t0 = time.perf_counter()
     R = observers(run, seed)
     model = RobotModel(robot)
+    every = evaluate(run, R["learned"], model)      # the residual on every joint
+    R["learned"], keep = select_residual(run, R["learned"], R["adapted"])
     res = {name: evaluate(run, R[name], model) for name in MODELS}
     floor = evaluate(run, R["true"], model)
     log(f"[contact] {label(robot)}: observers and figures in {time.perf_counter() - t0:.1f} s")
@@ -446,8 +465,16 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
         "rmse_per_joint_vs_urdf": {"adapted": _ratio(ad["rmse"], u["rmse"]), "learned": _ratio(le["rmse"], u["rmse"])},
         "learned_vs_adapted": {"thresholds": _ratio(le["thresholds"], ad["thresholds"]),
                                "rmse": round(le["rmse_all"] / ad["rmse_all"], 4)},
+        "learned_every_joint": {"threshold_vs_urdf": _ratio(every["thresholds"], u["thresholds"]),
+                                "vs_adapted": _ratio(every["thresholds"], ad["thresholds"]),
+                                "rmse_vs_urdf": round(every["rmse_all"] / u["rmse_all"], 4),
+                                "smallest_push_detected_n": every["smallest_push_detected_n"],
+                                "detection_delay_ms_10n_max_per_location":
+                                    every["detection_delay_ms_10n_max_per_location"],
+                                "false_alarm_samples": [every["heldout_false_alarm_samples"],
+                                                        every["contact_false_alarm_samples"]]},
     }
-    for r_ in (*res.values(), floor):
+    for r_ in (*res.values(), floor, every):
         r_.pop("_flags")
         r_.pop("_thr")
     sensitivity = []
@@ -455,6 +482,7 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
         sensitivity = observer_sensitivity(run, seed, model, res, floor)
         log(f"[contact] {label(robot)}: sensitivity to K_O and min_samples in {time.perf_counter() - t0:.1f} s")
     return {"robot": label(robot), "joints": list(model.joint_names), "phases": run["phases"],
+            "residual_joints": [j for j, k in zip(model.joint_names, keep) if k],
             "pushes": run["pushes"], "sim_wall_s": run["sim_wall_s"], "tracking_rmse_rad": run["tracking_rmse_rad"],
             "learner_counters": run["learner_counters"], "models": res, "ratios": ratios, "sensitivity": sensitivity,
             "true_model": {k: floor[k] for k in ("thresholds", "heldout_false_alarm_samples", "rmse", "rmse_all",
@@ -477,8 +505,9 @@ def observer_sensitivity(run: dict, seed: int, model: RobotModel, res: dict, flo
             if gain == GAIN and m == MIN_SAMPLES:
                 ev = {"urdf": res["urdf"], "learned": res["learned"], "true": floor}
             else:
-                R = R if R is not None else observers(run, seed, gain, ("urdf", "learned", "true"))
-                ev = {k: evaluate(run, R[k], model, gain, m) for k in R}
+                R = R if R is not None else observers(run, seed, gain, ("urdf", "adapted", "learned", "true"))
+                ev = {k: evaluate(run, R[k], model, gain, m) for k in ("urdf", "true")}
+                ev["learned"] = evaluate(run, select_residual(run, R["learned"], R["adapted"], m)[0], model, gain, m)
             rows.append({"gain": gain, "min_samples": m,
                          "threshold_vs_urdf_max": round(max(_ratio(ev["learned"]["thresholds"],
                                                                    ev["urdf"]["thresholds"])), 4),
@@ -515,6 +544,11 @@ def summarise(per_robot: dict) -> dict:
         "external_torque_rmse_raw_vs_urdf": worst(lambda r: r["ratios"]["rmse_raw_vs_urdf"]["learned"]),
         "learned_vs_adapted_max": worst(lambda r: max(max(r["ratios"]["learned_vs_adapted"]["thresholds"]),
                                                       r["ratios"]["learned_vs_adapted"]["rmse"])),
+        "residual_joints": {r["robot"]: r["residual_joints"] for r in rs},
+        "every_joint": {"threshold_vs_urdf_max": worst(lambda r: max(r["ratios"]["learned_every_joint"]
+                                                                     ["threshold_vs_urdf"])),
+                        "learned_vs_adapted_max": worst(lambda r: max(r["ratios"]["learned_every_joint"]
+                                                                      ["vs_adapted"]))},
         "smallest_push_detected_n": {m: {r["robot"]: r["models"][m]["smallest_push_detected_n"] for r in rs}
                                      for m in MODELS},
         "heldout_false_alarm_samples": {m: sum(r["models"][m]["heldout_false_alarm_samples"] for r in rs)

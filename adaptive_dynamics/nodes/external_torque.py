@@ -22,7 +22,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from ..control.adaptive_setup import friction_model
-from ..control.contact import CALIBRATION_METHODS, ContactDetector, ThresholdCalibration
+from ..control.contact import CALIBRATION_METHODS, ContactDetector, ThresholdCalibration, calibrate_residual_joints
 from ..control.momentum_observer import (TORQUE_TIMINGS, EstimateLayout, MomentumObserver, damped_transpose_pinv,
                                          observer_model)
 from ..ros.arrays import VectorBuffer, vector_from_msg
@@ -60,12 +60,25 @@ def _thresholds_check(n):
     return check
 
 
-def specs(n: int | None = None) -> list[ParamSpec]:
-    """Every parameter (``n``: the robot's joints, for the per-joint arrays' lengths)."""
-    return robot_specs() + monitor_specs(n)
+def _joint_names_check(names):
+    """Validator of ``residual_joints``: ['all'], [''] or the robot's joint names."""
+    def check(value) -> str | None:
+        got = [x for x in value if x]
+        if names is None or got == ["all"]:
+            return None
+        unknown = [x for x in got if x not in names]
+        return None if not unknown else (f"unknown joints {unknown}; the robot's are {list(names)} (or ['all'],"
+                                         " [''] = none)")
+    return check
 
 
-def monitor_specs(n: int | None = None) -> list[ParamSpec]:
+def specs(n: int | None = None, names=None) -> list[ParamSpec]:
+    """Every parameter (``n``: the robot's joints, for the per-joint arrays' lengths;
+    ``names``: its joint names, for ``residual_joints``)."""
+    return robot_specs() + monitor_specs(n, names)
+
+
+def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
     """The observer's, the detector's and the streams' parameters (beside the robot's)."""
     lengths = _lengths(n)
     return [
@@ -86,6 +99,12 @@ def monitor_specs(n: int | None = None) -> list[ParamSpec]:
         ParamSpec("use_residual_std", False, "with use_residual: add the learner's predictive std"
                   " (feedforward/residual_std, stamped like the residual) to the thresholds' uncertainty term:"
                   " threshold = thresholds + uncertainty_gain x sqrt(model_std^2 + std^2)", read_only=True),
+        ParamSpec("residual_joints", ["all"], "with use_residual: the joints whose external torque takes the"
+                  " residual, ['all'] or joint names ([''] = none); set by a calibration with residual_select",
+                  type="str[]", validator=_joint_names_check(names)),
+        ParamSpec("residual_select", True, "a calibration with use_residual also sets residual_joints: it"
+                  " calibrates the estimate with and without the residual over the same free motion and keeps"
+                  " the residual on a joint only where its threshold is not higher"),
         ParamSpec("residual_staleness", 0.01, "use a residual (and its std) at most this old [s] when none is"
                   " stamped for the state's instant", min=0.0, max=10.0),
         ParamSpec("gains", [50.0], "observer gains K_O [1/s], 1 or n values (> 0): r follows the external"
@@ -142,8 +161,8 @@ class ExternalTorqueNode(Node):
         model, _ = load_robot(p, self, friction=p["friction"], coulomb_smoothing=p["coulomb_smoothing"])
         self.model = model
         self.n = n = model.n
-        declare_params(self, [s for s in monitor_specs(n) if s.name not in _MODEL_PARAMS])
         self.names = list(model.joint_names)
+        declare_params(self, [s for s in monitor_specs(n, self.names) if s.name not in _MODEL_PARAMS])
         self.counters = Counters("external_torque", self.get_fully_qualified_name(),
                                  warn_on=("joint_states_rejected", "out_of_order", "estimate_rejected",
                                           "residual_rejected", "residual_std_rejected", "nonfinite_output"))
@@ -154,6 +173,7 @@ class ExternalTorqueNode(Node):
         self.observer = MomentumObserver(observer_model(model), p["gains"], fixed_friction=fixed,
                                          armature=armature_of(p, n), torque_timing=p["torque_timing"],
                                          max_gap=p["max_gap"], copy=False, filter_gains=p["filter_gains"])
+        self._set_residual_joints(p["residual_joints"])
         self.layout = None
         if p["model_source"] == "estimate":
             self.layout = EstimateLayout(model, adapted_links=[x for x in p["adapted_links"] if x])
@@ -169,7 +189,7 @@ class ExternalTorqueNode(Node):
         self._origin = None          # stamp [ns] of the first state: t = (stamp - origin) * 1e-9
         self._last_stamp = None
         self._estimate_stamp = None
-        self._calibration = None     # (ThresholdCalibration, seconds)
+        self._calibration = None     # ([ThresholdCalibration with, (without) the residual], seconds)
         self._peak = np.zeros(n)     # max |r| since the last diagnostics
         self.counters.set("model", "urdf" if self.layout is None else "estimate (waiting for adaptive/parameters)")
         # ---- live parameters
@@ -178,6 +198,7 @@ class ExternalTorqueNode(Node):
         for name in ("uncertainty_gain", "model_std", "release", "min_samples"):
             self.p.on_change(name, self._on_detector_param)
         self.p.on_change("thresholds", lambda _n, v: self._set_thresholds(v))
+        self.p.on_change("residual_joints", lambda _n, v: self._set_residual_joints(v))
         self.p.on_change("calibrate", lambda _n, v: self._start_calibration(v))
         # ---- topics
         self.pub_torque = self.create_publisher(JointState, "external_torque", PUBLISHER_STREAM_QOS)
@@ -212,6 +233,14 @@ class ExternalTorqueNode(Node):
             else:
                 self.detector.set_thresholds(v)
 
+    def _set_residual_joints(self, value) -> None:
+        """``residual_joints`` (validated: ['all'], [''] or joint names) -> the observer's
+        residual mask."""
+        names = [x for x in value if x]
+        mask = np.ones(self.n, dtype=bool) if names == ["all"] else np.isin(self.names, names)
+        with self._lock:
+            self.observer.set_residual_mask(mask)
+
     def _on_observer_param(self, _name, _value) -> None:
         with self._lock:
             self.observer.set_gains(self.p["gains"])
@@ -229,18 +258,24 @@ class ExternalTorqueNode(Node):
 
     def _start_calibration(self, seconds) -> None:
         if seconds > 0:
+            pair = bool(self.p["use_residual"] and self.p["residual_select"])
             with self._lock:
-                self._calibration = (ThresholdCalibration(self.n, min_samples=self.p["min_samples"]),
-                                     float(seconds))
+                self._calibration = ([ThresholdCalibration(self.n, min_samples=self.p["min_samples"])
+                                      for _ in range(2 if pair else 1)], float(seconds))
             self.counters.set("calibration", f"running ({seconds:g} s)")
             self.get_logger().info(f"calibrating the contact thresholds from the next {seconds:g} s of states"
                                    " (free motion, please)")
 
-    def _finish_calibration(self, cal: ThresholdCalibration) -> list:
+    def _finish_calibration(self, cals: list) -> tuple:
+        """``(thresholds, residual_joints or None)`` of a finished calibration."""
         p = self.p
-        thr = cal.thresholds(p["calibration_method"], margin=p["calibration_margin"], k=p["calibration_k"],
-                             floor=p["threshold_floor"])
-        return np.maximum(thr, 1e-9).tolist()
+        kw = {"margin": p["calibration_margin"], "k": p["calibration_k"], "floor": p["threshold_floor"]}
+        if len(cals) == 2:
+            thr, mask = calibrate_residual_joints(cals[0], cals[1], p["calibration_method"], **kw)
+            joints = [x for x, m in zip(self.names, mask) if m] if not mask.all() else ["all"]
+            return np.maximum(thr, 1e-9).tolist(), (joints or [""])
+        thr = cals[0].thresholds(p["calibration_method"], **kw)
+        return np.maximum(thr, 1e-9).tolist(), None
 
     # ------------------------------------------------------------- callbacks
     def _reject(self, what: str, exc) -> None:
@@ -322,11 +357,16 @@ class ExternalTorqueNode(Node):
                 return
             contact, joints = self.detector.update(r, std)
             if self._calibration is not None:
-                cal, seconds = self._calibration
-                cal.add((stamp - self._origin) * 1e-9, r)
-                if cal.duration >= seconds:
+                cals, seconds = self._calibration
+                t_cal = (stamp - self._origin) * 1e-9
+                if len(cals) == 2:
+                    cals[0].add(t_cal, self.observer.r_with_residual)
+                    cals[1].add(t_cal, self.observer.r_without_residual)
+                else:
+                    cals[0].add(t_cal, r)
+                if cals[0].duration >= seconds:
                     self._calibration = None
-                    done = self._finish_calibration(cal)
+                    done = self._finish_calibration(cals)
             np.maximum(self._peak, np.abs(r), out=self._peak)
             wrench = None
             if self.p["publish_wrench"]:
@@ -346,8 +386,15 @@ class ExternalTorqueNode(Node):
             self.get_logger().info(f"contact at {[self.names[i] for i in idx]}: external torque"
                                    f" {np.round(r[idx], 3).tolist()} N m")
         if done is not None:
-            self.get_logger().info(f"calibrated contact thresholds {np.round(done, 4).tolist()} N m")
-            self.p.set("thresholds", done)
+            thr, joints = done
+            self.get_logger().info(f"calibrated contact thresholds {np.round(thr, 4).tolist()} N m")
+            if joints is not None:
+                dropped = [x for x in self.names if joints != ["all"] and x not in joints]
+                self.get_logger().info("calibration: the residual kept on " + ("every joint" if not dropped else
+                                       f"{[x for x in joints if x] or 'no joint'}, dropped on {dropped} (its"
+                                       " threshold there above the estimate's alone)"))
+                self.p.set("residual_joints", joints)
+            self.p.set("thresholds", thr)
             self.p.set("calibrate", 0.0)
             self.counters.set("calibration", "done")
 
