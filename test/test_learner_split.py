@@ -423,6 +423,49 @@ def test_publish_std_follows_the_residual_and_is_held_with_it(ros, model, monkey
     assert pred.counters["prediction_failed"] == 1 and pred.counters["held_outputs"] == 5
 
 
+class _NanVar(_Picky):
+    """_Picky with a non-finite variance where x[1] > 0.45."""
+
+    kind = "_nanvar"
+
+    def _predict(self, X, return_var):
+        F, V = super()._predict(X, return_var)
+        if V is not None:
+            V = np.where(X[:, 1:2] > 0.45, np.nan, V)
+        return F, V
+
+
+def test_a_nonfinite_std_leaves_the_residual_as_it_is(ros, model, monkeypatch):
+    """publish_std with a learner whose variance is NaN at a state: the residual there is
+    the one published without publish_std (the feed-forward does not change with the
+    monitor), its std message left out and counted in std_failed."""
+    from adaptive_dynamics.learning import base
+    monkeypatch.setitem(base.LEARNERS, _NanVar.kind, _NanVar)
+    pred = ros.add(PredictionNode, robot=ROBOT, prediction_lead=2 * DT * 1e-9, extrapolate=False,
+                   publish_std=True)
+    probe = Probe(ros, model.joint_names)
+    std = []
+    deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
+    probe.node.create_subscription(JointState, "feedforward/residual_std", std.append, deep)
+    names, n = model.joint_names, model.n
+    Q = np.array([[0.1, 0.2], [0.2, 0.5], [0.3, 0.4]])           # the second: NaN variance
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q, np.zeros_like(Q)))
+    assert ros.spin_until(lambda: len(pred.refs) == 3 and probe.snap.get_subscription_count() > 0
+                          and pred.output.pub_std.get_subscription_count() > 0, timeout=10.0)
+    probe.publish_snapshot(encode_snapshot(_NanVar(3 * n, n), 1))
+    assert ros.spin_until(lambda: pred.model is not None, timeout=10.0)
+    for k in range(3):
+        probe.send(k, Q[k], Q[k], np.zeros(n))
+    assert ros.spin_until(lambda: len(probe.res) == 3, timeout=10.0)
+    ros.spin_for(0.1)
+    res = by_stamp(probe.res, names)
+    for k in range(3):
+        np.testing.assert_allclose(res[k * DT], [Q[k, 0]] * n, atol=1e-12)    # the mean, every one
+    assert sorted(to_ns(m.header.stamp) for m in std) == [0, 2 * DT]
+    assert pred.counters["std_failed"] >= 1 and pred.counters["prediction_failed"] == 0
+    assert pred.counters["held_outputs"] == 0
+
+
 def test_torque_target_learns_the_measured_torque(ros, model):
     N = 60
     upd = ros.add(ModelUpdateNode, robot=ROBOT, target_torque="measured", learner="gmm", target="torque", warmup=20, learn_decimation=1,

@@ -355,9 +355,11 @@ class ResidualOutput:
     -> (F, V)`` (or None), and every residual published on ``feedforward/residual`` is
     preceded by ``feedforward/residual_std`` stamped alike, ``effort = sqrt(V)`` of the
     same row (a negative rounding of ``V`` is taken as 0).  A non-finite or missing ``V``
-    counts as a failed prediction like a non-finite ``F``; held outputs re-publish the
-    last valid standard deviation with the last valid residual (zeros before any), and
-    ``output`` false publishes zeros on both.
+    in a row leaves the residual as it is (the feed-forward does not depend on whether a
+    monitor reads the std): that residual goes out without its std message (counted in
+    ``std_failed``; the reader falls back to its static uncertainty).  Held outputs
+    re-publish the last valid standard deviation with the last valid residual (zeros
+    before any), and ``output`` false publishes zeros on both.
 
     ``extrapolate_ns`` > 0: when the reference buffer does not reach ``t + lead``,
     instants on the reference's grid beyond its newest point (at most
@@ -441,12 +443,14 @@ class ResidualOutput:
             else:
                 if self.std:
                     F, V = F
-                    if V is None:
-                        raise ValueError("the learner gives no predictive variance")
-                    V = np.asarray(V, dtype=float)
-                    if V.shape != np.shape(F) or not np.isfinite(V).all():
-                        raise ValueError("non-finite predictive variance")
-                    D = np.sqrt(np.maximum(V, 0.0))
+                    V = None if V is None else np.asarray(V, dtype=float)
+                    D = (np.sqrt(np.maximum(V, 0.0)) if V is not None and V.shape == np.shape(F)
+                         else np.full(np.shape(F), np.nan))          # rows with a NaN: no std message
+                    bad = int((~np.isfinite(D).all(axis=1)).sum())
+                    if bad:
+                        self.counters.inc("std_failed", bad)
+                        self.log_error("predict_std", "the learner gives no finite predictive variance: the"
+                                       " residual published without its std")
                 if not np.isfinite(F).all():
                     raise ValueError("non-finite prediction")
         except ValueError as exc:
@@ -462,7 +466,7 @@ class ResidualOutput:
                 self.counters.inc("held_outputs", len(todo))
         else:
             self.last_output = np.array(F[-1], dtype=float)
-            if D is not None:
+            if D is not None and np.isfinite(D[-1]).all():
                 self.last_std = np.array(D[-1], dtype=float)
         self._publish(todo, F, D, output, monitor_every)
         return len(todo)
@@ -470,7 +474,7 @@ class ResidualOutput:
     def _publish(self, todo: list, F: np.ndarray, D: Optional[np.ndarray], output: bool, monitor_every: int) -> None:
         zeros = np.zeros(self.n)
         for i, (s, f) in enumerate(zip(todo, F)):
-            if self.pub_std is not None:   # first: a reader that has the residual most likely has its std
+            if self.pub_std is not None and np.isfinite(D[i]).all():   # first: a reader with the residual has its std
                 self.pub_std.publish(joint_state_msg(s, self.names, effort=D[i] if output else zeros))
             self.pub_res.publish(joint_state_msg(s, self.names, effort=f if output else zeros))
             if monitor_every and self._k % monitor_every == 0:

@@ -222,16 +222,20 @@ class PredictionNode(Node):
         cur = self.model
         x = self._probe_input()
         try:
-            if self.p["publish_std"]:   # the std is published too: its variance must be finite as well
-                f, var = snap.learner.predict(x, return_var=True)
-                if var is None or not np.isfinite(var).all():
-                    raise ValueError("no finite predictive variance")
-            else:
-                f = snap.learner.predict(x)
+            f = snap.learner.predict(x)
             if not np.isfinite(f).all():
                 raise ValueError("non-finite output")
         except ValueError as exc:
             raise SnapshotError("prediction", f"snapshot v{v}: the learner's trial prediction failed ({exc})") from None
+        if self.p["publish_std"]:   # the mean decides (as without publish_std); a missing std is only reported
+            try:
+                _f, var = snap.learner.predict(x, return_var=True)
+                finite = var is not None and bool(np.isfinite(var).all())
+            except ValueError:
+                finite = False
+            if not finite:
+                self.get_logger().warning(f"snapshot v{v}: no finite predictive variance in the trial prediction:"
+                                          " feedforward/residual_std left out where it is missing (std_failed)")
         self.model = Model(snap.learner, v, snap.epoch, snap.kind, snap.source, snap.created, received, snap.data)
         self._applied.append(v)   # only the loader thread (or the constructor) gets here
         self.counters.update({"snapshots_applied": self.counters["snapshots_applied"] + 1,
