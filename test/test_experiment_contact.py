@@ -68,6 +68,9 @@ def test_contact_quick(tmp_path, capsys):
     np.testing.assert_allclose(np.where(keep, every["threshold_vs_urdf"], r["ratios"]["threshold_vs_urdf"]["adapted"]),
                                r["ratios"]["threshold_vs_urdf"]["learned"], rtol=2e-3)
     assert res["every_joint"]["learned_vs_adapted_max"] >= res["learned_vs_adapted_max"] - 1e-9
+    # one seed (--quick): its figures are the run's
+    assert res["seeds"] == [0] and len(res["per_seed"]) == 1
+    assert res["over_seeds"]["threshold_vs_urdf_max"]["median"] == pytest.approx(res["threshold_vs_urdf_max"], abs=1e-4)
     # the URDF misses the tool: its estimate's wrench points elsewhere than the adapted model's
     we = res["wrench_direction_error_deg"]
     assert we["adapted"]["panda"]["ee"] < we["urdf"]["panda"]["ee"]
@@ -98,3 +101,22 @@ def test_debounced_calibration_is_what_the_debounced_detector_flags():
     with pytest.raises(ValueError, match="min_samples"):
         ThresholdCalibration(n, min_samples=0)
     assert math.isnan(ThresholdCalibration(n, min_samples=m).t_first)
+
+
+def test_over_seeds_medians_and_missed_pushes():
+    """Medians, spreads and the targets met on every seed; a missed push (delay None)
+    counts as longer than any."""
+    keys = contact.SEED_KEYS
+    base = {k: 1.0 for k in keys}
+    per_seed = []
+    for seed, (thr, delay, met) in enumerate([(0.3, 15.0, True), (0.5, None, False), (0.4, 30.0, True)]):
+        per_seed.append({**base, "seed": seed, "threshold_vs_urdf_max": thr, "detection_delay_ms_max": delay,
+                         "every_joint_threshold_vs_urdf_max": thr + 0.1,
+                         "targets_met": {"threshold_vs_urdf_max": met, "learned_never_worse": True}})
+    o = contact.over_seeds(per_seed)
+    assert o["threshold_vs_urdf_max"] == {"median": 0.4, "min": 0.3, "max": 0.5, "values": [0.3, 0.5, 0.4]}
+    assert o["detection_delay_ms_max"]["median"] == 30.0 and o["detection_delay_ms_max"]["max"] is None
+    assert o["every_joint_threshold_vs_urdf_max"]["median"] == pytest.approx(0.5)
+    assert o["targets_met_every_seed"] == {"threshold_vs_urdf_max": False, "learned_never_worse": True}
+    per_seed[2]["detection_delay_ms_max"] = None      # two of three missed: no median
+    assert contact.over_seeds(per_seed)["detection_delay_ms_max"]["median"] is None

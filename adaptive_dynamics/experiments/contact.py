@@ -4,7 +4,7 @@ observer on the URDF, on the adapted estimate and on the adapted estimate + resi
 The cores: :mod:`~adaptive_dynamics.control.momentum_observer`,
 :mod:`~adaptive_dynamics.control.contact` (the ``external_torque`` node's).
 
-``adaptive-dynamics experiment contact --out DIR [--quick] [--robots panda,iiwa14] [--seed S] [--learner KIND]``
+``adaptive-dynamics experiment contact --out DIR [--quick] [--robots panda,iiwa14] [--seeds 0,1,2] [--learner KIND]``
 
 Per robot (the Panda and the iiwa 14), one run in process, deterministic (the plant and
 the cores, no DDS; :func:`simulate`):
@@ -34,7 +34,10 @@ Observers (``K_O`` = :data:`GAIN`; ``min_samples`` = :data:`MIN_SAMPLES`) run on
 ``external_torque`` node would get (measured ``q``, ``qd``, torque; ``torque_timing:
 held``; the robot's ``armature``): the **URDF**'s model, the **adapted** estimate (frozen
 at the end of learning, with its friction), the **adapted + learned** one (plus the
-learner's prediction at the reference, as the node takes ``feedforward/residual``), and,
+learner's prediction at the reference, as the node takes ``feedforward/residual``; kept
+on a joint only where it lowers the calibrated threshold, as the node's calibration with
+``residual_select`` does, :func:`select_residual` -- the residual on every joint beside it,
+``learned_every_joint``), and,
 as the floor no model can go below, the simulator's own model (tool, friction, bias:
 what the sensor noise alone leaves).  For each:
 
@@ -59,7 +62,13 @@ The velocity noise reaches the observer's output almost white, ``K_O M(q)`` time
 with the proxies' 0.003 rad/s it sets a floor of about 0.6-1.2 N m on the shoulder joints
 (the simulator's own model's thresholds), which the debounce lowers and ``K_O`` scales;
 ``sensitivity`` (full run) gives the figures for K_O 30, 50 (the node's default) and 100,
-with and without the debounce.
+with and without the debounce, with and without a second low pass ``K_F`` = 100 1/s
+(``sensitivity_best``: the best of the grid, per figure, worst robot).
+
+Seeds (``--seeds``, default :data:`SEEDS`): the trajectory and the sensor noise; the first
+seed's run gives the tables, plots and sensitivity, every seed the figures of
+:data:`SEED_KEYS` -- ``per_seed`` and ``over_seeds`` (median, min, max, the targets met on
+every seed) and ``contact_seeds.png`` (each seed's threshold ratios per joint).
 
 JSON (``contact.json``, printed last; :data:`TARGETS`, the adapted + learned model, worst
 robot): ``threshold_vs_urdf_max`` (largest per-joint threshold ratio to the URDF's;
@@ -72,8 +81,8 @@ ratios and every per-robot table beside them.  Plots: ``contact_timeline_<robot>
 (estimated vs applied external torque of the two most loaded joints over the contact
 phase, per model, pushes shaded, thresholds dotted) and ``contact_thresholds.png``.
 
-``--quick``: one robot (the first), :data:`QUICK` (20 s of learning, 4 s of pushes, no
-sensitivity table).
+``--quick``: one robot and one seed (the first), :data:`QUICK` (20 s of learning, 4 s of
+pushes, no sensitivity table).
 """
 from __future__ import annotations
 
@@ -283,9 +292,10 @@ def true_model(robot: str, seed: int = 0) -> tuple:
     return m, lambda q, v, _a: bias + plant.friction_model(v, q)
 
 
-def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "true")) -> dict:
+def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "true"), filter_gain: float = 0.0) -> dict:
     """The observers' estimates ``r`` (samples x joints) on the run's samples: of the three
-    models and the simulator's own (``"true"``, :func:`true_model`), gain ``K_O``."""
+    models and the simulator's own (``"true"``, :func:`true_model`), gain ``K_O``, second
+    low pass ``K_F`` = ``filter_gain`` (0: off)."""
     m = run["model"]
     arm = armature(run["robot"])   # the drives' inertia the robot's parameter file states (the node's `armature`)
     adapted = observer_model(m, run["pi"])
@@ -298,7 +308,7 @@ def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "tr
             model, callable_ = true_model(run["robot"], seed)
         else:
             model = adapted
-        ob = MomentumObserver(model, gain, armature=arm, residual=callable_)
+        ob = MomentumObserver(model, gain, armature=arm, residual=callable_, filter_gains=filter_gain)
         out[name] = ob.run(run["t"], run["q"], run["v"], run["tau"], residual)
     return out
 
@@ -337,9 +347,12 @@ def select_residual(run: dict, R_learned: np.ndarray, R_adapted: np.ndarray,
     return np.where(keep, R_learned, R_adapted), keep
 
 
-def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, min_samples: int = MIN_SAMPLES) -> dict:
+def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, min_samples: int = MIN_SAMPLES,
+             filter_gain: float = 0.0) -> dict:
     """One model's figures (module docstring) from its estimates ``R`` (observer gain
-    ``gain``; the detector's and the calibration's ``min_samples``)."""
+    ``gain``, second low pass ``filter_gain``; the detector's and the calibration's
+    ``min_samples``)."""
+    decay = 5.0 / gain + (5.0 / filter_gain if filter_gain > 0 else 0.0)   # r's decay after a push [s]
     t, ph, truth = run["t"], run["phases"], run["truth"]
     n = R.shape[1]
     cal_span = ph["calibrate"]   # (the observers started OBSERVER_LEAD_S before: settled)
@@ -370,7 +383,7 @@ def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, mi
     for p in run["pushes"]:
         s, e = p["start"], p["start"] + p["duration"]
         on = (t > s + 1e-9) & (t <= e + 1e-9)
-        expected |= (t > s + 1e-9) & (t <= e + 5.0 / gain + min_samples * DT)   # acting, and r's decay after it
+        expected |= (t > s + 1e-9) & (t <= e + decay + min_samples * DT)   # acting, and r's decay after it
         hit = np.flatnonzero(on & flags)
         delay = None if not hit.size else round(1e3 * float(t[hit[0]] - s), 1)
         flagged = joints[on].any(axis=0)
@@ -412,8 +425,9 @@ def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, mi
     d10 = [p["delay_ms"] for p in per_push if p["magnitude"] == DELAY_PUSH]
     d10_max = worst_delay()
     # RMSE over the contact phase: against the low-passed truth and the raw truth
-    a = math.exp(-gain * DT)
-    ideal = _lowpass(truth, a)
+    ideal = _lowpass(truth, math.exp(-gain * DT))
+    if filter_gain > 0:
+        ideal = _lowpass(ideal, math.exp(-filter_gain * DT))
     err = R[contact] - ideal[contact]
     raw = R[contact] - truth[contact]
     dir_err = {w: [p["direction_error_deg"] for p in per_push if p["where"] == w and p["direction_error_deg"] is not None]
@@ -443,7 +457,7 @@ def _ratio(a, b) -> list:
 
 
 def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=print,
-              with_sensitivity: bool = True, learner: str = LEARNER) -> dict:
+              with_sensitivity: bool = True, learner: str = LEARNER, plots: bool = True) -> dict:
     run = simulate(robot, cfg, seed, log, learner)
     t0 = time.perf_counter()
     R = observers(run, seed)
@@ -453,7 +467,8 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
     res = {name: evaluate(run, R[name], model) for name in MODELS}
     floor = evaluate(run, R["true"], model)
     log(f"[contact] {label(robot)}: observers and figures in {time.perf_counter() - t0:.1f} s")
-    _plot_timeline(run, R, res, out_dir, files)
+    if plots:
+        _plot_timeline(run, R, res, out_dir, files)
     u, ad, le = res["urdf"], res["adapted"], res["learned"]
     ratios = {
         "threshold_vs_urdf": {"adapted": _ratio(ad["thresholds"], u["thresholds"]),
@@ -480,7 +495,7 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
     sensitivity = []
     if with_sensitivity:
         sensitivity = observer_sensitivity(run, seed, model, res, floor)
-        log(f"[contact] {label(robot)}: sensitivity to K_O and min_samples in {time.perf_counter() - t0:.1f} s")
+        log(f"[contact] {label(robot)}: sensitivity to K_O, K_F and min_samples in {time.perf_counter() - t0:.1f} s")
     return {"robot": label(robot), "joints": list(model.joint_names), "phases": run["phases"],
             "residual_joints": [j for j, k in zip(model.joint_names, keep) if k],
             "pushes": run["pushes"], "sim_wall_s": run["sim_wall_s"], "tracking_rmse_rad": run["tracking_rmse_rad"],
@@ -490,33 +505,39 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
                                                  "wrench_direction_error_deg")}}
 
 
-#: the observer gains and debounces of the sensitivity table
-SENSITIVITY = {"gains": (30.0, 50.0, 100.0), "min_samples": (1, MIN_SAMPLES)}
+#: the observer gains, second low passes and debounces of the sensitivity table
+SENSITIVITY = {"gains": (30.0, 50.0, 100.0), "filter_gains": (0.0, 100.0), "min_samples": (1, MIN_SAMPLES)}
 
 
 def observer_sensitivity(run: dict, seed: int, model: RobotModel, res: dict, floor: dict) -> list:
     """The adapted + learned model's threshold ratio to the URDF's and its 10 N detection
-    delays, and the simulator's own model's (the floor), for the gains and debounces of
-    :data:`SENSITIVITY` (the experiment's own setting reuses ``res`` and ``floor``)."""
+    delays, and the simulator's own model's (the floor), for the gains, second low passes
+    and debounces of :data:`SENSITIVITY` (the experiment's own setting reuses ``res`` and
+    ``floor``)."""
     rows = []
     for gain in SENSITIVITY["gains"]:
-        R = None
-        for m in SENSITIVITY["min_samples"]:
-            if gain == GAIN and m == MIN_SAMPLES:
-                ev = {"urdf": res["urdf"], "learned": res["learned"], "true": floor}
-            else:
-                R = R if R is not None else observers(run, seed, gain, ("urdf", "adapted", "learned", "true"))
-                ev = {k: evaluate(run, R[k], model, gain, m) for k in ("urdf", "true")}
-                ev["learned"] = evaluate(run, select_residual(run, R["learned"], R["adapted"], m)[0], model, gain, m)
-            rows.append({"gain": gain, "min_samples": m,
-                         "threshold_vs_urdf_max": round(max(_ratio(ev["learned"]["thresholds"],
-                                                                   ev["urdf"]["thresholds"])), 4),
-                         "true_model_threshold_vs_urdf_max": round(max(_ratio(ev["true"]["thresholds"],
-                                                                              ev["urdf"]["thresholds"])), 4),
-                         "detection_delay_ms_10n": ev["learned"]["detection_delay_ms_10n"],
-                         "true_model_detection_delay_ms_10n": ev["true"]["detection_delay_ms_10n"],
-                         "smallest_push_detected_n": ev["learned"]["smallest_push_detected_n"],
-                         "rmse_vs_urdf": round(ev["learned"]["rmse_all"] / ev["urdf"]["rmse_all"], 4)})
+        for kf in SENSITIVITY["filter_gains"]:
+            R = None
+            for m in SENSITIVITY["min_samples"]:
+                if gain == GAIN and kf == 0.0 and m == MIN_SAMPLES:
+                    ev = {"urdf": res["urdf"], "learned": res["learned"], "true": floor}
+                else:
+                    R = R if R is not None else observers(run, seed, gain, ("urdf", "adapted", "learned", "true"), kf)
+                    ev = {k: evaluate(run, R[k], model, gain, m, kf) for k in ("urdf", "true")}
+                    ev["learned"] = evaluate(run, select_residual(run, R["learned"], R["adapted"], m)[0], model,
+                                             gain, m, kf)
+                rows.append({"gain": gain, "filter_gain": kf, "min_samples": m,
+                             "threshold_vs_urdf_max": round(max(_ratio(ev["learned"]["thresholds"],
+                                                                       ev["urdf"]["thresholds"])), 4),
+                             "true_model_threshold_vs_urdf_max": round(max(_ratio(ev["true"]["thresholds"],
+                                                                                  ev["urdf"]["thresholds"])), 4),
+                             "detection_delay_ms_10n": ev["learned"]["detection_delay_ms_10n"],
+                             "detection_delay_ms_10n_max": ev["learned"]["detection_delay_ms_10n_max"],
+                             "true_model_detection_delay_ms_10n": ev["true"]["detection_delay_ms_10n"],
+                             "true_model_detection_delay_ms_10n_max": ev["true"]["detection_delay_ms_10n_max"],
+                             "heldout_false_alarm_samples": ev["learned"]["heldout_false_alarm_samples"],
+                             "smallest_push_detected_n": ev["learned"]["smallest_push_detected_n"],
+                             "rmse_vs_urdf": round(ev["learned"]["rmse_all"] / ev["urdf"]["rmse_all"], 4)})
     return rows
 
 
@@ -559,6 +580,16 @@ def summarise(per_robot: dict) -> dict:
                                        for m in MODELS},
     }
 
+    def best(r, key):
+        vals = [row[key] for row in r["sensitivity"] if row[key] is not None]
+        return min(vals) if vals else None
+
+    if all(r["sensitivity"] for r in rs):
+        s["sensitivity_best"] = {
+            "detection_delay_ms_max": worst(lambda r: best(r, "detection_delay_ms_10n_max")),
+            "detection_delay_ms_max_true_model": worst(lambda r: best(r, "true_model_detection_delay_ms_10n_max")),
+            "threshold_vs_urdf_max": worst(lambda r: best(r, "threshold_vs_urdf_max"))}
+
     def no_larger(a, b):
         return a is not None and (b is None or a <= b)
 
@@ -576,6 +607,47 @@ def summarise(per_robot: dict) -> dict:
            "external_torque_rmse_vs_urdf": le("external_torque_rmse_vs_urdf"),
            "learned_never_worse": s["learned_never_worse"]}
     return {**s, "targets": TARGETS, "targets_met": met, "target_met": all(met.values())}
+
+
+#: the seeds of a full run (``--seeds``): the figures vary with the trajectory and the noise
+SEEDS = (0, 1, 2)
+#: the figures taken over the seeds (medians and spreads)
+SEED_KEYS = ("threshold_vs_urdf_max", "threshold_vs_urdf_max_adapted", "threshold_vs_urdf_max_true_model",
+             "detection_delay_ms_max", "detection_delay_ms_max_true_model", "external_torque_rmse_vs_urdf",
+             "learned_vs_adapted_max")
+
+
+def seed_summary(seed: int, runs: dict) -> dict:
+    """One seed's figures: the summary's keys of :data:`SEED_KEYS`, the targets met, and
+    per robot the threshold ratios to the URDF's (adapted, learned, the simulator's own
+    model), the residual's joints and the residual on every joint's worst ratio."""
+    s = summarise(runs)
+    return {"seed": seed, **{k: s[k] for k in SEED_KEYS}, "targets_met": s["targets_met"],
+            "every_joint_threshold_vs_urdf_max": s["every_joint"]["threshold_vs_urdf_max"],
+            "per_robot": {name: {"threshold_vs_urdf": r["ratios"]["threshold_vs_urdf"],
+                                 "true_model_threshold_vs_urdf": _ratio(r["true_model"]["thresholds"],
+                                                                        r["models"]["urdf"]["thresholds"]),
+                                 "residual_joints": r["residual_joints"],
+                                 "smallest_push_detected_n": r["models"]["learned"]["smallest_push_detected_n"],
+                                 "false_alarm_samples": [r["models"]["learned"]["heldout_false_alarm_samples"],
+                                                         r["models"]["learned"]["contact_false_alarm_samples"]]}
+                          for name, r in runs.items()}}
+
+
+def over_seeds(per_seed: list) -> dict:
+    """Median, min and max over the seeds of each of :data:`SEED_KEYS` (a missed push's
+    delay, None, counts as longer than any: the median is None when half the seeds or more
+    missed one) and the targets met on every seed."""
+    out = {}
+    for key in (*SEED_KEYS, "every_joint_threshold_vs_urdf_max"):
+        vals = [p[key] for p in per_seed]
+        x = np.array([math.inf if v is None else float(v) for v in vals])
+        med = float(np.median(x))
+        out[key] = {"median": None if not math.isfinite(med) else round(med, 4),
+                    "min": None if not math.isfinite(x.min()) else round(float(x.min()), 4),
+                    "max": None if not math.isfinite(x.max()) else round(float(x.max()), 4), "values": vals}
+    out["targets_met_every_seed"] = {k: all(p["targets_met"][k] for p in per_seed) for k in per_seed[0]["targets_met"]}
+    return out
 
 
 # ----------------------------------------------------------------------------- plots
@@ -651,6 +723,35 @@ def _plot_thresholds(per_robot: dict, out_dir: str, files: list) -> None:
     save_plot(fig, out_dir, "contact_thresholds.png", files)
 
 
+def _plot_seeds(per_seed: list, out_dir: str, files: list) -> None:
+    """Per robot and joint, each seed's threshold ratio to the URDF's: adapted, adapted +
+    learned, the simulator's own model (the floor); the 1/3 target."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    robots = list(per_seed[0]["per_robot"])
+    fig, axes = plt.subplots(1, len(robots), figsize=(6.5 * len(robots), 3.8), squeeze=False)
+    for ax, name in zip(axes[0], robots):
+        for p in per_seed:
+            r = p["per_robot"][name]
+            x = np.arange(1, len(r["true_model_threshold_vs_urdf"]) + 1)
+            first = p is per_seed[0]
+            ax.plot(x - 0.15, r["threshold_vs_urdf"]["adapted"], "o", color="C1", ms=4, alpha=0.8,
+                    label=MODEL_LABELS["adapted"] if first else None)
+            ax.plot(x + 0.15, r["threshold_vs_urdf"]["learned"], "o", color="C3", ms=4, alpha=0.8,
+                    label=MODEL_LABELS["learned"] if first else None)
+            ax.plot(x, r["true_model_threshold_vs_urdf"], "k_", ms=10, label="the simulator's own model" if first else None)
+        ax.axhline(TARGETS["threshold_vs_urdf_max"], color="0.3", ls="--", lw=0.8, label="target 1/3")
+        ax.set_yscale("log")
+        ax.set_xticks(x)
+        ax.set_xlabel("joint")
+        ax.set_ylabel("threshold / the URDF's")
+        ax.set_title(f"{name}: threshold ratio per joint, seeds {[p['seed'] for p in per_seed]}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_plot(fig, out_dir, "contact_seeds.png", files)
+
+
 # ----------------------------------------------------------------------------- main
 
 def main(argv=None) -> int:
@@ -660,7 +761,11 @@ def main(argv=None) -> int:
                     " calibration and held-out free motion, 4 s of pushes; no sensitivity table")
     ap.add_argument("--robots", default=",".join(ROBOTS), help=f"comma-separated, of {', '.join(ROBOTS)}"
                     f" (default {','.join(ROBOTS)}; --quick: the first)")
-    ap.add_argument("--seed", type=int, default=0, help="trajectory and sensor-noise seed")
+    ap.add_argument("--seeds", default=",".join(map(str, SEEDS)),
+                    help=f"comma-separated trajectory and sensor-noise seeds (default {','.join(map(str, SEEDS))};"
+                    " --quick: the first): the first seed's run gives the tables, plots and sensitivity, every seed"
+                    " the medians and spreads (over_seeds)")
+    ap.add_argument("--seed", type=int, default=None, help="one seed (= --seeds S)")
     ap.add_argument("--learner", default=LEARNER, choices=sorted(LEARNERS),
                     help=f"the residual learner of the adapted + learned model (default {LEARNER}, the node's)")
     args = ap.parse_args(argv)
@@ -668,23 +773,37 @@ def main(argv=None) -> int:
     bad = [r for r in robots if r not in ROBOTS]
     if bad or not robots:
         raise SystemExit(f"robots {bad or robots}: this experiment has settings for {list(ROBOTS)}")
+    try:
+        seeds = [args.seed] if args.seed is not None else [int(x) for x in args.seeds.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"--seeds: comma-separated integers, got {args.seeds!r}") from None
+    if not seeds:
+        raise SystemExit("--seeds: at least one seed")
     if args.quick:
-        robots = robots[:1]
+        robots, seeds = robots[:1], seeds[:1]
     cfg = QUICK if args.quick else FULL
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
     files: list = []
-    per_robot = {}
-    for robot in robots:
-        res = run_robot(robot, cfg, args.seed, args.out, files, with_sensitivity=not args.quick,
-                        learner=args.learner)
-        per_robot[res["robot"]] = res
+    per_seed = []
+    for i, seed in enumerate(seeds):
+        runs = {}
+        for robot in robots:
+            res = run_robot(robot, cfg, seed, args.out, files, with_sensitivity=not args.quick and i == 0,
+                            learner=args.learner, plots=i == 0)
+            runs[res["robot"]] = res
+        if i == 0:
+            per_robot = runs
+        per_seed.append(seed_summary(seed, runs))
     _plot_thresholds(per_robot, args.out, files)
-    out = {"experiment": "contact", "quick": bool(args.quick), "robots": list(per_robot), "seed": args.seed,
+    if len(seeds) > 1:
+        _plot_seeds(per_seed, args.out, files)
+    out = {"experiment": "contact", "quick": bool(args.quick), "robots": list(per_robot), "seed": seeds[0],
+           "seeds": seeds,
            "config": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()}, "push_on_s": PUSH_ON,
                       "push_slot_s": PUSH_SLOT, "observer_gain": GAIN, "calibration": CALIBRATION, "learner": args.learner,
                       "tool": TOOL, "elbow": {label(r): ELBOW[r] for r in robots}},
-           **summarise(per_robot), "per_robot": per_robot,
+           **summarise(per_robot), "over_seeds": over_seeds(per_seed), "per_seed": per_seed, "per_robot": per_robot,
            "plots": [os.path.basename(f) for f in files], "runtime_s": round(time.perf_counter() - t0, 1)}
     return write_result(args.out, "contact", out)
 
