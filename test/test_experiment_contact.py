@@ -68,6 +68,14 @@ def test_contact_quick(tmp_path, capsys):
     np.testing.assert_allclose(np.where(keep, every["threshold_vs_urdf"], r["ratios"]["threshold_vs_urdf"]["adapted"]),
                                r["ratios"]["threshold_vs_urdf"]["learned"], rtol=2e-3)
     assert res["every_joint"]["learned_vs_adapted_max"] >= res["learned_vs_adapted_max"] - 1e-9
+    # the learner's std in the thresholds: k_u = 0 is the table's learned model; each row calibrated
+    # under its term (no false alarm on the calibration segment's own model: held-out counted)
+    unc = r["uncertainty"]
+    assert [u["uncertainty_gain"] for u in unc] == list(contact.UNCERTAINTY_GAINS)
+    np.testing.assert_allclose(unc[0]["threshold_vs_urdf"], r["ratios"]["threshold_vs_urdf"]["learned"], rtol=2e-3)
+    assert unc[0]["residual_joints"] == r["residual_joints"]
+    assert all(max(u["threshold_vs_urdf"]) < 1.0 for u in unc)
+    assert [u["uncertainty_gain"] for u in res["uncertainty"]] == list(contact.UNCERTAINTY_GAINS)
     # one seed (--quick): its figures are the run's
     assert res["seeds"] == [0] and len(res["per_seed"]) == 1
     assert res["over_seeds"]["threshold_vs_urdf_max"]["median"] == pytest.approx(res["threshold_vs_urdf_max"], abs=1e-4)

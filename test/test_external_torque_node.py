@@ -289,6 +289,48 @@ def test_calibration_keeps_the_residual_where_it_helps(ros):
     assert np.abs(R[done, 1] - np.array(WO)[done, 1]).max() < 1e-9
 
 
+def test_calibration_under_the_learner_std(ros):
+    """use_residual_std with uncertainty_gain k_u: the calibration takes each base under
+    the term it will sit below (the excess |r| - k_u std with the residual, |r| without it),
+    as the core computes it from the same stream."""
+    model = RobotModel(ROBOT)
+    names = model.joint_names
+
+    def ripple(q):
+        return 0.3 * np.sin(3.0 * q)
+
+    S, Q, V, TAU = simulate(model, 300, friction=lambda q, v: ripple(q))
+    T = (S - S[0]) * 1e-9
+    F = np.array([ripple(q) for q in Q])
+    F[:, 1] = 0.4 * np.sin(20.0 * T)                           # wrong on joint 2
+    D = np.column_stack([0.05 + 0.05 * np.abs(np.sin(5.0 * T)), np.full(len(T), 0.02)])
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, use_residual=True, use_residual_std=True, uncertainty_gain=2.0,
+                   calibrate=0.2, min_samples=2, publish_wrench=False)
+    probe = Probe(ros, names)
+    assert ros.spin_until(lambda: probe.state.get_subscription_count() > 0
+                          and probe.residual_std.get_subscription_count() > 0
+                          and node.pub_torque.get_subscription_count() > 0, timeout=10.0)
+
+    def residual(k):
+        probe.residual_std.publish(joint_state_msg(int(S[k]), names, effort=D[k]))
+        probe.residual.publish(joint_state_msg(int(S[k]), names, effort=F[k]))
+        assert ros.spin_until(lambda: int(S[k]) in node.residuals and int(S[k]) in node.residual_stds, timeout=10.0)
+
+    feed(ros, node, probe, S, Q, V, TAU, before=residual)
+    ref = MomentumObserver(model, gains=50.0)
+    cw, cwo = ThresholdCalibration(2, min_samples=2), ThresholdCalibration(2, min_samples=2)
+    for k in range(len(S)):
+        ref.update(T[k], Q[k], V[k], TAU[k], F[k])
+        if cw.duration < 0.2:
+            cw.add(T[k], ref.r_with_residual, 2.0 * D[k])
+            cwo.add(T[k], ref.r_without_residual)
+    thr, keep = calibrate_residual_joints(cw, cwo, "max", margin=1.5)
+    assert keep.tolist() == [True, False] and list(node.p["residual_joints"]) == [names[0]]
+    assert np.allclose(node.p["thresholds"], thr, rtol=1e-9)
+    assert thr[0] < cw.thresholds("max", margin=1.5)[0] + 1e-12          # the excess: never above |r|'s
+    assert node.observer.residual_mask.tolist() == [True, False]
+
+
 @pytest.mark.parametrize("use_std", [True, False])
 def test_the_residual_std_raises_the_thresholds(ros, use_std):
     """use_residual_std: the learner's predictive std (feedforward/residual_std, stamped like

@@ -408,11 +408,39 @@ def test_calibration_and_contact_flag(panda, free_run):
     assert det.contacts == 1
 
 
+def test_calibration_under_the_uncertainty_term():
+    """ThresholdCalibration with an offset (the detector's uncertainty term at each
+    sample): "max" takes the (debounced) excess |r| - offset, so that base + the term covers
+    the segment -- the detector with that gain flags none of it -- and the base is below
+    the one calibrated on |r| alone where the term is large."""
+    rng = np.random.default_rng(3)
+    n, m, k_u = 3, 4, 1.5
+    R = rng.normal(0.0, 0.2, (4000, n))
+    std = np.abs(rng.normal(0.0, 0.1, (4000, n)))
+    R[1000:1050, 0] += 1.0          # a model error where the learner is unsure ...
+    std[1000:1050, 0] = 0.8         # ... and says so
+    det = ContactDetector([1.0] * n, uncertainty_gain=k_u, min_samples=m)
+    plain, cal = ThresholdCalibration(n, min_samples=m), ThresholdCalibration(n, min_samples=m)
+    for k in range(len(R)):
+        plain.add(k * 1e-3, R[k])
+        cal.add(k * 1e-3, R[k], det.uncertainty(std[k]))
+    excess = np.abs(R) - k_u * std
+    level = np.min(np.stack([excess[j:len(R) - m + 1 + j] for j in range(m)]), axis=0).max(axis=0)
+    np.testing.assert_allclose(cal.max_abs, np.maximum(level, 0.0))
+    base = cal.thresholds("max", margin=1.5)
+    assert base[0] < 0.6 * plain.thresholds("max", margin=1.5)[0]
+    det.set_thresholds(base)
+    assert not any(det.update(R[k], std[k])[0] for k in range(len(R)))
+    with pytest.raises(ValueError, match="offset"):
+        cal.add(5.0, R[0], [0.1, 0.2])
+
+
 def test_thresholds_from_the_model_uncertainty():
     det = ContactDetector([1.0, 2.0], uncertainty_gain=3.0, model_std=[0.4, 0.0], min_samples=2)
     assert np.allclose(det.effective_thresholds(), [1.0 + 3.0 * 0.4, 2.0])
     std = np.array([0.3, 0.5])   # a learner's predictive std at this state
     assert np.allclose(det.effective_thresholds(std), [1.0 + 3.0 * 0.5, 2.0 + 3.0 * 0.5])
+    assert np.allclose(det.uncertainty(std), det.effective_thresholds(std) - det.thresholds)
     # min_samples: one sample above is not yet a contact, two are
     assert not det.update(np.array([2.6, 0.0]), std)[0]
     assert det.update(np.array([2.7, 0.0]), std)[0]

@@ -11,6 +11,9 @@ A joint is in contact when ``|r_i|`` exceeds its threshold::
   ``"max"``: ``margin * max |r_i|`` over the segment (zero false alarms on it by
   construction, ``margin`` > 1 for what the segment did not visit) or ``"std"``:
   ``|mean r_i| + k std r_i`` (a Gaussian bound; an unmodelled bias enters through the mean).
+  With an uncertainty term (below) ``"max"`` takes the excess ``|r_i| - k_u sqrt(...)``
+  instead of ``|r_i|``: ``base_i`` plus the term then covers the segment, and the term
+  lowers the threshold where the model is sure rather than only raising it where it is not.
   With the detector's debounce (``min_samples`` = m > 1) ``"max"`` takes the largest level
   ``|r_i|`` stayed above for m consecutive samples, ``max_k min_{j<m} |r_i(k - j)|``: what
   the debounced detector would have flagged (still zero false alarms on the segment).  The
@@ -73,16 +76,24 @@ class ThresholdCalibration:
         self._m2 = np.zeros(self.n)
         self._recent = np.zeros((self.min_samples, self.n))
 
-    def add(self, t: float, r) -> None:
+    def add(self, t: float, r, offset=None) -> None:
+        """One sample ``r``.  ``offset`` (n values >= 0, or None): the uncertainty term the
+        detector adds to the thresholds at this sample (``k_u sqrt(model_std^2 + std^2)``,
+        :meth:`ContactDetector.uncertainty`); the ``"max"`` statistics then take the excess
+        ``|r| - offset``, so that ``base + offset`` covers the segment (the mean and
+        variance stay those of r)."""
         r = as_vector(r, self.n, "r")
+        a = np.abs(r)
+        if offset is not None:
+            a = a - as_vector(offset, self.n, "offset")
         if self.count == 0:
             self.t_first = float(t)
         self.t_last = float(t)
         m = self.min_samples
         if m == 1:
-            np.maximum(self.max_abs, np.abs(r), out=self.max_abs)
+            np.maximum(self.max_abs, a, out=self.max_abs)
         else:
-            self._recent[self.count % m] = np.abs(r)
+            self._recent[self.count % m] = a
             if self.count + 1 >= m:
                 np.maximum(self.max_abs, self._recent.min(axis=0), out=self.max_abs)
         self.count += 1
@@ -185,14 +196,19 @@ class ContactDetector:
         self._above[:] = 0
         self.contact = False
 
+    def uncertainty(self, std=None) -> np.ndarray:
+        """The uncertainty term ``k_u sqrt(model_std^2 + std^2)`` (``std``: the
+        time-varying part, or None)."""
+        var = self.model_std ** 2
+        if std is not None:
+            var = var + as_vector(std, self.n, "std") ** 2
+        return self.uncertainty_gain * np.sqrt(var)
+
     def effective_thresholds(self, std=None) -> np.ndarray:
         """The thresholds with the uncertainty term (``std``: the time-varying part, or None)."""
         if self.thresholds is None:
             return np.full(self.n, np.inf)
-        var = self.model_std ** 2
-        if std is not None:
-            var = var + as_vector(std, self.n, "std") ** 2
-        return self.thresholds + self.uncertainty_gain * np.sqrt(var)
+        return self.thresholds + self.uncertainty(std)
 
     def update(self, r, std=None):
         """``(contact, joints)`` after the sample ``r`` (``joints``: a bool per joint, a copy)."""

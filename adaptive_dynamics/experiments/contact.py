@@ -268,13 +268,14 @@ def simulate(robot: str, cfg: dict, seed: int = 0, log=print, learner_kind: str 
     sim_wall = time.perf_counter() - wall
     sl = slice(k_rec, K)
     X = np.hstack([Q[sl], V[sl], A[sl]])
-    f = learner.predict(X)
+    f, fvar = learner.predict(X, return_var=True)
+    f_std = np.sqrt(np.maximum(np.asarray(fvar, dtype=float), 0.0)) if fvar is not None else np.full_like(f, np.nan)
     log(f"[contact] {label(robot)}: {total:g} s simulated in {sim_wall:.1f} s (learner: "
         f"{learner.counters['samples_learned']} samples, {learner.counters['transforms_applied']} transforms)")
     learn_rmse = np.sqrt(np.mean(err[k_freeze // 2:k_freeze] ** 2, axis=0))
     frozen_rmse = np.sqrt(np.mean(err[k_freeze:] ** 2, axis=0))
     return {"robot": robot, "model": m, "t": T[sl], "Q": Q[sl], "V": V[sl], "A": A[sl], **rec, "f": f,
-            "pi": core.pi.copy(), "pushes": pushes, "phases": phases, "sim_wall_s": round(sim_wall, 1),
+            "f_std": f_std, "pi": core.pi.copy(), "pushes": pushes, "phases": phases, "sim_wall_s": round(sim_wall, 1),
             "tracking_rmse_rad": {"learning_second_half": learn_rmse.tolist(), "frozen": frozen_rmse.tolist()},
             "learner_counters": {k: learner.counters[k] for k in ("samples_learned", "transforms_applied",
                                                                      "fit_errors")}}
@@ -331,47 +332,54 @@ def _mask(t, span):
 
 
 def select_residual(run: dict, R_learned: np.ndarray, R_adapted: np.ndarray,
-                    min_samples: int = MIN_SAMPLES) -> tuple:
+                    min_samples: int = MIN_SAMPLES, U=None) -> tuple:
     """The ``external_torque`` node's calibration with the residual (``residual_select``):
     over the calibration segment, the estimate with the residual and without it, the
     residual kept on a joint only where its threshold is not higher
     (:func:`~adaptive_dynamics.control.contact.calibrate_residual_joints`).  Returns the
-    adapted + learned model's estimates (each joint's from the kept one) and the mask."""
+    adapted + learned model's estimates (each joint's from the kept one) and the mask.
+    ``U``: the learner's uncertainty term per sample (``k_u std``), the one with the
+    residual calibrated under it."""
     n = R_learned.shape[1]
     cw, cwo = ThresholdCalibration(n, min_samples=min_samples), ThresholdCalibration(n, min_samples=min_samples)
     t = run["t"]
     for k in np.flatnonzero(_mask(t, run["phases"]["calibrate"])):
-        cw.add(t[k], R_learned[k])
+        cw.add(t[k], R_learned[k], None if U is None else U[k])
         cwo.add(t[k], R_adapted[k])
     _thr, keep = calibrate_residual_joints(cw, cwo, CALIBRATION["method"], margin=CALIBRATION["margin"], floor=1e-6)
     return np.where(keep, R_learned, R_adapted), keep
 
 
 def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, min_samples: int = MIN_SAMPLES,
-             filter_gain: float = 0.0) -> dict:
+             filter_gain: float = 0.0, std=None, uncertainty_gain: float = 0.0) -> dict:
     """One model's figures (module docstring) from its estimates ``R`` (observer gain
     ``gain``, second low pass ``filter_gain``; the detector's and the calibration's
-    ``min_samples``)."""
+    ``min_samples``).  ``std`` (samples x joints) with ``uncertainty_gain`` k_u: the
+    thresholds ``base + k_u std(t)``, the bases calibrated under that term (the node's
+    ``use_residual_std``); ``effective_thresholds_median`` the median over the contact
+    phase of what the detector compared with."""
+    U = None if std is None or uncertainty_gain == 0 else uncertainty_gain * np.asarray(std)
     decay = 5.0 / gain + (5.0 / filter_gain if filter_gain > 0 else 0.0)   # r's decay after a push [s]
     t, ph, truth = run["t"], run["phases"], run["truth"]
     n = R.shape[1]
     cal_span = ph["calibrate"]   # (the observers started OBSERVER_LEAD_S before: settled)
     cal = ThresholdCalibration(n, min_samples=min_samples)
     for k in np.flatnonzero(_mask(t, cal_span)):
-        cal.add(t[k], R[k])
+        cal.add(t[k], R[k], None if U is None else U[k])
     thr = cal.thresholds(CALIBRATION["method"], margin=CALIBRATION["margin"], floor=1e-6)
     held = _mask(t, ph["heldout"])
     held_cal = ThresholdCalibration(n, min_samples=min_samples)   # the held-out segment's level, alike
     for k in np.flatnonzero(held):
         held_cal.add(t[k], R[k])
     held_max = held_cal.max_abs
-    det = ContactDetector(thr, joint_names=list(model.joint_names), min_samples=min_samples)
+    det = ContactDetector(thr, joint_names=list(model.joint_names), min_samples=min_samples,
+                          uncertainty_gain=uncertainty_gain if U is not None else 0.0)
     flags = np.zeros(len(t), dtype=bool)
     joints = np.zeros((len(t), n), dtype=bool)
     for k in range(len(t)):
         if t[k] < ph["heldout"][0] - 1e-9:
             continue
-        flags[k], joints[k] = det.update(R[k])
+        flags[k], joints[k] = det.update(R[k], None if U is None else std[k])
     fl = flags[held]
     held_alarms = int(fl.sum())
     held_episodes = int(np.sum(np.diff(fl.astype(int)) == 1)) + int(bool(fl.size and fl[0]))
@@ -434,6 +442,7 @@ def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, mi
                for w in ("ee", "elbow")}
     return {
         "thresholds": _r(thr), "heldout_max_abs": _r(held_max),
+        "effective_thresholds_median": _r(thr if U is None else np.median(thr + U[_mask(t, ph["contact"])], axis=0)),
         "heldout_headroom_min": round(float(np.min(thr / np.maximum(held_max, 1e-12))), 3),
         "heldout_false_alarm_samples": held_alarms, "heldout_false_alarm_episodes": held_episodes,
         "contact_false_alarm_samples": stray,
@@ -463,6 +472,7 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
     R = observers(run, seed)
     model = RobotModel(robot)
     every = evaluate(run, R["learned"], model)      # the residual on every joint
+    R_every = R["learned"]
     R["learned"], keep = select_residual(run, R["learned"], R["adapted"])
     res = {name: evaluate(run, R[name], model) for name in MODELS}
     floor = evaluate(run, R["true"], model)
@@ -492,6 +502,7 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
     for r_ in (*res.values(), floor, every):
         r_.pop("_flags")
         r_.pop("_thr")
+    uncertainty = uncertainty_table(run, R_every, R["adapted"], model, u["thresholds"])
     sensitivity = []
     if with_sensitivity:
         sensitivity = observer_sensitivity(run, seed, model, res, floor)
@@ -500,9 +511,39 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
             "residual_joints": [j for j, k in zip(model.joint_names, keep) if k],
             "pushes": run["pushes"], "sim_wall_s": run["sim_wall_s"], "tracking_rmse_rad": run["tracking_rmse_rad"],
             "learner_counters": run["learner_counters"], "models": res, "ratios": ratios, "sensitivity": sensitivity,
+            "uncertainty": uncertainty,
             "true_model": {k: floor[k] for k in ("thresholds", "heldout_false_alarm_samples", "rmse", "rmse_all",
                                                  "smallest_push_detected_n", "detection_delay_ms_10n_max",
                                                  "wrench_direction_error_deg")}}
+
+
+#: the uncertainty gains k_u of the learner's std in the thresholds (``uncertainty``)
+UNCERTAINTY_GAINS = (0.0, 1.0, 2.0)
+
+
+def uncertainty_table(run: dict, R_every: np.ndarray, R_adapted: np.ndarray, model: RobotModel, urdf_thr) -> list:
+    """The adapted + learned model with the learner's predictive std in its thresholds
+    (``base + k_u std``, the node's ``use_residual_std`` and ``uncertainty_gain``; the bases
+    and the residual's joints calibrated under that term; the std only where the residual
+    is kept), for each k_u of :data:`UNCERTAINTY_GAINS`: the threshold ratio to the URDF's
+    (the median over the contact phase of the threshold the detector compared with; worst
+    joint), the false alarms, the 10 N delays and the smallest push seen.  Empty when the
+    learner gives no finite std."""
+    std = run["f_std"]
+    if not np.all(np.isfinite(std)):
+        return []
+    rows = []
+    for k in UNCERTAINTY_GAINS:
+        Rs, keep = select_residual(run, R_every, R_adapted, U=k * std)
+        ev = evaluate(run, Rs, model, std=np.where(keep, std, 0.0), uncertainty_gain=k)
+        rows.append({"uncertainty_gain": k, "residual_joints": [j for j, m in zip(model.joint_names, keep) if m],
+                     "threshold_vs_urdf": _ratio(ev["effective_thresholds_median"], urdf_thr),
+                     "threshold_vs_urdf_max": round(max(_ratio(ev["effective_thresholds_median"], urdf_thr)), 4),
+                     "heldout_false_alarm_samples": ev["heldout_false_alarm_samples"],
+                     "contact_false_alarm_samples": ev["contact_false_alarm_samples"],
+                     "detection_delay_ms_10n_max_per_location": ev["detection_delay_ms_10n_max_per_location"],
+                     "smallest_push_detected_n": ev["smallest_push_detected_n"]})
+    return rows
 
 
 #: the observer gains, second low passes and debounces of the sensitivity table
@@ -539,6 +580,11 @@ def observer_sensitivity(run: dict, seed: int, model: RobotModel, res: dict, flo
                              "smallest_push_detected_n": ev["learned"]["smallest_push_detected_n"],
                              "rmse_vs_urdf": round(ev["learned"]["rmse_all"] / ev["urdf"]["rmse_all"], 4)})
     return rows
+
+
+def _slowest(delays: dict):
+    """The longest of per-location delays (None: a push missed somewhere)."""
+    return None if None in delays.values() else max(delays.values())
 
 
 def summarise(per_robot: dict) -> dict:
@@ -579,6 +625,16 @@ def summarise(per_robot: dict) -> dict:
         "wrench_direction_error_deg": {m: {r["robot"]: r["models"][m]["wrench_direction_error_deg"] for r in rs}
                                        for m in MODELS},
     }
+
+    if all(r["uncertainty"] for r in rs):
+        s["uncertainty"] = [
+            {"uncertainty_gain": row["uncertainty_gain"],
+             "threshold_vs_urdf_max": max(r["uncertainty"][i]["threshold_vs_urdf_max"] for r in rs),
+             "heldout_false_alarm_samples": sum(r["uncertainty"][i]["heldout_false_alarm_samples"] for r in rs),
+             "contact_false_alarm_samples": sum(r["uncertainty"][i]["contact_false_alarm_samples"] for r in rs),
+             "detection_delay_ms_max": worst(lambda r, i=i: _slowest(r["uncertainty"][i]
+                                                                      ["detection_delay_ms_10n_max_per_location"]))}
+            for i, row in enumerate(rs[0]["uncertainty"])]
 
     def best(r, key):
         vals = [row[key] for row in r["sensitivity"] if row[key] is not None]
@@ -623,6 +679,7 @@ def seed_summary(seed: int, runs: dict) -> dict:
     model), the residual's joints and the residual on every joint's worst ratio."""
     s = summarise(runs)
     return {"seed": seed, **{k: s[k] for k in SEED_KEYS}, "targets_met": s["targets_met"],
+            "uncertainty": s.get("uncertainty", []),
             "every_joint_threshold_vs_urdf_max": s["every_joint"]["threshold_vs_urdf_max"],
             "per_robot": {name: {"threshold_vs_urdf": r["ratios"]["threshold_vs_urdf"],
                                  "true_model_threshold_vs_urdf": _ratio(r["true_model"]["thresholds"],

@@ -343,6 +343,7 @@ class ExternalTorqueNode(Node):
                     std = self.residual_stds.get(stamp, self.p["residual_staleness"] * 1e9)
                     if std is None:   # the static term alone
                         self.counters.inc("residual_std_missing")
+            raw_std = std
             gaps = self.observer.gaps
             try:
                 r = self.observer.update((stamp - self._origin) * 1e-9, q, v, tau, residual)
@@ -355,15 +356,18 @@ class ExternalTorqueNode(Node):
                 self.observer.reset()
                 self.counters.inc("nonfinite_output")
                 return
+            if std is not None:   # the learner's std only where its residual is used (residual_joints)
+                std = np.where(self.observer.residual_mask, std, 0.0)
             contact, joints = self.detector.update(r, std)
             if self._calibration is not None:
                 cals, seconds = self._calibration
                 t_cal = (stamp - self._origin) * 1e-9
+                d = self.detector   # the bases are calibrated under the uncertainty term they will sit below
                 if len(cals) == 2:
-                    cals[0].add(t_cal, self.observer.r_with_residual)
-                    cals[1].add(t_cal, self.observer.r_without_residual)
+                    cals[0].add(t_cal, self.observer.r_with_residual, d.uncertainty(raw_std))
+                    cals[1].add(t_cal, self.observer.r_without_residual, d.uncertainty(None))
                 else:
-                    cals[0].add(t_cal, r)
+                    cals[0].add(t_cal, r, d.uncertainty(std))
                 if cals[0].duration >= seconds:
                     self._calibration = None
                     done = self._finish_calibration(cals)
