@@ -13,7 +13,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 
 from adaptive_dynamics.control.adaptive import AdaptiveController
-from adaptive_dynamics.control.contact import ThresholdCalibration, calibrate_residual_joints
+from adaptive_dynamics.control.contact import ContactDetector, ThresholdCalibration, calibrate_residual_joints
 from adaptive_dynamics.control.momentum_observer import EstimateLayout, MomentumObserver, observer_model
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.external_torque import ExternalTorqueNode
@@ -289,6 +289,24 @@ def test_calibration_keeps_the_residual_where_it_helps(ros):
     assert np.abs(R[done, 1] - np.array(WO)[done, 1]).max() < 1e-9
 
 
+def test_a_live_change_cancels_a_running_calibration(ros):
+    """uncertainty_gain changed while a calibration runs: it is cancelled (it was taken under
+    the old value), calibrate goes back to 0, no thresholds set."""
+    model = RobotModel(ROBOT)
+    S, Q, V, TAU = simulate(model, 150)
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, calibrate=0.12, publish_wrench=False)
+    probe = Probe(ros, model.joint_names)
+    assert ros.spin_until(lambda: probe.state.get_subscription_count() > 0, timeout=10.0)
+
+    def change(k):
+        if k == 60:
+            assert node.set_parameters([Parameter("uncertainty_gain", value=1.0)])[0].successful
+
+    feed(ros, node, probe, S, Q, V, TAU, before=change)
+    assert node.counters["calibration"] == "cancelled (uncertainty_gain changed)"
+    assert node.p["calibrate"] == 0.0 and not node.detector.configured and list(node.p["thresholds"]) == [0.0]
+
+
 def test_calibration_under_the_learner_std(ros):
     """use_residual_std with uncertainty_gain k_u: the calibration takes each base under
     the term it will sit below (the excess |r| - k_u std with the residual, |r| without it),
@@ -299,11 +317,12 @@ def test_calibration_under_the_learner_std(ros):
     def ripple(q):
         return 0.3 * np.sin(3.0 * q)
 
-    S, Q, V, TAU = simulate(model, 300, friction=lambda q, v: ripple(q))
+    S, Q, V, TAU = simulate(model, 300, friction=lambda q, v: ripple(q),
+                            ext=lambda t: np.array([0.0, 0.5]) if t >= 0.24 - 1e-9 else 0.0)   # a push on joint 2
     T = (S - S[0]) * 1e-9
     F = np.array([ripple(q) for q in Q])
     F[:, 1] = 0.4 * np.sin(20.0 * T)                           # wrong on joint 2
-    D = np.column_stack([0.05 + 0.05 * np.abs(np.sin(5.0 * T)), np.full(len(T), 0.02)])
+    D = np.column_stack([0.05 + 0.05 * np.abs(np.sin(5.0 * T)), np.full(len(T), 0.3)])
     node = ros.add(ExternalTorqueNode, robot=ROBOT, use_residual=True, use_residual_std=True, uncertainty_gain=2.0,
                    calibrate=0.2, min_samples=2, publish_wrench=False)
     probe = Probe(ros, names)
@@ -318,17 +337,29 @@ def test_calibration_under_the_learner_std(ros):
 
     feed(ros, node, probe, S, Q, V, TAU, before=residual)
     ref = MomentumObserver(model, gains=50.0)
-    cw, cwo = ThresholdCalibration(2, min_samples=2), ThresholdCalibration(2, min_samples=2)
+    cw, cwo = ThresholdCalibration(2, min_samples=2, margin=1.5), ThresholdCalibration(2, min_samples=2, margin=1.5)
     for k in range(len(S)):
         ref.update(T[k], Q[k], V[k], TAU[k], F[k])
         if cw.duration < 0.2:
             cw.add(T[k], ref.r_with_residual, 2.0 * D[k])
-            cwo.add(T[k], ref.r_without_residual)
-    thr, keep = calibrate_residual_joints(cw, cwo, "max", margin=1.5)
+            cwo.add(T[k], ref.r_without_residual, np.zeros(2))
+    thr, keep = calibrate_residual_joints(cw, cwo, "max")
     assert keep.tolist() == [True, False] and list(node.p["residual_joints"]) == [names[0]]
     assert np.allclose(node.p["thresholds"], thr, rtol=1e-9)
-    assert thr[0] < cw.thresholds("max", margin=1.5)[0] + 1e-12          # the excess: never above |r|'s
     assert node.observer.residual_mask.tolist() == [True, False]
+    # the std counts on the kept joint only: the node's contact flags are the core detector's
+    # fed the masked std (joint 2's threshold without it)
+    det = ContactDetector(np.maximum(thr, 1e-9), uncertainty_gain=2.0, min_samples=2)   # (the node floors a base at 1e-9)
+    assert ros.spin_until(lambda: len(probe.contact) == len(S) and len(probe.torque) == len(S), timeout=10.0)
+    got = {to_ns(m.header.stamp): list(m.name) for m in probe.contact}
+    R = by_stamp(probe.torque, names)
+    calibrated = [k for k in range(len(S)) if T[k] > 0.2 + 2e-3]
+    for k in calibrated:
+        _, joints = det.update(R[S[k]], np.where(keep, D[k], 0.0))
+        assert [names[i] for i in np.flatnonzero(joints)] == got[S[k]], k
+    # the push on joint 2 is seen: with the learner's std there (0.6 N m more) it would not be
+    assert any(names[1] in got[S[k]] for k in calibrated)
+    assert max(R[S[k]][1] for k in calibrated) < thr[1] + 2.0 * 0.3
 
 
 @pytest.mark.parametrize("use_std", [True, False])

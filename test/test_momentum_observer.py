@@ -409,30 +409,50 @@ def test_calibration_and_contact_flag(panda, free_run):
 
 
 def test_calibration_under_the_uncertainty_term():
-    """ThresholdCalibration with an offset (the detector's uncertainty term at each
-    sample): "max" takes the (debounced) excess |r| - offset, so that base + the term covers
-    the segment -- the detector with that gain flags none of it -- and the base is below
-    the one calibrated on |r| alone where the term is large."""
+    """ThresholdCalibration with an offset (the detector's uncertainty term u at each
+    sample): "max" gives base = the debounced max of (margin |r| - u), so that base + u
+    covers margin |r| -- the detector with that gain flags none of the segment --; a
+    constant term changes nothing once calibrated; the residual's choice compares the
+    mean thresholds (base + mean u), not the bases."""
     rng = np.random.default_rng(3)
-    n, m, k_u = 3, 4, 1.5
+    n, m, k_u, mg = 3, 4, 1.5, 1.5
     R = rng.normal(0.0, 0.2, (4000, n))
     std = np.abs(rng.normal(0.0, 0.1, (4000, n)))
     R[1000:1050, 0] += 1.0          # a model error where the learner is unsure ...
     std[1000:1050, 0] = 0.8         # ... and says so
     det = ContactDetector([1.0] * n, uncertainty_gain=k_u, min_samples=m)
-    plain, cal = ThresholdCalibration(n, min_samples=m), ThresholdCalibration(n, min_samples=m)
+    plain, cal = ThresholdCalibration(n, min_samples=m), ThresholdCalibration(n, min_samples=m, margin=mg)
     for k in range(len(R)):
         plain.add(k * 1e-3, R[k])
         cal.add(k * 1e-3, R[k], det.uncertainty(std[k]))
-    excess = np.abs(R) - k_u * std
+    excess = mg * np.abs(R) - k_u * std
     level = np.min(np.stack([excess[j:len(R) - m + 1 + j] for j in range(m)]), axis=0).max(axis=0)
-    np.testing.assert_allclose(cal.max_abs, np.maximum(level, 0.0))
-    base = cal.thresholds("max", margin=1.5)
-    assert base[0] < 0.6 * plain.thresholds("max", margin=1.5)[0]
+    base = cal.thresholds("max")
+    np.testing.assert_allclose(base, np.maximum(level, 0.0))
+    np.testing.assert_allclose(cal.offset_mean, k_u * std.mean(axis=0))
+    assert base[0] < 0.6 * plain.thresholds("max", margin=mg)[0]     # the error sits where the std is large
     det.set_thresholds(base)
     assert not any(det.update(R[k], std[k])[0] for k in range(len(R)))
+    # a constant term: base + c is the plain calibration's threshold
+    const = ThresholdCalibration(n, min_samples=m, margin=mg)
+    for k in range(len(R)):
+        const.add(k * 1e-3, R[k], np.full(n, 0.1))
+    np.testing.assert_allclose(const.thresholds("max") + 0.1, plain.thresholds("max", margin=mg))
+    with pytest.raises(ValueError, match="margin"):
+        ThresholdCalibration(n).add(0.0, R[0], std[0])
+    with pytest.raises(ValueError, match="margin"):
+        cal.thresholds("max", margin=2.0)
     with pytest.raises(ValueError, match="offset"):
         cal.add(5.0, R[0], [0.1, 0.2])
+    # the choice: |r| = 0.5 under a term of 1 (base 0.25, threshold 1.25 on average) against
+    # |r| = 0.4 without one (threshold 0.6): the residual is not kept although its base is lower
+    w, wo = ThresholdCalibration(1, margin=mg), ThresholdCalibration(1, margin=mg)
+    for k in range(10):
+        w.add(k * 1e-3, [0.5], [1.0])
+        wo.add(k * 1e-3, [0.4], [0.0])
+    bases, keep = calibrate_residual_joints(w, wo, "max")
+    assert w.thresholds("max")[0] < wo.thresholds("max")[0] and not keep[0]
+    np.testing.assert_allclose(bases, wo.thresholds("max"))
 
 
 def test_thresholds_from_the_model_uncertainty():

@@ -11,9 +11,11 @@ A joint is in contact when ``|r_i|`` exceeds its threshold::
   ``"max"``: ``margin * max |r_i|`` over the segment (zero false alarms on it by
   construction, ``margin`` > 1 for what the segment did not visit) or ``"std"``:
   ``|mean r_i| + k std r_i`` (a Gaussian bound; an unmodelled bias enters through the mean).
-  With an uncertainty term (below) ``"max"`` takes the excess ``|r_i| - k_u sqrt(...)``
-  instead of ``|r_i|``: ``base_i`` plus the term then covers the segment, and the term
-  lowers the threshold where the model is sure rather than only raising it where it is not.
+  With an uncertainty term u_i(t) (below) ``"max"`` takes ``base_i = max(margin |r_i| -
+  u_i)`` (at least ``floor``) instead: ``base_i + u_i`` then covers ``margin |r_i|`` over the
+  segment, and the term moves the threshold to where the model is unsure -- a constant term
+  changes nothing once calibrated, a varying one lowers the threshold where the model is
+  sure (``"std"`` takes r alone; the term adds on top).
   With the detector's debounce (``min_samples`` = m > 1) ``"max"`` takes the largest level
   ``|r_i|`` stayed above for m consecutive samples, ``max_k min_{j<m} |r_i(k - j)|``: what
   the debounced detector would have flagged (still zero false alarms on the segment).  The
@@ -24,7 +26,7 @@ A joint is in contact when ``|r_i|`` exceeds its threshold::
   constant (e.g. the identification residual's standard deviation per joint: the torque
   the identified model does not explain), and ``std_i(t)``, a time-varying one (a residual
   learner's predictive standard deviation at the current state): where the model is
-  unsure, the threshold rises; where it has data, it stays at ``base``.
+  unsure, the threshold rises above ``base``.
 
 The residual, per joint
 -----------------------
@@ -32,9 +34,10 @@ A learned residual lowers the thresholds where it describes the arm and raises t
 it does not.  :func:`calibrate_residual_joints` calibrates from the same free motion the
 observer's estimate with the residual and without it (the observer keeps both:
 :attr:`~.momentum_observer.MomentumObserver.r_with_residual`, ``r_without_residual``) and
-keeps the residual on a joint only where its threshold is not higher -- so the learned
-model's thresholds are never above the model's without it on the calibration segment
-(``learning that never makes the model worse``, applied to contact detection).
+keeps the residual on a joint only where its threshold is not higher (with an uncertainty
+term: the threshold's mean over the segment, ``base + mean u``) -- so the learned model's
+thresholds are never above the model's without it on the calibration segment (``learning
+that never makes the model worse``, applied to contact detection).
 
 Decision (per sample)
 ---------------------
@@ -64,11 +67,16 @@ class ThresholdCalibration:
     ``min_samples`` consecutive samples, the detector's debounce: the module docstring --,
     mean and variance by Welford's update), turned into thresholds by :meth:`thresholds`."""
 
-    def __init__(self, n: int, min_samples: int = 1):
+    def __init__(self, n: int, min_samples: int = 1, margin: Optional[float] = None):
         self.n = int(n)
         self.min_samples = int(min_samples)
         if self.min_samples < 1:
             raise ValueError(f"min_samples must be >= 1, got {min_samples!r}")
+        #: the ``"max"`` margin, needed per sample when :meth:`add` gets an offset
+        self.margin = None if margin is None else float(margin)
+        if self.margin is not None and not self.margin >= 1.0:
+            raise ValueError(f"margin must be >= 1, got {margin!r}")
+        self._offset_sum = np.zeros(self.n)
         self.count = 0
         self.t_first = self.t_last = math.nan
         self.max_abs = np.zeros(self.n)
@@ -77,15 +85,19 @@ class ThresholdCalibration:
         self._recent = np.zeros((self.min_samples, self.n))
 
     def add(self, t: float, r, offset=None) -> None:
-        """One sample ``r``.  ``offset`` (n values >= 0, or None): the uncertainty term the
+        """One sample ``r``.  ``offset`` (n values, or None): the uncertainty term u the
         detector adds to the thresholds at this sample (``k_u sqrt(model_std^2 + std^2)``,
-        :meth:`ContactDetector.uncertainty`); the ``"max"`` statistics then take the excess
-        ``|r| - offset``, so that ``base + offset`` covers the segment (the mean and
-        variance stay those of r)."""
+        :meth:`ContactDetector.uncertainty`; needs :attr:`margin`); the ``"max"`` statistic
+        then takes ``|r| - u / margin``, so that the base ``max(margin |r| - u)`` plus u
+        covers ``margin |r|`` (the mean and variance stay those of r)."""
         r = as_vector(r, self.n, "r")
         a = np.abs(r)
         if offset is not None:
-            a = a - as_vector(offset, self.n, "offset")
+            if self.margin is None:
+                raise ValueError("an offset needs the margin at construction: ThresholdCalibration(..., margin=)")
+            u = as_vector(offset, self.n, "offset")
+            a = a - u / self.margin
+            self._offset_sum += u
         if self.count == 0:
             self.t_first = float(t)
         self.t_last = float(t)
@@ -110,11 +122,22 @@ class ThresholdCalibration:
     def std(self) -> np.ndarray:
         return np.sqrt(self._m2 / self.count) if self.count else np.zeros(self.n)
 
-    def thresholds(self, method: str = "max", *, margin: float = 1.5, k: float = 5.0, floor=0.0) -> np.ndarray:
-        """``"max"``: ``margin * max |r|`` (over ``min_samples`` consecutive samples);
-        ``"std"``: ``|mean| + k std``; at least ``floor`` (scalar or per joint)."""
+    @property
+    def offset_mean(self) -> np.ndarray:
+        """The mean uncertainty term over the samples (zeros without offsets)."""
+        return self._offset_sum / self.count if self.count else np.zeros(self.n)
+
+    def thresholds(self, method: str = "max", *, margin: Optional[float] = None, k: float = 5.0,
+                   floor=0.0) -> np.ndarray:
+        """The bases: ``"max"``: ``margin * max |r|`` (over ``min_samples`` consecutive
+        samples; with offsets ``max(margin |r| - u)``; ``margin`` None: :attr:`margin`, else
+        1.5); ``"std"``: ``|mean| + k std``; at least ``floor`` (scalar or per joint)."""
         if self.count == 0:
             raise ValueError("no samples to calibrate from")
+        if margin is None:
+            margin = self.margin if self.margin is not None else 1.5
+        elif self.margin is not None and float(margin) != self.margin and np.any(self._offset_sum):
+            raise ValueError(f"the offsets were taken with margin {self.margin}, not {margin}")
         if method == "max":
             thr = float(margin) * self.max_abs
         elif method == "std":
@@ -126,16 +149,17 @@ class ThresholdCalibration:
 
 def calibrate_residual_joints(with_residual: ThresholdCalibration, without_residual: ThresholdCalibration,
                               method: str = "max", **kw) -> tuple:
-    """``(thresholds, mask)`` from two calibrations over the same samples: r with the
-    residual and r without it (module docstring).  ``mask[i]``: joint i keeps the residual
-    (its threshold with it at most the one without); ``thresholds[i]`` that joint's.
+    """``(bases, mask)`` from two calibrations over the same samples: r with the residual
+    and r without it (module docstring).  ``mask[i]``: joint i keeps the residual (its
+    threshold with it -- base plus the mean uncertainty term -- at most the one without);
+    ``bases[i]`` that joint's.
     ``kw``: :meth:`ThresholdCalibration.thresholds`'s."""
     if with_residual.n != without_residual.n or with_residual.count != without_residual.count:
         raise ValueError("the two calibrations must cover the same samples "
                          f"({with_residual.count} and {without_residual.count} samples)")
     thr_w = with_residual.thresholds(method, **kw)
     thr_wo = without_residual.thresholds(method, **kw)
-    mask = thr_w <= thr_wo
+    mask = thr_w + with_residual.offset_mean <= thr_wo + without_residual.offset_mean
     return np.where(mask, thr_w, thr_wo), mask
 
 

@@ -60,6 +60,21 @@ def _thresholds_check(n):
     return check
 
 
+#: the live parameters a running calibration is taken under (a change cancels it)
+_CALIBRATION_INPUTS = ("use_residual", "residual_select", "residual_joints", "uncertainty_gain", "model_std",
+                       "min_samples", "calibration_margin", "calibration_method")
+#: a calibration chooses residual_joints only when the residual came with at least this share of its states
+RESIDUAL_COVERAGE = 0.9
+
+
+class _Calibration:
+    """A running calibration: the statistics (with, and without, the residual), its
+    length [s], the states that came with a residual."""
+
+    def __init__(self, cals: list, seconds: float):
+        self.cals, self.seconds, self.with_residual = cals, seconds, 0
+
+
 def _joint_names_check(names):
     """Validator of ``residual_joints``: ['all'], [''] or the robot's joint names."""
     def check(value) -> str | None:
@@ -95,7 +110,8 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
                   " controller's friction_model_file: friction_<kind>.json of `adaptive-dynamics identify`)",
                   read_only=True),
         ParamSpec("use_residual", False, "subtract the learned residual feedforward/residual (stamped for the"
-                  " state's instant, else the newest within residual_staleness) from what the observer reports"),
+                  " state's instant, else the newest within residual_staleness) from what the observer reports,"
+                  " on residual_joints"),
         ParamSpec("use_residual_std", False, "with use_residual: add the learner's predictive std"
                   " (feedforward/residual_std, stamped like the residual) to the thresholds' uncertainty term:"
                   " threshold = thresholds + uncertainty_gain x sqrt(model_std^2 + std^2)", read_only=True),
@@ -189,7 +205,9 @@ class ExternalTorqueNode(Node):
         self._origin = None          # stamp [ns] of the first state: t = (stamp - origin) * 1e-9
         self._last_stamp = None
         self._estimate_stamp = None
-        self._calibration = None     # ([ThresholdCalibration with, (without) the residual], seconds)
+        self._calibration = None     # _Calibration while one runs
+        self._last_std = None        # the last learner std received (stands in for a missing one)
+        self._calibrate_reset = False
         self._peak = np.zeros(n)     # max |r| since the last diagnostics
         self.counters.set("model", "urdf" if self.layout is None else "estimate (waiting for adaptive/parameters)")
         # ---- live parameters
@@ -200,6 +218,8 @@ class ExternalTorqueNode(Node):
         self.p.on_change("thresholds", lambda _n, v: self._set_thresholds(v))
         self.p.on_change("residual_joints", lambda _n, v: self._set_residual_joints(v))
         self.p.on_change("calibrate", lambda _n, v: self._start_calibration(v))
+        for name in _CALIBRATION_INPUTS:   # a running calibration is taken under these: a change cancels it
+            self.p.on_change(name, self._cancel_calibration)
         # ---- topics
         self.pub_torque = self.create_publisher(JointState, "external_torque", PUBLISHER_STREAM_QOS)
         self.pub_wrench = self.create_publisher(WrenchStamped, "external_wrench", PUBLISHER_STREAM_QOS)
@@ -260,17 +280,38 @@ class ExternalTorqueNode(Node):
         if seconds > 0:
             pair = bool(self.p["use_residual"] and self.p["residual_select"])
             with self._lock:
-                self._calibration = ([ThresholdCalibration(self.n, min_samples=self.p["min_samples"])
-                                      for _ in range(2 if pair else 1)], float(seconds))
+                self._calibration = _Calibration(
+                    [ThresholdCalibration(self.n, min_samples=self.p["min_samples"],
+                                          margin=self.p["calibration_margin"]) for _ in range(2 if pair else 1)],
+                    float(seconds))
             self.counters.set("calibration", f"running ({seconds:g} s)")
             self.get_logger().info(f"calibrating the contact thresholds from the next {seconds:g} s of states"
                                    " (free motion, please)")
 
-    def _finish_calibration(self, cals: list) -> tuple:
+    def _cancel_calibration(self, name, _value) -> None:
+        with self._lock:
+            if self._calibration is None:
+                return
+            self._calibration = None
+            self._calibrate_reset = True   # `calibrate` back to 0 with the next state (not inside a set)
+        self.counters.set("calibration", f"cancelled ({name} changed)")
+        self.get_logger().warning(f"calibration cancelled: {name} changed while it ran (it is taken under it);"
+                                  " set calibrate again")
+
+    def _finish_calibration(self, cal: "_Calibration") -> tuple:
         """``(thresholds, residual_joints or None)`` of a finished calibration."""
         p = self.p
-        kw = {"margin": p["calibration_margin"], "k": p["calibration_k"], "floor": p["threshold_floor"]}
+        kw = {"k": p["calibration_k"], "floor": p["threshold_floor"]}
+        cals = cal.cals
         if len(cals) == 2:
+            if cal.with_residual < RESIDUAL_COVERAGE * cals[0].count:   # no fair comparison: keep the choice
+                mask = self.observer.residual_mask
+                thr = np.where(mask, cals[0].thresholds(p["calibration_method"], **kw),
+                               cals[1].thresholds(p["calibration_method"], **kw))
+                self.get_logger().warning(
+                    f"calibration: the residual came with {cal.with_residual} of {cals[0].count} states (fewer than"
+                    f" {RESIDUAL_COVERAGE:.0%}): residual_joints left as they are")
+                return np.maximum(thr, 1e-9).tolist(), None
             thr, mask = calibrate_residual_joints(cals[0], cals[1], p["calibration_method"], **kw)
             joints = [x for x, m in zip(self.names, mask) if m] if not mask.all() else ["all"]
             return np.maximum(thr, 1e-9).tolist(), (joints or [""])
@@ -341,8 +382,11 @@ class ExternalTorqueNode(Node):
                     self.counters.inc("residual_missing")
                 if self.use_std:
                     std = self.residual_stds.get(stamp, self.p["residual_staleness"] * 1e9)
-                    if std is None:   # the static term alone
+                    if std is None:   # the last one stands in (the bases were calibrated under it)
                         self.counters.inc("residual_std_missing")
+                        std = self._last_std
+                    else:
+                        self._last_std = std
             raw_std = std
             gaps = self.observer.gaps
             try:
@@ -352,7 +396,9 @@ class ExternalTorqueNode(Node):
             self._last_stamp = stamp
             if self.observer.gaps != gaps:
                 self.counters.inc("gaps")
-            if not np.all(np.isfinite(r)):   # never publish NaN: start over
+            ob = self.observer
+            if not (np.isfinite(r).all() and np.isfinite(ob.r_with_residual).all()
+                    and np.isfinite(ob.r_without_residual).all()):   # never publish NaN: start over
                 self.observer.reset()
                 self.counters.inc("nonfinite_output")
                 return
@@ -360,17 +406,19 @@ class ExternalTorqueNode(Node):
                 std = np.where(self.observer.residual_mask, std, 0.0)
             contact, joints = self.detector.update(r, std)
             if self._calibration is not None:
-                cals, seconds = self._calibration
+                cal = self._calibration
+                cals = cal.cals
                 t_cal = (stamp - self._origin) * 1e-9
                 d = self.detector   # the bases are calibrated under the uncertainty term they will sit below
                 if len(cals) == 2:
                     cals[0].add(t_cal, self.observer.r_with_residual, d.uncertainty(raw_std))
                     cals[1].add(t_cal, self.observer.r_without_residual, d.uncertainty(None))
+                    cal.with_residual += residual is not None
                 else:
                     cals[0].add(t_cal, r, d.uncertainty(std))
-                if cals[0].duration >= seconds:
+                if cals[0].duration >= cal.seconds:
                     self._calibration = None
-                    done = self._finish_calibration(cals)
+                    done = self._finish_calibration(cal)
             np.maximum(self._peak, np.abs(r), out=self._peak)
             wrench = None
             if self.p["publish_wrench"]:
@@ -389,6 +437,9 @@ class ExternalTorqueNode(Node):
         if contact and self.log_throttle("contact"):
             self.get_logger().info(f"contact at {[self.names[i] for i in idx]}: external torque"
                                    f" {np.round(r[idx], 3).tolist()} N m")
+        if self._calibrate_reset:
+            self._calibrate_reset = False
+            self.p.set("calibrate", 0.0)
         if done is not None:
             thr, joints = done
             self.get_logger().info(f"calibrated contact thresholds {np.round(thr, 4).tolist()} N m")

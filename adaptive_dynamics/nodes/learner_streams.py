@@ -121,8 +121,9 @@ def output_specs(monitor_topic: str) -> list[ParamSpec]:
         ParamSpec("monitor_decimation", 10, f"publish {monitor_topic} every k-th point (0 = off)",
                   min=0, max=10000),
         ParamSpec("publish_std", False, "also publish feedforward/residual_std: the learner's predictive"
-                  " standard deviation of each published residual [N m] (JointState effort, the same stamps;"
-                  " for external_torque's contact thresholds)", read_only=True),
+                  " standard deviation of each published residual [N m] (JointState effort, the same stamps; none"
+                  " for a residual whose variance is not finite; for external_torque's contact thresholds)",
+                  read_only=True),
     ]
 
 
@@ -357,7 +358,7 @@ class ResidualOutput:
     same row (a negative rounding of ``V`` is taken as 0).  A non-finite or missing ``V``
     in a row leaves the residual as it is (the feed-forward does not depend on whether a
     monitor reads the std): that residual goes out without its std message (counted in
-    ``std_failed``; the reader falls back to its static uncertainty).  Held outputs
+    ``std_failed``; the reader holds the last std it had).  Held outputs
     re-publish the last valid standard deviation with the last valid residual (zeros
     before any), and ``output`` false publishes zeros on both.
 
@@ -446,13 +447,13 @@ class ResidualOutput:
                     V = None if V is None else np.asarray(V, dtype=float)
                     D = (np.sqrt(np.maximum(V, 0.0)) if V is not None and V.shape == np.shape(F)
                          else np.full(np.shape(F), np.nan))          # rows with a NaN: no std message
-                    bad = int((~np.isfinite(D).all(axis=1)).sum())
-                    if bad:
-                        self.counters.inc("std_failed", bad)
-                        self.log_error("predict_std", "the learner gives no finite predictive variance: the"
-                                       " residual published without its std")
                 if not np.isfinite(F).all():
                     raise ValueError("non-finite prediction")
+                bad = 0 if D is None else int((~np.isfinite(D).all(axis=1)).sum())
+                if bad:
+                    self.counters.inc("std_failed", bad)
+                    self.log_error("predict_std", "the learner gives no finite predictive variance: the"
+                                   " residual published without its std")
         except ValueError as exc:
             self.counters.inc("prediction_failed")
             self.log_error("predict", f"prediction failed ({exc}): publishing "
@@ -474,7 +475,7 @@ class ResidualOutput:
     def _publish(self, todo: list, F: np.ndarray, D: Optional[np.ndarray], output: bool, monitor_every: int) -> None:
         zeros = np.zeros(self.n)
         for i, (s, f) in enumerate(zip(todo, F)):
-            if self.pub_std is not None and np.isfinite(D[i]).all():   # first: a reader with the residual has its std
+            if self.pub_std is not None and (not output or np.isfinite(D[i]).all()):   # first: before its residual
                 self.pub_std.publish(joint_state_msg(s, self.names, effort=D[i] if output else zeros))
             self.pub_res.publish(joint_state_msg(s, self.names, effort=f if output else zeros))
             if monitor_every and self._k % monitor_every == 0:

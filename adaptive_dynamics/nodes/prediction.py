@@ -80,7 +80,7 @@ class PredictionNode(Node):
         self.n = self.robot.n
         self.counters = Counters("prediction", self.get_fully_qualified_name(),
                                  warn_on=("joint_states_rejected", "reference_rejected", "snapshots_refused",
-                                          "prediction_failed"))
+                                          "prediction_failed", "std_failed"))
         for k in ("snapshots_received", "snapshots_applied", "held_outputs", "residuals_published"):
             self.counters.set(k, 0)
         self.log_throttle = Throttle(1.0)

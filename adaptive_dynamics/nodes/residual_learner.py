@@ -53,7 +53,7 @@ class ResidualLearnerNode(Node):
         self.counters = Counters("residual_learner", self.get_fully_qualified_name(),
                                  warn_on=("joint_states_rejected", "reference_rejected", "parametric_torque_rejected",
                                           "command_rejected", "parameter_update_rejected", "sample_rejected",
-                                          "prediction_failed"))
+                                          "prediction_failed", "std_failed"))
         self.log_throttle = Throttle(1.0)
         self.refs = ReferenceBuffer(self.names, capacity=4096, where="reference")
         self.samples = SampleAssembler(self.core, self.names, self.refs, self.counters, self._reject,
