@@ -382,18 +382,25 @@ def test_lead_extrapolation_and_holding_the_last_output(ros, model, monkeypatch)
     assert pred.counters["held_outputs"] == held + 1
 
 
-def test_publish_std_follows_the_residual_and_is_held_with_it(ros, model, monkeypatch):
-    """publish_std: feedforward/residual_std with the residual's stamps, sqrt of the
-    learner's variance; zeros without a model; the last valid one held with the last
-    valid residual when a prediction fails or the reference ended."""
+def _std_prediction(ros, model, monkeypatch, learner_cls):
+    """A prediction node with publish_std, ``learner_cls`` registered as a learner kind,
+    a probe and the list its feedforward/residual_std messages go to."""
     from adaptive_dynamics.learning import base
-    monkeypatch.setitem(base.LEARNERS, _Picky.kind, _Picky)
+    monkeypatch.setitem(base.LEARNERS, learner_cls.kind, learner_cls)
     pred = ros.add(PredictionNode, robot=ROBOT, prediction_lead=2 * DT * 1e-9, extrapolate=False,
                    publish_std=True)
     probe = Probe(ros, model.joint_names)
     std = []
     deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
     probe.node.create_subscription(JointState, "feedforward/residual_std", std.append, deep)
+    return pred, probe, std
+
+
+def test_publish_std_follows_the_residual_and_is_held_with_it(ros, model, monkeypatch):
+    """publish_std: feedforward/residual_std with the residual's stamps, sqrt of the
+    learner's variance; zeros without a model; the last valid one held with the last
+    valid residual when a prediction fails or the reference ended."""
+    pred, probe, std = _std_prediction(ros, model, monkeypatch, _Picky)
     names = model.joint_names
     n = model.n
     Q = np.array([[0.0, 0.1], [0.1, 0.2], [0.2, 0.3], [0.3, 0.4]])
@@ -439,14 +446,7 @@ def test_a_nonfinite_std_leaves_the_residual_as_it_is(ros, model, monkeypatch):
     """publish_std with a learner whose variance is NaN at a state: the residual there is
     the one published without publish_std (the feed-forward does not change with the
     monitor), its std message left out and counted in std_failed."""
-    from adaptive_dynamics.learning import base
-    monkeypatch.setitem(base.LEARNERS, _NanVar.kind, _NanVar)
-    pred = ros.add(PredictionNode, robot=ROBOT, prediction_lead=2 * DT * 1e-9, extrapolate=False,
-                   publish_std=True)
-    probe = Probe(ros, model.joint_names)
-    std = []
-    deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
-    probe.node.create_subscription(JointState, "feedforward/residual_std", std.append, deep)
+    pred, probe, std = _std_prediction(ros, model, monkeypatch, _NanVar)
     names, n = model.joint_names, model.n
     Q = np.array([[0.1, 0.2], [0.2, 0.5], [0.3, 0.4]])           # the second: NaN variance
     probe.ref.publish(reference_batch_msg(0, DT, names, Q, np.zeros_like(Q)))

@@ -286,9 +286,6 @@ class MomentumObserver:
         self.r = np.zeros(n)
         #: the first stage's r (= :attr:`r` without ``filter_gains``)
         self.r_raw = np.zeros(n)
-        #: r with the residual on every joint and without it on any (both stages' output)
-        self.r_with_residual = np.zeros(n)
-        self.r_without_residual = np.zeros(n)
         self._raw2 = np.zeros((2, n))    # first stages: with, without the residual
         self._out2 = np.zeros((2, n))    # second stages (= first stages without filter_gains)
         #: the step's external-torque estimate before the low pass (the last step's)
@@ -322,6 +319,16 @@ class MomentumObserver:
             raise ValueError(f"residual_mask must be {self.n} booleans, got {np.asarray(mask).tolist()!r}")
         self.residual_mask = m.astype(bool)
 
+    @property
+    def r_with_residual(self) -> np.ndarray:
+        """r with the residual on every joint (the output stage; a copy)."""
+        return self._out2[0].copy()
+
+    @property
+    def r_without_residual(self) -> np.ndarray:
+        """r without the residual on any joint (the output stage; a copy)."""
+        return self._out2[1].copy()
+
     def set_parameters(self, pi) -> None:
         """Use the full parameters ``pi`` (an estimate; non-physical allowed) from the next
         sample on.  The momentum of the last sample is recomputed with them, so the next
@@ -335,8 +342,6 @@ class MomentumObserver:
         """Forget the history: the next sample restarts the observer with r = 0."""
         self.r = np.zeros(self.n)
         self.r_raw = np.zeros(self.n)
-        self.r_with_residual = np.zeros(self.n)
-        self.r_without_residual = np.zeros(self.n)
         self._raw2 = np.zeros((2, self.n))
         self._out2 = np.zeros((2, self.n))
         self.tau_ext_step = np.zeros(self.n)
@@ -402,8 +407,6 @@ class MomentumObserver:
             mask = self.residual_mask
             self.r_raw = np.where(mask, raw2[0], raw2[1])
             self.r = np.where(mask, out2[0], out2[1])
-            self.r_with_residual = out2[0].copy()
-            self.r_without_residual = out2[1].copy()
             self.tau_ext_step = np.where(mask, ext, ext0)
         self._prev = (t, q.copy(), v.copy(), p, b, tau.copy(), f)
         self.samples += 1

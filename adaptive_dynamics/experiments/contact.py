@@ -355,7 +355,7 @@ def select_residual(run: dict, R_learned: np.ndarray, R_adapted: np.ndarray,
     for k in np.flatnonzero(_mask(t, run["phases"]["calibrate"])):
         cw.add(t[k], R_learned[k], None if U is None else U[k])
         cwo.add(t[k], R_adapted[k])
-    _thr, keep = calibrate_residual_joints(cw, cwo, CALIBRATION["method"], margin=CALIBRATION["margin"], floor=1e-6)
+    _thr, keep = calibrate_residual_joints(cw, cwo, CALIBRATION["method"], floor=1e-6)   # (the margin: cw's, cwo's)
     return np.where(keep, R_learned, R_adapted), keep
 
 

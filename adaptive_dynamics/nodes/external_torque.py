@@ -397,13 +397,13 @@ class ExternalTorqueNode(Node):
             if self.observer.gaps != gaps:
                 self.counters.inc("gaps")
             ob = self.observer
-            if not (np.isfinite(r).all() and np.isfinite(ob.r_with_residual).all()
-                    and np.isfinite(ob.r_without_residual).all()):   # never publish NaN: start over
-                self.observer.reset()
+            r_with, r_without = ob.r_with_residual, ob.r_without_residual
+            if not (np.isfinite(r_with).all() and np.isfinite(r_without).all()):   # never publish NaN: start over
+                ob.reset()
                 self.counters.inc("nonfinite_output")
                 return
             if std is not None:   # the learner's std only where its residual is used (residual_joints)
-                std = np.where(self.observer.residual_mask, std, 0.0)
+                std = np.where(ob.residual_mask, std, 0.0)
             contact, joints = self.detector.update(r, std)
             if self._calibration is not None:
                 cal = self._calibration
@@ -411,8 +411,8 @@ class ExternalTorqueNode(Node):
                 t_cal = (stamp - self._origin) * 1e-9
                 d = self.detector   # the bases are calibrated under the uncertainty term they will sit below
                 if len(cals) == 2:
-                    cals[0].add(t_cal, self.observer.r_with_residual, d.uncertainty(raw_std))
-                    cals[1].add(t_cal, self.observer.r_without_residual, d.uncertainty(None))
+                    cals[0].add(t_cal, r_with, d.uncertainty(raw_std))
+                    cals[1].add(t_cal, r_without, d.uncertainty(None))
                     cal.with_residual += residual is not None
                 else:
                     cals[0].add(t_cal, r, d.uncertainty(std))
