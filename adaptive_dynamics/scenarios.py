@@ -28,7 +28,7 @@ JOINT_CONTROLLERS = tuple(c for c in CONTROLLERS if c not in TASK_CONTROLLERS)
 DEFAULT_TASK_TRAJECTORY = {"scqp": "figure8", "backstepping": "lissajous3d"}
 #: trajectory types the trajectory node publishes in task space (nodes/trajectory.py)
 CARTESIAN_TYPES = ("figure8", "lissajous", "lissajous3d", "square_circle", "z_sine")
-LEARNERS = ("none", "gmm", "rbfn", "gp", "pgpol", "sgpol")  # "none" + adaptive_dynamics.learning.LEARNERS (tested)
+LEARNERS = ("none", "gmm", "rbfn", "gp", "pgpol", "sgpol", "joint_local")  # "none" + adaptive_dynamics.learning.LEARNERS (tested)
 MODES = ("lockstep", "realtime")
 SCENARIOS = ("sim", "real")
 

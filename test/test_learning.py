@@ -146,7 +146,7 @@ def test_bytes_roundtrip_and_malformed_buffers(kind):
 def test_registry_and_config_validation():
     from adaptive_dynamics.scenarios import LEARNERS as LAUNCH_LEARNERS
 
-    assert set(LEARNERS) == {"gmm", "rbfn", "gp", "pgpol", "sgpol"}
+    assert set(LEARNERS) == {"gmm", "rbfn", "gp", "pgpol", "sgpol", "joint_local"}
     assert set(LAUNCH_LEARNERS) == {"none"} | set(LEARNERS)  # launch choices follow the registry
     assert isinstance(make_learner("gmm", input_dim=3, output_dim=1), IncrementalGMM)
     assert isinstance(make_learner("rbfn", input_dim=3, output_dim=1, n_basis=8), RBFNetwork)

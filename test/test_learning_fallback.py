@@ -145,7 +145,7 @@ def _raw_mean(L, X):
 @pytest.mark.parametrize("kind", KINDS)
 def test_transform_moves_the_learned_part_and_leaves_the_support(kind, planar):
     rm, X, Y, Xf, _ = planar
-    kw = {"n_params": rm.n_params} if kind == "rbfn" else {}
+    kw = {"n_params": rm.n_params} if kind in ("rbfn", "joint_local") else {}
     L = make_learner(kind, input_dim=6, output_dim=2, **kw)
     for i in range(0, len(X), 50):
         L.partial_fit(X[i:i + 50], Y[i:i + 50], model=rm)

@@ -463,7 +463,7 @@ def evaluate_learner(bag, learner: str = "gmm", *, robot=None, learner_config: O
         if transform:
             model, upd_idx = _transform_model(data.robot, data.update_names)
         L, box = _make(learner, data, learner_config or {}, DEFAULTS["box_margin"],
-                       model.n_params if (transform and learner == "rbfn") else 0)
+                       model.n_params if (transform and learner in ("rbfn", "joint_local")) else 0)
         if L.uses_regressors and model is None:
             raise ValueError("learner config n_params > 0 (the RBFN's parameter sensitivity) is only used with"
                              " the transform (--transform)")

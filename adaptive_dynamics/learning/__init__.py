@@ -13,6 +13,9 @@ scikit-learn habits: ``partial_fit`` / ``predict`` / ``save`` / ``load``; see
 * :class:`PGPOL` (``"pgpol"``) / :class:`SGPOL` (``"sgpol"``) -- parallel drifting sparse
   GPs with a database, kNN of the next query, 1/sigma fusion and change detection
   (Habich et al. 2019); SGPOL is the single-GP case.
+* :class:`JointLocal` (``"joint_local"``) -- one small RBF network per joint on that
+  joint's own (q_i, qd_i): the friction, ripple and offsets a rigid-body model leaves,
+  without slopes in the other joints' directions.
 * :class:`OnlineResidual` -- either learner fed online from a stream on a worker
   thread, with the transforms applied in order (the ``residual_learner`` node's core).
 * :mod:`.snapshot` -- any learner as versioned, checksummed bytes (the ``learner/model``
@@ -22,6 +25,7 @@ from .base import LEARNERS, Learner, load_learner, make_learner
 from .consistency import ParameterChange, transform_gaussians
 from .gp import ExactGP
 from .igmm import IncrementalGMM
+from .joint_local import JointLocal
 from .pgpol import PGPOL, SGPOL
 from .online import OnlineResidual
 from .rbfn import RBFNetwork
@@ -29,5 +33,5 @@ from .snapshot import Snapshot, SnapshotError, decode_snapshot, encode_snapshot
 
 __all__ = ["Learner", "LEARNERS", "make_learner", "load_learner", "IncrementalGMM", "RBFNetwork",
            "OnlineResidual", "ParameterChange", "transform_gaussians", "ExactGP",
-           "PGPOL", "SGPOL"]
+           "PGPOL", "SGPOL", "JointLocal"]
 __all__ += ["Snapshot", "SnapshotError", "encode_snapshot", "decode_snapshot"]  # the split's model snapshots

@@ -73,7 +73,7 @@ class OnlineResidual:
         :class:`~adaptive_dynamics.dynamics.RobotModel` whose regressor defines the
         parametric part (its ``parameter_names`` are the coordinates of ``delta_pi``).
     kind:
-        ``"gmm"`` or ``"rbfn"`` (:data:`~adaptive_dynamics.learning.LEARNERS`).
+        ``"gmm"``, ``"rbfn"``, ``"joint_local"``, ... (:data:`~adaptive_dynamics.learning.LEARNERS`).
     config:
         Keyword arguments of the learner's constructor (the RBF network's ``low``,
         ``high`` and ``n_params`` are filled in here unless given).
@@ -354,7 +354,9 @@ class OnlineResidual:
                 cfg.setdefault("low", lo)
                 cfg.setdefault("high", hi)
             cfg.setdefault("n_params", self.model.n_params)
-        if self.kind in ("rbfn", "gmm"):
+        if self.kind == "joint_local":
+            cfg.setdefault("n_params", self.model.n_params)
+        if self.kind in ("rbfn", "gmm", "joint_local"):
             # this stream's warm-up is the learner's: the network's target scaling, the
             # mixture's geometry come from the same samples, and it predicts from the first update
             cfg.setdefault("warmup", max(1, X.shape[0]))
@@ -412,8 +414,8 @@ class OnlineResidual:
         if (L.input_dim, L.output_dim) != (3 * self.n, self.n):
             raise ValueError(f"{where}: learner maps {L.input_dim} -> {L.output_dim} values, this robot needs"
                              f" x = (q, qd, qdd) of {3 * self.n} -> {self.n}")
-        if L.kind == "rbfn" and getattr(L, "n_params", 0) not in (0, self.model.n_params):
-            raise ValueError(f"{where}: the RBF network carries dW/dpi for {L.n_params} parameters, the model has"
+        if L.kind in ("rbfn", "joint_local") and getattr(L, "n_params", 0) not in (0, self.model.n_params):
+            raise ValueError(f"{where}: the {L.kind} learner carries dW/dpi for {L.n_params} parameters, the model has"
                              f" {self.model.n_params} (friction columns on/off?)")
         L.set_prediction(raw=self.raw)    # the prior is the file's (e.g. identify's torque offsets)
         with self._fit_lock:

@@ -80,7 +80,7 @@ from scipy.stats import qmc
 
 from .base import Learner, register, split_state
 
-__all__ = ["RBFNetwork"]
+__all__ = ["RBFNetwork", "regressors_for"]
 
 #: symmetrise P after this many rank updates (rounding drift of the in-place updates)
 _SYMMETRISE_EVERY = 256
@@ -98,6 +98,30 @@ def _uniform(i: np.ndarray, seed: int) -> np.ndarray:
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
     return (z >> np.uint64(11)).astype(float) / float(2 ** 53)
+
+
+def regressors_for(X: np.ndarray, regressors, model, n: int, n_params: int, who: str) -> np.ndarray:
+    """The regressors of the rows of X (N x n x n_params): ``regressors`` checked, or
+    evaluated by ``model`` at x = (q, qd, qdd) (a row with a NaN/inf gets NaN)."""
+    N, o, p = X.shape[0], n, n_params
+    if regressors is not None:
+        R = np.asarray(regressors, dtype=float)
+        if R.ndim == 2:
+            R = R[None]
+        if R.shape != (N, o, p):
+            raise ValueError(f"regressors: expected shape ({N}, {o}, {p}), got {R.shape}")
+        return R
+    if model is None:
+        raise ValueError(f"{who} carries dW/dpi (n_params > 0): pass regressors= (N x n x n_params)"
+                         " or model= (to evaluate Y at x = (q, qd, qdd))")
+    if model.n_params != p or model.n != o:
+        raise ValueError(f"model has n={model.n}, n_params={model.n_params}; {who} expects {o}, {p}")
+    q, v, a = split_state(X, model.n)
+    R = np.full((N, o, p), np.nan)
+    ok = np.isfinite(X).all(axis=1)
+    for r in np.flatnonzero(ok):
+        R[r] = model.regressor(q[r], v[r], a[r])
+    return R
 
 
 @register
@@ -290,25 +314,7 @@ class RBFNetwork(Learner):
 
     # ------------------------------------------------------------------ learning
     def _regressors(self, X, regressors, model) -> Optional[np.ndarray]:
-        N, o, p = X.shape[0], self.output_dim, self.n_params
-        if regressors is not None:
-            R = np.asarray(regressors, dtype=float)
-            if R.ndim == 2:
-                R = R[None]
-            if R.shape != (N, o, p):
-                raise ValueError(f"regressors: expected shape ({N}, {o}, {p}), got {R.shape}")
-            return R
-        if model is None:
-            raise ValueError("this RBFNetwork carries dW/dpi (n_params > 0): pass regressors= (N x n x n_params)"
-                             " or model= (to evaluate Y at x = (q, qd, qdd))")
-        if model.n_params != p or model.n != o:
-            raise ValueError(f"model has n={model.n}, n_params={model.n_params}; the network expects {o}, {p}")
-        q, v, a = split_state(X, model.n)
-        R = np.full((N, o, p), np.nan)
-        ok = np.isfinite(X).all(axis=1)
-        for r in np.flatnonzero(ok):
-            R[r] = model.regressor(q[r], v[r], a[r])
-        return R
+        return regressors_for(X, regressors, model, self.output_dim, self.n_params, "this RBFNetwork")
 
     def _fit(self, X: np.ndarray, y: np.ndarray, R: Optional[np.ndarray]) -> None:
         if not self.ready:

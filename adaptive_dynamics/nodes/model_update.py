@@ -63,7 +63,7 @@ class ModelUpdateNode(Node):
         self.names = list(self.model.joint_names)
         self.torque_target = p["target"] == "torque"
         config = learner_config(p["learner_config"])
-        if self.torque_target and p["learner"] == "rbfn":
+        if self.torque_target and p["learner"] in ("rbfn", "joint_local"):
             config.setdefault("n_params", 0)   # no parametric model to stay consistent with
         self.core = make_core(p, self.model, config, transform=False if self.torque_target else None,
                               prior="mean" if self.torque_target else "zero")

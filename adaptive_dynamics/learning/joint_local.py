@@ -1,0 +1,159 @@
+"""Joint-local residual: one small RBF network per joint on that joint's own state.
+
+Model: ``f_i(x) = g_i(q_i, qd_i, qdd_i)`` (``inputs="qva"``, the default) or
+``g_i(q_i, qd_i)`` (``inputs="qv"``), each ``g_i`` an :class:`~.rbfn.RBFNetwork` with one
+output (its box from the data, growing; targets standardised; a constant basis function).
+
+Why: what a rigid-body model with viscous and Coulomb columns leaves on a torque-
+controlled arm is mostly joint-local -- Stribeck and load-dependent friction, cogging and
+position ripple of the drive, torque-sensor offsets, the gearbox's own inertia -- and a
+learner on the whole 3n-dimensional state has to find that out from data: along one
+path it fits slopes in the other joints' directions that nothing constrains, and they
+extrapolate as soon as the motion leaves the path.  A joint-local learner has no such
+directions: a sample of joint i's state teaches ``g_i`` wherever the other joints are.
+What it cannot represent is coupling (an inertial error moves torque with the other
+joints' accelerations): the adapted rigid-body estimate carries that part.  The
+experiments compare it with the full-state learners (``experiment contact --learner``,
+``experiment realdata``; docs/learners.md).
+
+Learning is each network's (block) recursive least squares; with the consistency
+transform (``n_params > 0``) each network carries its ``dW/dpi`` with the regressor's row
+of its joint as targets (ARDL eq. 14), so a parameter change moves every network exactly
+as if it had been trained on ``y - Y dpi`` (tested).  Prediction, variance and support
+are the networks', per joint: the support (:meth:`~.base.Learner.support`) is an N x n
+array, and a query far from joint i's data falls back to the prior on joint i only.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from .base import Learner, register
+from .rbfn import RBFNetwork, regressors_for
+
+__all__ = ["JointLocal", "INPUTS"]
+
+#: which of the joint's own inputs each network sees
+INPUTS = {"qv": 2, "qva": 3}
+#: counters kept per network and summed for the learner
+_SUB_COUNTERS = ("n_box_growths", "n_outside_box", "n_queries_outside")
+
+
+@register
+class JointLocal(Learner):
+    """Joint-local residual: n RBF networks, network i maps joint i's
+    ``(q_i, qd_i[, qdd_i])`` to output i.
+
+    Parameters
+    ----------
+    input_dim, output_dim:
+        ``3 n`` (x = (q, qd, qdd)) and ``n``.
+    inputs:
+        ``"qva"`` (position, velocity and acceleration of the joint: its own inertia's
+        error too, e.g. the drive's) or ``"qv"`` (position and velocity).
+    n_basis, width, reg, forgetting, bias, standardize, warmup, box_margin, grow, memory,
+    seed, block_size:
+        Each network's (:class:`~.rbfn.RBFNetwork`; its box always from the data).
+    n_params:
+        Length of pi to carry dW/dpi for (0 = no consistency transform).
+    """
+
+    kind = "joint_local"
+
+    def __init__(self, input_dim: int, output_dim: int, *, inputs: str = "qva", n_basis: int = 64,
+                 width: float = 0.15, reg: float = 1e-3, forgetting: float = 1.0, n_params: int = 0,
+                 seed: int = 0, block_size: int = 256, bias: bool = True, standardize: bool = True,
+                 warmup: int = 200, box_margin: float = 0.2, grow: bool = True, memory: int = 4096):
+        super().__init__(input_dim, output_dim)
+        n = self.output_dim
+        if self.input_dim != 3 * n:
+            raise ValueError(f"a joint-local learner takes x = (q, qd, qdd): input_dim must be 3 x output_dim ="
+                             f" {3 * n}, got {self.input_dim}")
+        if inputs not in INPUTS:
+            raise ValueError(f"inputs must be one of {sorted(INPUTS)}, got {inputs!r}")
+        self.inputs = inputs
+        self.n_params = int(n_params)
+        sub = dict(n_basis=int(n_basis), width=float(width), reg=float(reg), forgetting=float(forgetting),
+                   n_params=self.n_params, seed=int(seed), block_size=int(block_size), bias=bool(bias),
+                   standardize=bool(standardize), warmup=int(warmup), box_margin=float(box_margin),
+                   grow=bool(grow), memory=int(memory))
+        self._sub_config = sub
+        self.nets = [RBFNetwork(INPUTS[inputs], 1, **sub) for _ in range(n)]
+        self.n_basis = n * self.nets[0].n_basis
+        # column indices of joint i's inputs in x = (q, qd, qdd)
+        self._cols = [np.array([i + k * n for k in range(INPUTS[inputs])]) for i in range(n)]
+
+    @property
+    def uses_regressors(self) -> bool:  # type: ignore[override]
+        return self.n_params > 0
+
+    def get_config(self) -> Dict[str, Any]:
+        return {"input_dim": self.input_dim, "output_dim": self.output_dim, "inputs": self.inputs,
+                **self._sub_config}
+
+    def joint_inputs(self, X: np.ndarray, i: int) -> np.ndarray:
+        """Network i's inputs for the rows of X: ``(q_i, qd_i, qdd_i)`` (``"qva"``) or
+        ``(q_i, qd_i)`` (``"qv"``)."""
+        return np.ascontiguousarray(X[:, self._cols[i]], dtype=float)
+
+    def _counters(self) -> Dict[str, int]:
+        out = super()._counters()
+        for name in _SUB_COUNTERS:
+            out[name] = int(sum(getattr(net, name) for net in self.nets))
+        return out
+
+    @property
+    def ready(self) -> bool:
+        return all(net.ready for net in self.nets)
+
+    # ------------------------------------------------------------------ learning
+    def _regressors(self, X, regressors, model) -> Optional[np.ndarray]:
+        return regressors_for(X, regressors, model, self.output_dim, self.n_params, "this joint-local learner")
+
+    def _fit(self, X: np.ndarray, y: np.ndarray, R: Optional[np.ndarray]) -> None:
+        for i, net in enumerate(self.nets):
+            net._fit(self.joint_inputs(X, i), y[:, i:i + 1], None if R is None else R[:, i:i + 1, :])
+            net.n_updates += X.shape[0]
+
+    # ------------------------------------------------------------------ prediction
+    def _predict(self, X: np.ndarray, return_var: bool):
+        N, n = X.shape[0], self.output_dim
+        mean = np.empty((N, n))
+        var = np.empty((N, n)) if return_var else None
+        support = np.empty((N, n))
+        for i, net in enumerate(self.nets):
+            m, v, s = net._predict(self.joint_inputs(X, i), return_var)
+            mean[:, i] = m[:, 0]
+            if return_var:
+                var[:, i] = v[:, 0]
+            support[:, i] = s
+        return mean, var, support
+
+    # ------------------------------------------------------------------ consistency
+    def _transform(self, dpi: np.ndarray, model) -> None:
+        if not self.n_params:
+            raise ValueError("this joint-local learner does not carry dW/dpi: build it with n_params ="
+                             " model.n_params")
+        for net in self.nets:
+            net._transform(dpi, model)
+
+    # ------------------------------------------------------------------ persistence
+    def _get_arrays(self) -> Dict[str, np.ndarray]:
+        out = {}
+        for i, net in enumerate(self.nets):
+            for k, v in net._get_arrays().items():
+                out[f"j{i}_{k}"] = v
+            out[f"j{i}_counters"] = np.array([getattr(net, c) for c in _SUB_COUNTERS + ("n_updates",)])
+        return out
+
+    def _set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        for i, net in enumerate(self.nets):
+            pre = f"j{i}_"
+            sub = {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}
+            if "W" not in sub:
+                raise ValueError(f"saved joint-local learner has no network for joint {i + 1}")
+            cnt = np.asarray(sub.pop("counters", np.zeros(len(_SUB_COUNTERS) + 1)), dtype=float).reshape(-1)
+            net._set_arrays(sub)
+            for c, v in zip(_SUB_COUNTERS + ("n_updates",), cnt):
+                setattr(net, c, int(v))

@@ -1,0 +1,174 @@
+"""The joint-local residual learner (learning/joint_local.py): n one-output RBF networks on
+each joint's own state -- the same as those networks trained apart (the RBF network is
+tested against batch least squares in test_learning_rbfn.py), unmoved by the other
+joints' states (where a full-state learner extrapolates or falls back), the consistency
+transform against a learner trained on the transformed targets (regressors from
+pinocchio), save / load, the OnlineResidual core, the configuration's errors."""
+import numpy as np
+import pytest
+
+from adaptive_dynamics.dynamics import RobotModel
+from adaptive_dynamics.learning import JointLocal, OnlineResidual, RBFNetwork, load_learner, make_learner
+
+
+def _states(n, N, centre, rng, amp=0.5):
+    q = centre + rng.uniform(-amp, amp, (N, n))
+    v = rng.uniform(-1.0, 1.0, (N, n))
+    a = rng.uniform(-2.0, 2.0, (N, n))
+    return np.hstack([q, v, a])
+
+
+def _joint_local_target(X, n):
+    """Friction with a Stribeck bump, a position ripple and an offset per joint: a function
+    of each joint's own (q_i, qd_i)."""
+    q, v = X[:, :n], X[:, n:2 * n]
+    off = np.linspace(-0.3, 0.3, n)
+    return 0.4 * v + (0.3 + 0.2 * np.exp(-(v / 0.05) ** 2)) * np.tanh(v / 0.02) + 0.2 * np.sin(6.0 * q) + off
+
+
+@pytest.fixture(scope="module")
+def panda():
+    return RobotModel("panda", friction=True)
+
+
+def test_each_output_is_its_joints_network(panda):
+    n = panda.n
+    rng = np.random.default_rng(0)
+    X = _states(n, 800, np.zeros(n), rng)
+    y = _joint_local_target(X, n)
+    cfg = dict(n_basis=64, width=0.2, warmup=100)
+    L = make_learner("joint_local", input_dim=3 * n, output_dim=n, **cfg)
+    for s in range(0, len(X), 100):
+        L.partial_fit(X[s:s + 100], y[s:s + 100])
+    Xq = _states(n, 50, np.zeros(n), rng, amp=0.4)
+    m, v = L.predict(Xq, return_var=True)
+    for i in (0, 3, 6):
+        Z = X[:, [i, n + i, 2 * n + i]]
+        np.testing.assert_array_equal(L.joint_inputs(X, i), Z)
+        net = RBFNetwork(3, 1, **cfg)
+        for s in range(0, len(X), 100):
+            net.partial_fit(Z[s:s + 100], y[s:s + 100, i:i + 1])
+        Zq = Xq[:, [i, n + i, 2 * n + i]]
+        mi, vi = net.predict(Zq, return_var=True)
+        np.testing.assert_allclose(m[:, i], mi[:, 0], rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(v[:, i], vi[:, 0], rtol=1e-9, atol=1e-12)
+    # and it learns the joint-local target
+    nmse = np.mean((m - _joint_local_target(Xq, n)) ** 2, axis=0) / np.var(y, axis=0)
+    assert np.all(nmse < 0.1), nmse
+
+
+def test_other_joints_elsewhere_change_nothing(panda):
+    """Trained with the other joints around one pose, asked with them around another (far
+    beyond the training region): the joint-local learner predicts the same; the full-state
+    RBF network does not know that part of the space (falls back or extrapolates)."""
+    n = panda.n
+    rng = np.random.default_rng(1)
+    X = _states(n, 1500, np.zeros(n), rng)
+    y = _joint_local_target(X, n)
+    L = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200)
+    F = make_learner("rbfn", input_dim=3 * n, output_dim=n, warmup=200)
+    for s in range(0, len(X), 150):
+        L.partial_fit(X[s:s + 150], y[s:s + 150])
+        F.partial_fit(X[s:s + 150], y[s:s + 150])
+    Xq = _states(n, 200, np.zeros(n), rng, amp=0.4)
+    moved = Xq.copy()
+    moved[:, 1:n] += 1.5                       # every joint but the first 1.5 rad away
+    moved[:, 2 * n + 1:] *= 3.0                # and accelerating three times harder
+    truth = _joint_local_target(Xq, n)[:, 0]
+    np.testing.assert_allclose(L.predict(moved)[:, 0], L.predict(Xq)[:, 0], rtol=0, atol=1e-12)
+    assert np.all(L.support(moved)[:, 0] > 0.9)
+    err_local = np.sqrt(np.mean((L.predict(moved)[:, 0] - truth) ** 2))
+    err_full = np.sqrt(np.mean((F.predict(moved)[:, 0] - truth) ** 2))
+    assert err_local < 0.25 * np.std(truth) and err_full > 3 * err_local, (err_local, err_full)
+
+
+def test_consistency_transform_against_the_transformed_targets(panda):
+    """Samples arriving over a widening range (the networks' boxes grow and refit), the
+    estimate changing between batches: the learner equals one trained on the targets
+    ``y - Y(x) (pi_final - pi_k)`` (Y from pinocchio's regressor)."""
+    m = panda
+    n = m.n
+    rng = np.random.default_rng(2)
+    L = make_learner("joint_local", input_dim=3 * n, output_dim=n, n_params=m.n_params, warmup=200)
+    pi = np.zeros(m.n_params)
+    Xs, ys, Rs, pis = [], [], [], []
+    for k in range(8):
+        X = _states(n, 100, np.zeros(n), rng, amp=0.2 + 0.1 * k)
+        R = np.array([m.regressor(x[:n], x[n:2 * n], x[2 * n:]) for x in X])
+        y = _joint_local_target(X, n) - R @ pi
+        L.partial_fit(X, y, regressors=R)
+        Xs.append(X), ys.append(y), Rs.append(R), pis.append(pi.copy())
+        d = 0.02 * rng.standard_normal(m.n_params)
+        L.apply_parameter_update(d, m)
+        pi = pi + d
+    assert L._counters()["n_box_growths"] > 0 and L.n_transforms == 8
+    X, R = np.vstack(Xs), np.vstack(Rs)
+    Y = np.vstack([y - R_ @ (pi - p) for y, R_, p in zip(ys, Rs, pis)])
+    ref = make_learner("joint_local", input_dim=3 * n, output_dim=n, n_params=m.n_params, warmup=200)
+    for s in range(0, len(X), 100):
+        ref.partial_fit(X[s:s + 100], Y[s:s + 100], regressors=R[s:s + 100])
+    scale = np.abs(Y).max()
+    np.testing.assert_allclose(L.predict(X), ref.predict(X), rtol=0, atol=2e-3 * scale)
+    # with the model instead of the regressors: the same learner
+    M = make_learner("joint_local", input_dim=3 * n, output_dim=n, n_params=m.n_params, warmup=200)
+    M.partial_fit(Xs[0], ys[0], model=m)
+    L0 = make_learner("joint_local", input_dim=3 * n, output_dim=n, n_params=m.n_params, warmup=200)
+    L0.partial_fit(Xs[0], ys[0], regressors=Rs[0])
+    np.testing.assert_allclose(M.predict(X), L0.predict(X), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="regressors"):
+        M.partial_fit(Xs[1], ys[1])
+    plain = make_learner("joint_local", input_dim=3 * n, output_dim=n, warmup=10)
+    plain.partial_fit(Xs[0], ys[0])
+    with pytest.raises(ValueError, match="dW/dpi"):
+        plain.apply_parameter_update(np.ones(m.n_params), m)
+
+
+def test_save_load_bytes_and_errors(panda, tmp_path):
+    n = panda.n
+    rng = np.random.default_rng(3)
+    X = _states(n, 500, np.zeros(n), rng)
+    L = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", n_params=panda.n_params,
+                     warmup=100)
+    L.partial_fit(X, _joint_local_target(X, n), model=panda)
+    Xq = _states(n, 40, np.zeros(n), rng, amp=1.5)
+    L.predict(Xq)                              # counters moved before the save
+    backs = (load_learner(L.save(tmp_path / "jl")), JointLocal.from_bytes(L.to_bytes()))
+    for back in backs:
+        assert back.get_config() == L.get_config() and back._counters() == L._counters()
+    for back in backs:
+        for a, b in zip(back.predict(Xq, return_var=True), L.predict(Xq, return_var=True)):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(back.support(Xq), L.support(Xq))
+    assert L.support(Xq).shape == (40, n)
+    with pytest.raises(ValueError, match="3 x output_dim"):
+        JointLocal(14, 7)
+    with pytest.raises(ValueError, match="inputs"):
+        JointLocal(21, 7, inputs="q")
+    arrays = L._get_arrays()
+    broken = JointLocal(**L.get_config())
+    with pytest.raises(ValueError, match="joint 7"):
+        broken._set_arrays({k: v for k, v in arrays.items() if not k.startswith("j6_")})
+
+
+def test_online_core_builds_and_transforms_it(panda):
+    m = panda
+    n = m.n
+    rng = np.random.default_rng(4)
+    core = OnlineResidual(m, "joint_local", threaded=False, learn_every=1, warmup=100)
+    X = _states(n, 300, np.zeros(n), rng)
+    y = _joint_local_target(X, n)
+    for x, t in zip(X, y):
+        core.add_sample(x, t)
+    core.process()
+    assert core.learner.n_params == m.n_params and core.size() == n * 64
+    d = 0.01 * rng.standard_normal(m.n_params)
+    core.add_parameter_update(d)
+    core.process()
+    # as if every sample had been learnt against the changed estimate (the networks can
+    # only hold the joint-local part of Y d: that is what such a learner would hold too)
+    R = np.array([m.regressor(x[:n], x[n:2 * n], x[2 * n:]) for x in X])
+    ref = make_learner("joint_local", input_dim=3 * n, output_dim=n, n_params=m.n_params, warmup=100)
+    ref.partial_fit(X, y - R @ d, regressors=R)
+    np.testing.assert_allclose(core.predict(X), ref.predict(X), rtol=0, atol=2e-3 * np.abs(y).max())
+    with pytest.raises(ValueError, match="joint_local"):
+        core.set_learner(make_learner("joint_local", input_dim=3 * n, output_dim=n, n_params=5))
