@@ -229,6 +229,12 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         for spec in nodes:   # the learner's predictive std beside its residual, for the thresholds
             if spec.name in ("residual_learner", "prediction"):
                 spec.params["publish_std"] = True
+        if learner != "none" and not learner_split and ctl == "adaptive_controller":
+            # the residual learnt as a function of the state (the controller's model at the
+            # learner's input) and taken at the measured state (docs/contact.md)
+            next(s for s in nodes if s.name == ctl).params["parametric_torque"] = "state"
+            next(s for s in nodes if s.name == "residual_learner").params["state_residual"] = True
+            mon.params["residual_input"] = "state"
         if sim:  # one more /clock and joint_states subscriber before the lockstep bridge starts
             nodes[0].params["wait_for_nodes"] += 1
             nodes[0].params["wait_for_state_subscribers"] += 1
@@ -293,7 +299,12 @@ def monitor_node_for(nodes: list[NodeSpec], ctl: str, ctl_overrides: dict[str, A
     ``adaptive_controller`` (with its resolved :data:`MONITOR_SHARED` parameters), else
     ``urdf``; ``use_residual`` and ``use_residual_std`` when a learner publishes
     ``feedforward/residual`` (:func:`build_graph` has it publish ``feedforward/residual_std``
-    too; ``uncertainty_gain``, live, sets how much the std raises the thresholds)."""
+    too; ``uncertainty_gain``, live, sets how much the std raises the thresholds); on the
+    estimate no ``armature`` (the controller's regressor has none).  Beside an
+    ``adaptive_controller`` and a ``residual_learner``, :func:`build_graph` also has the
+    controller publish its model at the learner's input (``parametric_torque: state``) and
+    the learner its prediction at the measured state (``state_residual``), which this node
+    takes (``residual_input: state``)."""
     spec = next(s for s in nodes if s.name == ctl)
     params: dict[str, Any] = {**common, "use_residual": bool(learner), "use_residual_std": bool(learner)}
     if nodes[0].name == "mujoco_bridge":
@@ -301,6 +312,9 @@ def monitor_node_for(nodes: list[NodeSpec], ctl: str, ctl_overrides: dict[str, A
     if ctl == "adaptive_controller":
         resolved = _resolved(spec, ctl_overrides)
         params["model_source"] = "estimate"
+        # the controller's regressor has no drive inertia: its estimate holds what of it the
+        # link inertias carry (and a learner with the joint's acceleration the rest)
+        params["armature"] = [0.0]
         params.update({k: resolved[k] for k in MONITOR_SHARED if k in resolved})
     else:
         params["model_source"] = "urdf"

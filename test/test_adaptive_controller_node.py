@@ -13,6 +13,7 @@ without holding the cycle's locks; in franka mode
 from __future__ import annotations
 
 import numpy as np
+import pinocchio as pin
 import pytest
 from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
@@ -366,3 +367,29 @@ def test_residual_wait_holds_the_state_until_its_residual_arrives(ros):
     np.testing.assert_allclose(loop.probe.commands[-1].data, pd_command(4 * MS), rtol=1e-10)
     c = node.counters.as_dict()
     assert c["residual_waited"] == 2 and c["residual_wait_expired"] == 1
+
+
+def test_parametric_torque_state_is_the_estimate_at_the_learners_input(ros):
+    """parametric_torque: state -- adaptive/parametric_torque carries Y(q, qd, qdd_d) pi_hat
+    of each state (the estimate its torque used), pinocchio's RNEA at the URDF's estimate
+    on the first state; the command is the law's as with law."""
+    node = make_node(ros, parametric_torque="state", initial_estimate="nominal")
+    assert node.core.state_torque
+    loop = Loop(ros, node, seconds=1.0)
+    m = RobotModel(ROBOT)
+    pm = pin.buildModelFromUrdf(m.urdf_path)
+    pd = pm.createData()
+    sent = []
+    for _ in range(5):
+        t, q, v, _tau = loop.plant.state()
+        sent.append((int(round(t * 1e9)), q.copy(), v.copy(), node.core.pi.copy()))
+        loop.run(1)
+    assert loop.ros.spin_until(lambda: len(loop.ptorque) >= 5, timeout=5.0)
+    got = {_stamp(msg): np.asarray(msg.effort) for msg in loop.ptorque}
+    refs = node.refs
+    for i, (stamp, q, v, pi) in enumerate(sent):
+        qdd_d = refs.lookup(stamp, 0, 0).qdd
+        want = m.regressor(q, v, qdd_d) @ pi
+        np.testing.assert_allclose(got[stamp], want, rtol=1e-9, atol=1e-9)
+        if i == 0:
+            np.testing.assert_allclose(got[stamp], pin.rnea(pm, pd, q, v, qdd_d), rtol=1e-9, atol=1e-9)

@@ -105,6 +105,35 @@ def test_model_input_desired_is_the_pure_feed_forward_of_the_reference():
         np.testing.assert_allclose(tau, ff - kd * s, atol=1e-8 * max(1.0, np.abs(ff).max()))
 
 
+def test_state_torque_is_the_model_at_the_learners_input_before_the_update():
+    """``state_torque``: ``model_torque`` = pinocchio's RNEA at (q, qd, qdd_d) plus the
+    estimate's friction, with the estimate the cycle's torque used (before its update); the
+    law's own ``parametric_torque`` unchanged; off: never computed."""
+    model = RobotModel("panda", friction=True)
+    base = RobotModel("panda")
+    fv, fc = np.linspace(0.5, 1.1, 7), np.linspace(0.2, 0.8, 7)
+    pi0 = np.concatenate([base.parameters, fv, fc])
+    ctl = AdaptiveController(model, "direct", lam=8.0, kd=10.0, pi0=pi0, gamma=50.0)
+    off = AdaptiveController(model, "direct", lam=8.0, kd=10.0, pi0=pi0, gamma=50.0)
+    ctl.state_torque = True
+    pm = pin.buildModelFromUrdf(base.urdf_path)
+    pd = pm.createData()
+    rng = np.random.default_rng(6)
+    for k in range(3):
+        q, v, a = base.random_state(rng)
+        qd, vd = q + 0.1 * rng.standard_normal(7), v + 0.3 * rng.standard_normal(7)
+        pi_before = ctl.pi.copy()
+        ctl.compute(q, v, qd, vd, a, learn=True)
+        off.compute(q, v, qd, vd, a, learn=True)
+        ref = pin.rnea(pm, pd, q, v, a) + fv * v + fc * np.sign(v)
+        if k == 0:   # the URDF's estimate: pinocchio's RNEA with the friction columns
+            np.testing.assert_allclose(ctl.model_torque, ref, atol=1e-8 * np.abs(ref).max())
+        np.testing.assert_allclose(ctl.model_torque, model.regressor(q, v, a) @ pi_before, rtol=1e-10, atol=1e-9)
+        assert np.any(ctl.pi != pi_before)       # the estimate moved after the cycle's torque
+        np.testing.assert_allclose(ctl.parametric_torque, off.parametric_torque, rtol=1e-12, atol=1e-12)
+    assert not np.any(off.model_torque)
+
+
 def test_true_parameters_give_zero_prediction_error_and_no_update():
     """Along an exactly tracked trajectory with the true torque (pinocchio RNEA), the
     composite law's prediction error is O(h^2) and the update vanishes."""

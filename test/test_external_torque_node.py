@@ -73,6 +73,7 @@ class Probe:
         self.state = self.node.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
         self.estimate = self.node.create_publisher(JointState, "adaptive/parameters", LATCHED_QOS)
         self.residual = self.node.create_publisher(JointState, "feedforward/residual", PUBLISHER_STREAM_QOS)
+        self.state_residual = self.node.create_publisher(JointState, "residual/state", PUBLISHER_STREAM_QOS)
         self.residual_std = self.node.create_publisher(JointState, "feedforward/residual_std", PUBLISHER_STREAM_QOS)
         deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
         self.torque, self.contact, self.wrench = [], [], []
@@ -197,7 +198,8 @@ def test_second_low_pass_set_live(ros):
     assert np.abs(R[199] - np.array([1.0, -0.5])).max() < 0.05    # 0.1 s (4 / K_O) after the push
 
 
-def test_the_estimate_and_the_residual(ros):
+@pytest.mark.parametrize("residual_input", ["reference", "state"])
+def test_the_estimate_and_the_residual(ros, residual_input):
     base = RobotModel(ROBOT)
     model = RobotModel(ROBOT, friction=True)
     names = model.joint_names
@@ -208,9 +210,14 @@ def test_the_estimate_and_the_residual(ros):
 
     S, Q, V, TAU = simulate(base, 300, friction=lambda q, v: fv * v + ripple(q))
     node = ros.add(ExternalTorqueNode, robot=ROBOT, friction=True, model_source="estimate", use_residual=True,
-                   thresholds=[0.2])
+                   thresholds=[0.2], residual_input=residual_input)
     probe = Probe(ros, names)
     connected(ros, node, probe)
+    # the residual_input's topic is taken, the other one ignored
+    taken, other = ((probe.residual, probe.state_residual) if residual_input == "reference"
+                    else (probe.state_residual, probe.residual))
+    assert ros.spin_until(lambda: taken.get_subscription_count() > 0, timeout=10.0)
+    assert other.get_subscription_count() == 0
     # the adaptive controller's estimate (base parameters): the URDF's rigid body + the viscous friction
     core = AdaptiveController(model, "composite", pi0=np.concatenate([base.parameters, fv, np.zeros(2)]))
     probe.estimate.publish(joint_state_msg(S[0], ["bogus"] * core.n_adapted, q=core.theta))
@@ -220,7 +227,7 @@ def test_the_estimate_and_the_residual(ros):
     F = np.array([ripple(q) for q in Q])
 
     def residual(k):   # the learner's stream: stamped for the instant, published ahead of its state
-        probe.residual.publish(joint_state_msg(int(S[k]), names, effort=F[k]))
+        taken.publish(joint_state_msg(int(S[k]), names, effort=F[k]))
         assert ros.spin_until(lambda: int(S[k]) in node.residuals, timeout=10.0)
 
     feed(ros, node, probe, S, Q, V, TAU, before=residual)
@@ -410,8 +417,9 @@ def test_the_residual_std_raises_the_thresholds(ros, use_std):
 
 def test_monitor_joins_the_graph():
     """monitor (launch monitor:=true, CLI --monitor): the external_torque node on the adaptive
-    controller's estimate (its friction and adapted_links) with the learner's residual, else
-    on the URDF's model; the lockstep bridge waits for it too."""
+    controller's estimate (its friction and adapted_links, no armature) with the learner's
+    residual at the measured state (the controller's parametric torque at the learner's
+    input), else on the URDF's model; the lockstep bridge waits for it too."""
     import ast
     import pathlib
 
@@ -431,6 +439,16 @@ def test_monitor_joins_the_graph():
                                             monitor=True)}
     assert split["prediction"].params["publish_std"] is True and "publish_std" not in split["model_update"].params
     assert mon.params["adapted_links"] == ["panda_link7"] and mon.params["friction"] is True
+    # the residual as a function of the state, taken at the measured state; no armature on the estimate
+    assert graph["adaptive_controller"].params["parametric_torque"] == "state"
+    assert graph["residual_learner"].params["state_residual"] is True and mon.params["residual_input"] == "state"
+    assert mon.params["armature"] == [0.0]
+    assert "parametric_torque" not in plain["adaptive_controller"].params
+    assert "parametric_torque" not in split["adaptive_controller"].params
+    assert "residual_input" not in split["external_torque"].params
+    kept = {s.name: s for s in build_graph("sim", controller="composite", learner="gmm", monitor=True,
+                                           overrides={"adaptive_controller": {"parametric_torque": "law"}})}
+    assert kept["adaptive_controller"].params["parametric_torque"] == "law"     # --set wins
     for key in ("wait_for_nodes", "wait_for_state_subscribers"):
         assert graph["mujoco_bridge"].params[key] == plain["mujoco_bridge"].params[key] + 1
     mon = {s.name: s for s in build_graph("real", controller="computed_torque", monitor=True)}["external_torque"]

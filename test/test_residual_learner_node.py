@@ -257,3 +257,46 @@ def test_publish_std_streams_the_predictive_std_by_stamp(ros, model):
     probe.send(64, q[64], v[64], tau[64], pt[64])
     assert ros.spin_until(lambda: to_ns(std[-1].header.stamp) == (64 + lead) * DT, timeout=10.0)
     assert np.all(by_stamp(std, names)[(64 + lead) * DT][0] == 0.0)
+
+
+def test_state_residual_is_the_prediction_at_each_measured_state(ros, model):
+    """state_residual: residual/state, one per state with its stamp and joint names,
+    effort = the learner's prediction at (q, qd measured, qdd_d of the state's stamp) --
+    not at the reference the feed-forward takes --; zeros before the learner exists and
+    with output off; nothing for a state the reference does not reach."""
+    node = ros.add(ResidualLearnerNode, robot=ROBOT, learner="joint_local", warmup=40, learn_decimation=1,
+                   prediction_lead=0.0, target_torque="measured", state_residual=True)
+    probe = Probe(ros, model.joint_names)
+    names = model.joint_names
+    got = []
+    deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
+    probe.node.create_subscription(JointState, "residual/state", got.append, deep)
+    Q, QD, QDD, q, v, tau, pt = motion(model, N=80)
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q[:70], QD[:70], QDD[:70]))
+    assert ros.spin_until(lambda: len(node.refs) == 70 and probe.ptorque.get_subscription_count() > 0
+                          and node.pub_state.get_subscription_count() > 0, timeout=10.0)
+    for k in range(60):
+        probe.send(k, q[k], v[k], tau[k], pt[k])
+        assert ros.spin_until(lambda: node.core.counters["samples_offered"] == k + 1, timeout=10.0)
+    assert node.core.flush(timeout=20.0) and node.core.ready
+    node.set_parameters(to_parameters({"learning": False}))
+    for k in range(60, 64):
+        probe.send(k, q[k], v[k], tau[k], pt[k])
+    assert ros.spin_until(lambda: got and to_ns(got[-1].header.stamp) == 63 * DT, timeout=10.0)
+    ros.spin_for(0.2)
+    assert [to_ns(m.header.stamp) for m in got] == list(range(0, 63 * DT + 1, DT))
+    res = by_stamp(got, names)
+    assert np.all(res[0][0] == 0.0)                  # before the warm-up: no learner, zero residual
+    L = node.core.learner
+    for k in range(60, 64):
+        at_state = L.predict(np.concatenate([q[k], v[k], QDD[k]]))
+        np.testing.assert_allclose(res[k * DT][0], at_state, rtol=1e-9, atol=1e-12)
+        assert np.abs(at_state - L.predict(np.concatenate([Q[k], QD[k], QDD[k]]))).max() > 1e-6
+    node.set_parameters(to_parameters({"output": False}))
+    probe.send(64, q[64], v[64], tau[64], pt[64])
+    assert ros.spin_until(lambda: to_ns(got[-1].header.stamp) == 64 * DT, timeout=10.0)
+    assert np.all(by_stamp(got, names)[64 * DT][0] == 0.0)
+    probe.send(75, q[75], v[75], tau[75], pt[75])    # beyond the reference: nothing, counted
+    assert ros.spin_until(lambda: node.counters["state_residual_no_reference"] == 1, timeout=10.0)
+    ros.spin_for(0.2)
+    assert to_ns(got[-1].header.stamp) == 64 * DT

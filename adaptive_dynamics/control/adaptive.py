@@ -357,6 +357,11 @@ class AdaptiveController(NpzState):
         #: "desired" (a pure feed-forward Y(q_d, qd_d, qd_d, qdd_d) -- with learning, Sadegh &
         #: Horowitz's desired-compensation law); settable attribute (MODEL_INPUTS)
         self.model_input = "state"
+        #: also evaluate the model at the learner's input, :attr:`model_torque` =
+        #: ``Y(q, qd, qdd_d) pi_hat`` (the estimate of this cycle, before its update):
+        #: the parametric part of a residual target that is a function of the state
+        #: (settable attribute; the node's ``parametric_torque: state``)
+        self.state_torque = False
         self.robot_name = _robot_name(model)
         if friction is not None and bool(friction) != bool(model.friction):
             model = RobotModel(model.model, friction=bool(friction), coulomb_smoothing=model.coulomb_smoothing,
@@ -426,6 +431,7 @@ class AdaptiveController(NpzState):
         self.qd_r = np.zeros(n)
         self.qdd_r = np.zeros(n)
         self.parametric_torque = np.zeros(n)
+        self.model_torque = np.zeros(n)
         self.feedback_torque = np.zeros(n)
         self.gravity_torque = np.zeros(n)
         self.prediction_error = np.zeros(n)
@@ -721,7 +727,8 @@ class AdaptiveController(NpzState):
         """One control period: torque for the current state, then the parameter update.
 
         Returns a new array (model joint order, NOT saturated).  After the call the
-        attributes :attr:`parametric_torque`, :attr:`feedback_torque`,
+        attributes :attr:`parametric_torque`, :attr:`feedback_torque`, (with
+        :attr:`state_torque`) :attr:`model_torque`,
         :attr:`gravity_torque`, :attr:`s`, :attr:`e`, :attr:`prediction_error`,
         :attr:`last_delta_pi`, :attr:`last_delta_theta`, :attr:`frozen`,
         :attr:`freeze_reason`, :attr:`updated` describe this cycle (buffers
@@ -841,6 +848,8 @@ class AdaptiveController(NpzState):
         np.dot(Yb, theta, out=self.parametric_torque)
         if self._has_fixed:
             self.parametric_torque += Y.dot(self.pi_fixed)
+        if self.state_torque:
+            np.dot(model.regressor(q, v, ad_), self.pi, out=self.model_torque)
         fb = self.feedback_torque
         if self._kd_d is not None:
             np.multiply(self._kd_d, s, out=fb)

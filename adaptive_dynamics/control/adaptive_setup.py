@@ -146,6 +146,7 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
         bs = None
         core = AdaptiveController(model, law, pi0=pi0, adapted_links=links, **common, **gains)
         core.model_input = p["model_input"]
+        core.state_torque = p.get("parametric_torque", "law") == "state"
     src = p["initial_estimate_file"]
     if p["initial_estimate"] == "file" and not is_thunder_file(src):
         if not src or not os.path.exists(src):

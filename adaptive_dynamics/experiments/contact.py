@@ -98,6 +98,7 @@ import math
 import os
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -148,8 +149,21 @@ MIN_SAMPLES = 5
 #: the tool the URDF lacks while the estimate catches up, at the trajectory's rest state --
 #: is no residual of the motion to come, and the rest state is revisited for an instant
 #: once per period only, so what the learner made of the transient would stay there
-LEARNER = "gmm"
+LEARNER = "joint_local"
 LEARNER_START_S = 2.0
+#: what the learner's target subtracts (the adaptive controller's ``parametric_torque``):
+#: ``state`` -- the estimate at the learner's input, ``Y(q, qd, qdd_d) pi_hat``: the residual a
+#: function of the state, not of the tracking error -- or ``law`` (the control law's Slotine-Li
+#: model torque, ARDL's); and where the observer takes the learner's prediction
+#: (``external_torque``'s ``residual_input``): at the measured ``state`` (``residual_learner``'s
+#: ``residual/state``) or at the ``reference`` (``feedforward/residual``)
+PARAMETRIC_TORQUE = "state"
+RESIDUAL_INPUT = "state"
+#: the drives' inertia in the observers on the estimate: none -- the adaptive controller's
+#: regressor has no armature term, so its estimate holds what of it the link inertias can
+#: carry and the residual learner (the joint's acceleration among its inputs) the rest; the
+#: URDF's observer and the simulator's own model take the robot's armature
+ESTIMATE_ARMATURE = 0.0
 #: beyond the node's defaults: 100 Hz and a 200-sample (2 s) warm-up, so the residual feeds the
 #: observer from 4 s on.  The node's 10 s warm-up (200 Hz) lets the estimate adapt alone first,
 #: which pays where the residual falls back (docs/learners.md); here the arm stays on one motion
@@ -224,7 +238,8 @@ def controller(m: RobotModel, robot: str) -> AdaptiveController:
 
 # ----------------------------------------------------------------------------- the run
 
-def simulate(robot: str, cfg: dict, seed: int = 0, log=print, learner_kind: str = LEARNER) -> dict:
+def simulate(robot: str, cfg: dict, seed: int = 0, log=print, learner_kind: str = LEARNER,
+             parametric_torque: str = PARAMETRIC_TORQUE) -> dict:
     """One run: learning, then frozen calibration, held-out and contact phases.  Returns
     the samples from :data:`OBSERVER_LEAD_S` before the freeze on (``t``, ``q``, ``v``, ``tau`` measured, the reference
     ``Q``, ``V``, ``A``, ``truth``: the pushes' joint torques), the frozen estimate ``pi``,
@@ -244,6 +259,7 @@ def simulate(robot: str, cfg: dict, seed: int = 0, log=print, learner_kind: str 
     for p in pushes:
         plant.add_push(p["link"], p["direction"], p["magnitude"], start=p["start"], duration=p["duration"])
     core = controller(m, robot)
+    core.state_torque = parametric_torque == "state"
     learner = OnlineResidual(m, learner_kind, threaded=False, **LEARNER_SETTINGS)
     k_freeze = int(round(cfg["learn_s"] / DT))
     k_rec = k_freeze - int(round(OBSERVER_LEAD_S / DT))   # the observers start a little before the freeze
@@ -266,7 +282,7 @@ def simulate(robot: str, cfg: dict, seed: int = 0, log=print, learner_kind: str 
         cmd = core.compute(q, v, Q[k], V[k], A[k], tm, learn=learn)
         if learn and tk >= LEARNER_START_S - 1e-9:
             x[:n], x[n:2 * n], x[2 * n:] = q, v, A[k]
-            learner.add_sample(x, tm - core.parametric_torque)
+            learner.add_sample(x, tm - (core.model_torque if core.state_torque else core.parametric_torque))
             learner.add_parameter_update(core.last_delta_pi)
             if k % 50 == 49 or k == k_freeze - 1:
                 learner.process()
@@ -276,12 +292,13 @@ def simulate(robot: str, cfg: dict, seed: int = 0, log=print, learner_kind: str 
     sl = slice(k_rec, K)
     X = np.hstack([Q[sl], V[sl], A[sl]])
     f, fvar = learner.predict(X, return_var=True)
+    f_state = learner.predict(np.hstack([rec["q"], rec["v"], A[sl]]))   # at the measured state (residual/state)
     f_std = np.sqrt(np.maximum(np.asarray(fvar, dtype=float), 0.0)) if fvar is not None else np.full_like(f, np.nan)
     log(f"[contact] {label(robot)}: {total:g} s simulated in {sim_wall:.1f} s (learner: "
         f"{learner.counters['samples_learned']} samples, {learner.counters['transforms_applied']} transforms)")
     learn_rmse = np.sqrt(np.mean(err[k_freeze // 2:k_freeze] ** 2, axis=0))
     frozen_rmse = np.sqrt(np.mean(err[k_freeze:] ** 2, axis=0))
-    return {"robot": robot, "model": m, "t": T[sl], "Q": Q[sl], "V": V[sl], "A": A[sl], **rec, "f": f,
+    return {"robot": robot, "model": m, "t": T[sl], "Q": Q[sl], "V": V[sl], "A": A[sl], **rec, "f": f, "f_state": f_state,
             "f_std": f_std, "pi": core.pi.copy(), "pushes": pushes, "phases": phases, "sim_wall_s": round(sim_wall, 1),
             "tracking_rmse_rad": {"learning_second_half": learn_rmse.tolist(), "frozen": frozen_rmse.tolist()},
             "learner_counters": {k: learner.counters[k] for k in ("samples_learned", "transforms_applied",
@@ -300,16 +317,23 @@ def true_model(robot: str, seed: int = 0) -> tuple:
     return m, lambda q, v, _a: bias + plant.friction_model(v, q)
 
 
-def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "true"), filter_gain: float = 0.0) -> dict:
+def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "true"), filter_gain: float = 0.0,
+              residual_input: Optional[str] = None) -> dict:
     """The observers' estimates ``r`` (samples x joints) on the run's samples: of the three
     models and the simulator's own (``"true"``, :func:`true_model`), gain ``K_O``, second
-    low pass ``K_F`` = ``filter_gain`` (0: off)."""
+    low pass ``K_F`` = ``filter_gain`` (0: off); the learned model takes the learner's
+    prediction at the measured ``state`` or at the ``reference`` (``residual_input``;
+    default the run's, :data:`RESIDUAL_INPUT`)."""
+    residual_input = residual_input or run.get("residual_input", RESIDUAL_INPUT)
     m = run["model"]
-    arm = armature(run["robot"])   # the drives' inertia the robot's parameter file states (the node's `armature`)
+    robot_arm = armature(run["robot"])   # the drives' inertia the robot's parameter file states (the node's `armature`)
     adapted = observer_model(m, run["pi"])
     out = {}
     for name in models:
-        residual, callable_ = (run["f"] if name == "learned" else None), None
+        residual, callable_ = None, None
+        if name == "learned":
+            residual = run["f_state"] if residual_input == "state" else run["f"]
+        arm = ESTIMATE_ARMATURE if name in ("adapted", "learned") else robot_arm
         if name == "urdf":
             model = RobotModel(run["robot"])
         elif name == "true":
@@ -475,8 +499,10 @@ def _ratio(a, b) -> list:
 
 
 def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=print,
-              with_sensitivity: bool = True, learner: str = LEARNER, plots: bool = True) -> dict:
-    run = simulate(robot, cfg, seed, log, learner)
+              with_sensitivity: bool = True, learner: str = LEARNER, plots: bool = True,
+              parametric_torque: str = PARAMETRIC_TORQUE, residual_input: str = RESIDUAL_INPUT) -> dict:
+    run = simulate(robot, cfg, seed, log, learner, parametric_torque)
+    run["residual_input"] = residual_input
     t0 = time.perf_counter()
     R = observers(run, seed)
     model = RobotModel(robot)
@@ -837,7 +863,13 @@ def main(argv=None) -> int:
                     " the medians and spreads (over_seeds)")
     seeds_arg.add_argument("--seed", type=int, default=None, help="one seed (= --seeds S)")
     ap.add_argument("--learner", default=LEARNER, choices=sorted(LEARNERS),
-                    help=f"the residual learner of the adapted + learned model (default {LEARNER}, the node's)")
+                    help=f"the residual learner of the adapted + learned model (default {LEARNER})")
+    ap.add_argument("--parametric-torque", default=PARAMETRIC_TORQUE, choices=["law", "state"],
+                    help="what the learner's target subtracts (the adaptive controller's parametric_torque): state"
+                    " (default): the estimate at the learner's input | law: the control law's Slotine-Li torque")
+    ap.add_argument("--residual-input", default=RESIDUAL_INPUT, choices=["reference", "state"],
+                    help="where the observer takes the learner's prediction (external_torque's residual_input):"
+                    " state (default): at the measured state | reference: feedforward/residual")
     args = ap.parse_args(argv)
     robots = [r.strip() for r in args.robots.split(",") if r.strip()]
     bad = [r for r in robots if r not in ROBOTS]
@@ -861,7 +893,8 @@ def main(argv=None) -> int:
         runs = {}
         for robot in robots:
             res = run_robot(robot, cfg, seed, args.out, files, with_sensitivity=not args.quick and i == 0,
-                            learner=args.learner, plots=i == 0)
+                            learner=args.learner, plots=i == 0, parametric_torque=args.parametric_torque,
+                            residual_input=args.residual_input)
             runs[res["robot"]] = res
         if i == 0:
             per_robot = runs
@@ -873,6 +906,8 @@ def main(argv=None) -> int:
            "seeds": seeds,
            "config": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()}, "push_on_s": PUSH_ON,
                       "push_slot_s": PUSH_SLOT, "observer_gain": GAIN, "calibration": CALIBRATION, "learner": args.learner,
+                      "parametric_torque": args.parametric_torque, "residual_input": args.residual_input,
+                      "estimate_armature": ESTIMATE_ARMATURE,
                       "tool": TOOL, "elbow": {label(r): ELBOW[r] for r in robots}},
            **summarise(per_robot), "over_seeds": over_seeds(per_seed), "per_seed": per_seed, "per_robot": per_robot,
            "plots": [os.path.basename(f) for f in files], "runtime_s": round(time.perf_counter() - t0, 1)}

@@ -97,6 +97,12 @@ def specs() -> list[ParamSpec]:
         ParamSpec("model_input", "state", "where the model term Y pi_hat is evaluated: state (Slotine-Li,"
                   " Y(q, qd, qd_r, qdd_r)) | desired (a pure feed-forward Y(q_d, qd_d, qd_d, qdd_d): PGPOL's"
                   " rigid-body baseline; joint space only)", choices=["state", "desired"], read_only=True),
+        ParamSpec("parametric_torque", "law", "what adaptive/parametric_torque (the residual learner's"
+                  " parametric part) carries: law: the control law's model torque Y(q, qd, qd_r, qdd_r) pi_hat"
+                  " (ARDL's residual) | state: the model at the learner's input x = (q, qd, qdd_d), Y(x) pi_hat"
+                  " -- the learnt residual a function of the state and the consistency transform exact"
+                  " (monitoring: docs/contact.md; one more regressor per cycle; joint space only)",
+                  choices=["law", "state"], read_only=True),
         ParamSpec("residual_wait", 0.0, "lockstep: once residuals have been received, wait up to this many"
                   " wall s for the residual stamped for the state before answering it (0 = never wait)",
                   min=0.0, max=60.0),
@@ -358,7 +364,8 @@ class AdaptiveControllerNode(JointControllerShell):
     def _publish_learning(self, stamp: int, core) -> None:
         names = self.model.joint_names
         if self.pub_ptorque.get_subscription_count():  # a pure stream: skip the ~40 us when nobody listens
-            self.pub_ptorque.publish(joint_state_msg(stamp, names, effort=core.parametric_torque))
+            self.pub_ptorque.publish(joint_state_msg(stamp, names, effort=core.model_torque if core.state_torque
+                                                     else core.parametric_torque))
         dpi = self.session.update_due(self.p["update_decimation"])
         if dpi is not None:
             self.pub_update.publish(joint_state_msg(stamp, core.full_parameter_names, q=dpi))

@@ -112,6 +112,11 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
         ParamSpec("use_residual", False, "subtract the learned residual feedforward/residual (stamped for the"
                   " state's instant, else the newest within residual_staleness) from what the observer reports,"
                   " on residual_joints"),
+        ParamSpec("residual_input", "reference", "which residual use_residual takes: reference"
+                  " (feedforward/residual, the learner's prediction at the reference, as the controller takes it)"
+                  " | state (residual/state of a residual_learner with state_residual: its prediction at the"
+                  " measured state -- the observer compares the measured motion with the model at it)",
+                  choices=["reference", "state"], read_only=True),
         ParamSpec("use_residual_std", False, "with use_residual: add the learner's predictive std"
                   " (feedforward/residual_std, stamped like the residual) to the thresholds' uncertainty term:"
                   " threshold = thresholds + uncertainty_gain x sqrt(model_std^2 + std^2)", read_only=True),
@@ -227,7 +232,8 @@ class ExternalTorqueNode(Node):
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(JointState, "joint_states", self._on_state, stream_qos(p["reliable_streams"]),
                                  raw=True)   # serialized -> arrays (wire.py)
-        self.create_subscription(JointState, "feedforward/residual", self._on_residual, DEEP_RELIABLE_QOS)
+        self.residual_topic = "residual/state" if p["residual_input"] == "state" else "feedforward/residual"
+        self.create_subscription(JointState, self.residual_topic, self._on_residual, DEEP_RELIABLE_QOS)
         self.use_std = bool(p["use_residual_std"])
         if self.use_std:
             self.create_subscription(JointState, "feedforward/residual_std", self._on_residual_std,
@@ -326,7 +332,7 @@ class ExternalTorqueNode(Node):
 
     def _on_residual(self, msg: JointState) -> None:
         try:
-            stamp, f = vector_from_msg(msg, self.names, "effort", where="feedforward/residual")
+            stamp, f = vector_from_msg(msg, self.names, "effort", where=self.residual_topic)
         except ValueError as exc:
             return self._reject("residual", exc)
         with self._lock:

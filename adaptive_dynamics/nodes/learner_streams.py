@@ -299,6 +299,22 @@ class SampleAssembler:
             return
         self._arrived(stamp, part, value)
 
+    def state_input(self, stamp: int) -> Optional[np.ndarray]:
+        """The learner input ``x = (q, qd, qdd)`` of the state stamped ``stamp`` (its
+        acceleration as the samples take it: the reference's at that stamp, or the
+        filtered measured one); None when the state is gone or no reference is there."""
+        with self._lock:
+            got = self._states.get(stamp)
+        if got is None:
+            return None
+        q, v, _tau, acc = got
+        if acc is None:
+            ref = self.refs.lookup(stamp, 0, 0)
+            if ref is None or ref.qdd is None:
+                return None
+            acc = ref.qdd
+        return np.concatenate([q, v, acc])
+
     def _learn(self, stamp: int, pt: np.ndarray, cmd: Optional[np.ndarray]) -> None:
         if not self.core.learning:
             return

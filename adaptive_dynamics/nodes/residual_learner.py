@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
@@ -18,7 +19,8 @@ from trajectory_msgs.msg import JointTrajectory
 
 from ..ros.node_base import Counters, HotPath, diagnostic_array, run_node
 from ..ros.params import ParamSpec, declare_params
-from ..ros.qos import DEEP_RELIABLE_QOS, REFERENCE_QOS, stream_qos
+from ..ros.joint_states import joint_state_msg
+from ..ros.qos import DEEP_RELIABLE_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, stream_qos
 from ..ros.references import ReferenceBuffer
 from .housekeeping import Throttle, trigger_save
 from .robot_params import load_robot, robot_specs
@@ -31,6 +33,10 @@ def specs() -> list[ParamSpec]:
         ParamSpec("model_file", "", "learner file (.npz): loaded at start if it exists, saved on shutdown"
                   " and ~/save_model; empty = no persistence", read_only=True),
         ParamSpec("autosave_period", 0.0, "> 0: also save every this many wall seconds", min=0.0),
+        ParamSpec("state_residual", False, "also publish residual/state: the prediction at each measured state,"
+                  " x = (q, qd, qdd_d at the state's stamp), stamped like the state (external_torque's"
+                  " residual_input: state: the observer compares the measured motion with the model at it)",
+                  read_only=True),
     ] + output_specs("residual_learner/prediction") + stream_specs()
 
 
@@ -67,6 +73,8 @@ class ResidualLearnerNode(Node):
 
         self.output = ResidualOutput(self, self.names, self.refs, self.counters, self._log_error,
                                      monitor_topic="residual_learner/prediction", std=p["publish_std"])
+        self.pub_state = (self.create_publisher(JointState, "residual/state", PUBLISHER_STREAM_QOS)
+                          if p["state_residual"] else None)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.io = HotPath(self, enabled=p["hot_path_thread"])
         io = self.io.node
@@ -110,6 +118,26 @@ class ResidualLearnerNode(Node):
         if stamp is not None:
             self.output.publish_until(stamp, stamp + int(self.p["prediction_lead"] * 1e9), self.core.predict,
                                       output=self.p["output"], monitor_every=self.p["monitor_decimation"])
+            if self.pub_state is not None:
+                self._publish_state_residual(stamp)
+
+    def _publish_state_residual(self, stamp: int) -> None:
+        """``residual/state`` for the state stamped ``stamp`` (zeros with ``output`` off or
+        before the learner exists; nothing when the state has no reference acceleration
+        or the prediction fails: never a NaN residual)."""
+        x = self.samples.state_input(stamp)
+        if x is None:
+            self.counters.inc("state_residual_no_reference")
+            return
+        try:
+            f = np.asarray(self.core.predict(x), dtype=float)
+            if f.shape != (self.n,) or not np.isfinite(f).all():
+                raise ValueError(f"prediction {f.tolist()}")
+        except ValueError as exc:
+            self.counters.inc("prediction_failed")
+            self._log_error("predict_state", f"prediction at the state failed ({exc}): no residual/state")
+            return
+        self.pub_state.publish(joint_state_msg(stamp, self.names, effort=f if self.p["output"] else 0.0 * f))
 
     def _on_update(self, msg: JointState) -> None:
         if self.samples.on_parameter_update(msg):
