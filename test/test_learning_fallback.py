@@ -53,7 +53,7 @@ def test_far_queries_get_the_prior_near_ones_the_learner(kind, planar):
     np.testing.assert_allclose(v, np.broadcast_to(np.mean(Y ** 2, axis=0), v.shape), rtol=0.02)
     assert np.all(L.support(Xf) <= 1e-3)
     # never worse than the prior there, per output (the batch_far_vs_prior check)
-    assert np.all(np.mean((Yf - m) ** 2, axis=0) <= np.mean(Yf ** 2, axis=0))
+    assert np.all(np.mean((Yf - m) ** 2, axis=0) <= np.mean(Yf ** 2, axis=0) * (1 + 1e-6))
     # near the newest data (every learner, windowed ones included, has it): the learner,
     # as good as without the fall-back
     near = slice(len(X) - 100, len(X), 2)

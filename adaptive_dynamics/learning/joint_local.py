@@ -16,6 +16,11 @@ joints' accelerations): the adapted rigid-body estimate carries that part.  The
 experiments compare it with the full-state learners (``experiment contact --learner``,
 ``experiment realdata``; docs/learners.md).
 
+Support (where the prediction falls back to the prior, :mod:`.base`): each network's
+``exp(-q^2 / 2)`` (:mod:`.rbfn`) times ``exp(-d^2 / (2 width^2))``, d how far the joint's
+input lies beyond the network's box (unit-box coordinates): beyond its data the
+Gaussians fade and the constant basis function alone would claim to know the residual.
+
 Learning is each network's (block) recursive least squares; with the consistency
 transform (``n_params > 0``) each network carries its ``dW/dpi`` with the regressor's row
 of its joint as targets (ARDL eq. 14), so a parameter change moves every network exactly
@@ -83,6 +88,7 @@ class JointLocal(Learner):
         self.n_basis = n * self.nets[0].n_basis
         # column indices of joint i's inputs in x = (q, qd, qdd)
         self._cols = [np.array([i + k * n for k in range(INPUTS[inputs])]) for i in range(n)]
+        self._col_index = np.array(self._cols)
 
     @property
     def uses_regressors(self) -> bool:  # type: ignore[override]
@@ -118,16 +124,65 @@ class JointLocal(Learner):
 
     # ------------------------------------------------------------------ prediction
     def _predict(self, X: np.ndarray, return_var: bool):
+        stack = self._stacked()
+        if stack is None:                    # a network still warming up: one at a time
+            return self._predict_each(X, return_var)
+        low, inv_span, Ct2, cnorm, beta, Wg, const, P, nv, bias = stack
+        n, K = self.output_dim, Wg.shape[1]
+        Zs = (X[:, self._col_index] - low) * inv_span                # N x n x d, in each box
+        tol = self.nets[0]._unit_tolerance
+        out = ((Zs < -tol) | (Zs > 1.0 + tol)).any(axis=2)           # N x n: beyond each box
+        if out.any():
+            for i, net in enumerate(self.nets):
+                net.n_queries_outside += int(np.count_nonzero(out[:, i]))
+        Th = np.ones((n, X.shape[0], K + int(bias)))                 # per joint: N x (K [+ 1])
+        E = Th[:, :, :K]
+        np.matmul(Zs.transpose(1, 0, 2), Ct2, out=E)
+        E -= cnorm
+        E -= beta * np.square(Zs).sum(axis=2).T[:, :, None]
+        np.exp(E, out=E)
+        mean = (E * Wg[:, None, :]).sum(axis=2).T + const
+        q = (np.matmul(Th, P) * Th).sum(axis=2).T                    # posterior variance / noise variance
+        var = (1.0 + q) * nv if return_var else None
+        return mean, var, np.exp(-0.5 * q * q) * self._reach(Zs)
+
+    def _reach(self, Zs: np.ndarray) -> np.ndarray:
+        """``exp(-d^2 / (2 width^2))``, d the distance of each network's input beyond its
+        box (unit-box coordinates; 1 inside): where the Gaussians have faded, the constant
+        basis function alone would still claim full support."""
+        beyond = np.maximum(0.0, np.maximum(-Zs, Zs - 1.0))
+        return np.exp(-0.5 * np.square(beyond).sum(axis=-1) / self.nets[0].width ** 2)
+
+    def _stacked(self):
+        """The networks' prediction snapshots stacked (one einsum for every joint), rebuilt
+        when one of them changes; None while one has none (warm-up)."""
+        snaps = [net._pred for net in self.nets]
+        if any(sn is None for sn in snaps):
+            return None
+        key = tuple(id(sn) for sn in snaps)
+        cache = getattr(self, "_stack_cache", None)
+        if cache is not None and cache[0] == key:
+            return cache[1]
+        net0 = self.nets[0]
+        geo = [sn[5] for sn in snaps]
+        stack = (np.array([g[0] for g in geo])[None], np.array([g[1] for g in geo])[None], geo[0][2], geo[0][3],
+                 net0.beta, np.array([sn[3][:, 0] for sn in snaps]), np.array([sn[4][0] for sn in snaps]),
+                 np.array([sn[1] for sn in snaps]), np.array([sn[2][0] for sn in snaps]), net0.bias)
+        self._stack_cache = (key, stack, snaps)       # (the snapshots kept alive: their ids stay theirs)
+        return stack
+
+    def _predict_each(self, X: np.ndarray, return_var: bool):
         N, n = X.shape[0], self.output_dim
         mean = np.empty((N, n))
         var = np.empty((N, n)) if return_var else None
         support = np.empty((N, n))
         for i, net in enumerate(self.nets):
-            m, v, s = net._predict(self.joint_inputs(X, i), return_var)
+            Z = self.joint_inputs(X, i)
+            m, v, s = net._predict(Z, return_var)
             mean[:, i] = m[:, 0]
             if return_var:
                 var[:, i] = v[:, 0]
-            support[:, i] = s
+            support[:, i] = s if net._pred is None else s * self._reach((Z - net.low) / (net.high - net.low))
         return mean, var, support
 
     # ------------------------------------------------------------------ consistency
