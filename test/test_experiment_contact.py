@@ -32,7 +32,11 @@ def test_contact_quick(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res == json.loads((out / "contact.json").read_text())
     assert res["experiment"] == "contact" and res["quick"] and res["robots"] == ["panda"]
-    assert res["config"]["learner"] == "gmm"   # the node's default kind; --learner picks another
+    # the joint-local learner on the state-form target, taken at the measured state, no armature on
+    # the estimate (--learner, --parametric-torque, --residual-input pick others)
+    assert res["config"]["learner"] == "joint_local"
+    assert res["config"]["parametric_torque"] == res["config"]["residual_input"] == "state"
+    assert res["config"]["estimate_armature"] == 0.0
     with pytest.raises(SystemExit):
         contact.main(["--out", str(out), "--quick", "--learner", "no_such_learner"])
     for key in ("threshold_vs_urdf_max", "detection_delay_ms_max", "external_torque_rmse_vs_urdf",
@@ -128,3 +132,33 @@ def test_over_seeds_medians_and_missed_pushes():
     assert o["targets_met_every_seed"] == {"threshold_vs_urdf_max": False, "learned_never_worse": True}
     per_seed[2]["detection_delay_ms_max"] = None      # two of three missed: no median
     assert contact.over_seeds(per_seed)["detection_delay_ms_max"]["median"] is None
+
+
+def test_observers_take_the_residual_input_and_no_armature_on_the_estimate():
+    """``observers``: the learned model's observer takes the learner's prediction at the
+    measured state (``residual_input: state``, the run's setting) or at the reference; the
+    estimate's observers add no armature, the URDF's the robot's (the iiwa states one)."""
+    from adaptive_dynamics.control.momentum_observer import MomentumObserver, observer_model
+    from adaptive_dynamics.dynamics import RobotModel
+    from adaptive_dynamics.robots import armature
+
+    m = RobotModel("iiwa14", friction=True)
+    rng = np.random.default_rng(0)
+    K, n = 200, m.n
+    t = np.arange(K) * contact.DT
+    q = 0.3 * np.sin(np.outer(t, np.linspace(1, 2, n)))
+    v = 0.3 * np.linspace(1, 2, n) * np.cos(np.outer(t, np.linspace(1, 2, n)))
+    run = {"robot": "iiwa14", "model": m, "pi": m.parameters * 1.05, "t": t, "q": q, "v": v,
+           "tau": rng.standard_normal((K, n)), "f": rng.standard_normal((K, n)),
+           "f_state": rng.standard_normal((K, n)), "residual_input": "state"}
+    assert np.any(armature("iiwa14") > 0)
+    R = contact.observers(run, models=("urdf", "adapted", "learned"))
+    est = observer_model(m, run["pi"])
+    for name, f in (("adapted", None), ("learned", run["f_state"])):
+        want = MomentumObserver(est, contact.GAIN, armature=0.0).run(t, q, v, run["tau"], f)
+        np.testing.assert_allclose(R[name], want, rtol=1e-12, atol=1e-12)
+    want = MomentumObserver(RobotModel("iiwa14"), contact.GAIN, armature=armature("iiwa14")).run(t, q, v, run["tau"])
+    np.testing.assert_allclose(R["urdf"], want, rtol=1e-12, atol=1e-12)
+    ref = contact.observers(run, models=("learned",), residual_input="reference")["learned"]
+    np.testing.assert_allclose(ref, MomentumObserver(est, contact.GAIN, armature=0.0).run(t, q, v, run["tau"], run["f"]),
+                               rtol=1e-12, atol=1e-12)

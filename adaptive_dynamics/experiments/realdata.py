@@ -3,7 +3,7 @@ learners with their defaults, judged on held-out data inside **and outside** the
 training region.
 
 ``adaptive-dynamics experiment realdata --out DIR [--quick] [--part offline|closed_loop|all]
-[--seconds S] [--learners gmm,rbfn,gp,sgpol,pgpol] [--robots panda,iiwa14|URDF,...]
+[--seconds S] [--learners gmm,rbfn,gp,sgpol,pgpol,joint_local] [--robots panda,iiwa14|URDF,...]
 [--closed-loop-reality proxy|config]``
 
 Two parts: ``offline`` (the recordings below) and ``closed_loop``
@@ -99,7 +99,7 @@ EXCITATION = {"amplitude": 0.4, "base_frequency": 0.1, "harmonics": 4}
 OTHER_SHIFT = 0.05
 PROXIES = ("panda", "iiwa14")
 LEARN_RATE_HZ = 100.0
-LEARNERS = ("gmm", "rbfn", "gp", "sgpol", "pgpol")
+LEARNERS = ("gmm", "rbfn", "gp", "sgpol", "pgpol", "joint_local")
 TARGETS = {"out_of_region_vs_id_max": 1.05, "in_region_vs_id_max": 0.5, "batch_far_vs_prior_max": 1.0}
 #: the smooth friction models identified beside the linear one (``identify --friction``)
 FRICTION_MODELS = ("sigmoid", "stribeck")
