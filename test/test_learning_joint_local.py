@@ -41,11 +41,12 @@ def test_each_output_is_its_joints_network(panda):
     for s in range(0, len(X), 100):
         L.partial_fit(X[s:s + 100], y[s:s + 100])
     Xq = _states(n, 50, np.zeros(n), rng, amp=0.4)
+    L.set_prediction(raw=True)      # the networks as they are (the fall-back: the next tests)
     m, v = L.predict(Xq, return_var=True)
     for i in (0, 3, 6):
         Z = X[:, [i, n + i, 2 * n + i]]
         np.testing.assert_array_equal(L.joint_inputs(X, i), Z)
-        net = RBFNetwork(3, 1, **cfg)
+        net = RBFNetwork(3, 1, **cfg).set_prediction(raw=True)
         for s in range(0, len(X), 100):
             net.partial_fit(Z[s:s + 100], y[s:s + 100, i:i + 1])
         Zq = Xq[:, [i, n + i, 2 * n + i]]
@@ -57,29 +58,45 @@ def test_each_output_is_its_joints_network(panda):
     assert np.all(nmse < 0.1), nmse
 
 
-def test_other_joints_elsewhere_change_nothing(panda):
-    """Trained with the other joints around one pose, asked with them around another (far
-    beyond the training region): the joint-local learner predicts the same; the full-state
-    RBF network does not know that part of the space (falls back or extrapolates)."""
+def test_other_joints_elsewhere_change_nothing_raw_and_fall_back_far(panda):
+    """Trained with the other joints around one pose, asked with them around another: the
+    raw joint-local networks predict the same (no slopes in the other joints' directions);
+    with the fall-back the support falls with the configuration's distance to those learnt
+    (``reach``) -- along one motion a coupled effect can look joint-local -- so 1.5 rad away
+    it is the prior; on the learnt configurations it is the networks'."""
     n = panda.n
     rng = np.random.default_rng(1)
-    X = _states(n, 1500, np.zeros(n), rng)
+    t = np.arange(1500) * 0.01
+    q = 0.4 * np.sin(np.outer(t, np.linspace(0.5, 1.1, n)))
+    v = 0.4 * np.linspace(0.5, 1.1, n) * np.cos(np.outer(t, np.linspace(0.5, 1.1, n)))
+    X = np.hstack([q, v, rng.uniform(-2.0, 2.0, (t.size, n))])
     y = _joint_local_target(X, n)
-    L = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200)
-    F = make_learner("rbfn", input_dim=3 * n, output_dim=n, warmup=200)
+    L = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200, reach=0.05)
     for s in range(0, len(X), 150):
         L.partial_fit(X[s:s + 150], y[s:s + 150])
-        F.partial_fit(X[s:s + 150], y[s:s + 150])
-    Xq = _states(n, 200, np.zeros(n), rng, amp=0.4)
+    Xq = X[::7]
     moved = Xq.copy()
     moved[:, 1:n] += 1.5                       # every joint but the first 1.5 rad away
-    moved[:, 2 * n + 1:] *= 3.0                # and accelerating three times harder
-    truth = _joint_local_target(Xq, n)[:, 0]
+    L.set_prediction(raw=True)
     np.testing.assert_allclose(L.predict(moved)[:, 0], L.predict(Xq)[:, 0], rtol=0, atol=1e-12)
-    assert np.all(L.support(moved)[:, 0] > 0.9)
-    err_local = np.sqrt(np.mean((L.predict(moved)[:, 0] - truth) ** 2))
-    err_full = np.sqrt(np.mean((F.predict(moved)[:, 0] - truth) ** 2))
-    assert err_local < 0.25 * np.std(truth) and err_full > 3 * err_local, (err_local, err_full)
+    truth = _joint_local_target(Xq, n)
+    assert np.sqrt(np.mean((L.predict(Xq) - truth) ** 2)) < 0.25 * np.std(truth)
+    L.set_prediction(raw=False)
+    assert np.all(L.support(Xq) > 0.99)
+    assert np.sqrt(np.mean((L.predict(Xq) - truth) ** 2)) < 0.25 * np.std(truth)
+    assert np.all(L.support(moved) < 1e-12) and np.abs(L.predict(moved)).max() < 1e-9
+    # between: the support of a configuration `reach` away is exp(-1/2) of the networks' own
+    off = Xq[:5].copy()
+    off[:, 0] += 0.3                           # 0.3 rad beyond a learnt configuration (none nearer)
+    d = np.array([np.min(np.linalg.norm(o[:n] - X[:, :n], axis=1)) for o in off])
+    L2 = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200, reach=1e6)
+    for s in range(0, len(X), 150):
+        L2.partial_fit(X[s:s + 150], y[s:s + 150])
+    nearest_cover = np.array([np.min(np.linalg.norm(o[:n] - L._cover, axis=1)) for o in off])
+    assert np.all(nearest_cover >= d - 1e-12) and np.all(nearest_cover <= d + 0.5 * 0.05)
+    D = np.maximum(nearest_cover - 0.5 * 0.05, 0.0)   # ... of the kept configurations
+    np.testing.assert_allclose(L.support(off), L2.support(off) * np.exp(-0.5 * (D / 0.05) ** 2)[:, None],
+                               rtol=1e-6, atol=1e-300)
 
 
 def test_consistency_transform_against_the_transformed_targets(panda):

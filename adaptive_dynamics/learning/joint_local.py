@@ -5,21 +5,26 @@ Model: ``f_i(x) = g_i(q_i, qd_i, qdd_i)`` (``inputs="qva"``, the default) or
 output (its box from the data, growing; targets standardised; a constant basis function).
 
 Why: what a rigid-body model with viscous and Coulomb columns leaves on a torque-
-controlled arm is mostly joint-local -- Stribeck and load-dependent friction, cogging and
-position ripple of the drive, torque-sensor offsets, the gearbox's own inertia -- and a
+controlled arm is much of it joint-local -- Stribeck and load-dependent friction, cogging
+and position ripple of the drive, torque-sensor offsets, the drive's own inertia -- and a
 learner on the whole 3n-dimensional state has to find that out from data: along one
-path it fits slopes in the other joints' directions that nothing constrains, and they
-extrapolate as soon as the motion leaves the path.  A joint-local learner has no such
-directions: a sample of joint i's state teaches ``g_i`` wherever the other joints are.
-What it cannot represent is coupling (an inertial error moves torque with the other
-joints' accelerations): the adapted rigid-body estimate carries that part.  The
-experiments compare it with the full-state learners (``experiment contact --learner``,
-``experiment realdata``; docs/learners.md).
+motion it fits slopes in the other joints' directions that nothing constrains.  A
+joint-local learner has no such directions, and on a motion it has seen (the same task
+again: ``experiment contact``) its residual comes closer to what the sensors allow.  What
+it cannot tell apart along one motion is a joint-local effect from a coupled one (an
+inertial error moves torque with the other joints' accelerations) that happens to follow
+the joint's own state there: on another motion that part is wrong.  So its support also
+falls with the distance of the whole configuration ``q`` to the configurations it learnt
+(``reach``; ``experiment realdata`` measures it on another excitation), and it is the
+learner for a motion that repeats, not for generalising.
 
 Support (where the prediction falls back to the prior, :mod:`.base`): each network's
 ``exp(-q^2 / 2)`` (:mod:`.rbfn`) times ``exp(-d^2 / (2 width^2))``, d how far the joint's
-input lies beyond the network's box (unit-box coordinates): beyond its data the
-Gaussians fade and the constant basis function alone would claim to know the residual.
+input lies beyond the network's box (unit-box coordinates: beyond its data the Gaussians
+fade and the constant basis function alone would claim to know the residual), times
+``exp(-D^2 / (2 reach^2))``, D [rad] how much farther than ``reach / 2`` the configuration
+``q`` lies from the nearest one learnt (they are kept ``reach / 2`` apart, in a k-d tree:
+within that spacing a configuration counts as learnt).
 
 Learning is each network's (block) recursive least squares; with the consistency
 transform (``n_params > 0``) each network carries its ``dW/dpi`` with the regressor's row
@@ -62,6 +67,9 @@ class JointLocal(Learner):
         Each network's (:class:`~.rbfn.RBFNetwork`; its box always from the data).
     n_params:
         Length of pi to carry dW/dpi for (0 = no consistency transform).
+    reach:
+        [rad] The support falls as ``exp(-D^2 / (2 reach^2))`` with the distance D of the
+        configuration to the nearest one learnt, beyond ``reach / 2``.
     """
 
     kind = "joint_local"
@@ -69,7 +77,8 @@ class JointLocal(Learner):
     def __init__(self, input_dim: int, output_dim: int, *, inputs: str = "qva", n_basis: int = 64,
                  width: float = 0.15, reg: float = 1e-3, forgetting: float = 1.0, n_params: int = 0,
                  seed: int = 0, block_size: int = 256, bias: bool = True, standardize: bool = True,
-                 warmup: int = 200, box_margin: float = 0.2, grow: bool = True, memory: int = 4096):
+                 warmup: int = 200, box_margin: float = 0.2, grow: bool = True, memory: int = 4096,
+                 reach: float = 0.05):
         super().__init__(input_dim, output_dim)
         n = self.output_dim
         if self.input_dim != 3 * n:
@@ -84,6 +93,12 @@ class JointLocal(Learner):
                    standardize=bool(standardize), warmup=int(warmup), box_margin=float(box_margin),
                    grow=bool(grow), memory=int(memory))
         self._sub_config = sub
+        self.reach = float(reach)
+        if not self.reach > 0:
+            raise ValueError(f"reach must be > 0 [rad], got {reach}")
+        self._cover = np.empty((0, n))      # the configurations learnt, ~reach / 2 apart
+        self._tree = None                   # cKDTree of _cover[:_n_tree]
+        self._n_tree = 0
         self.nets = [RBFNetwork(INPUTS[inputs], 1, **sub) for _ in range(n)]
         self.n_basis = n * self.nets[0].n_basis
         # column indices of joint i's inputs in x = (q, qd, qdd)
@@ -96,7 +111,7 @@ class JointLocal(Learner):
 
     def get_config(self) -> Dict[str, Any]:
         return {"input_dim": self.input_dim, "output_dim": self.output_dim, "inputs": self.inputs,
-                **self._sub_config}
+                "reach": self.reach, **self._sub_config}
 
     def joint_inputs(self, X: np.ndarray, i: int) -> np.ndarray:
         """Network i's inputs for the rows of X: ``(q_i, qd_i, qdd_i)`` (``"qva"``) or
@@ -118,9 +133,41 @@ class JointLocal(Learner):
         return regressors_for(X, regressors, model, self.output_dim, self.n_params, "this joint-local learner")
 
     def _fit(self, X: np.ndarray, y: np.ndarray, R: Optional[np.ndarray]) -> None:
+        self._cover_add(X[:, :self.output_dim])
         for i, net in enumerate(self.nets):
             net._fit(self.joint_inputs(X, i), y[:, i:i + 1], None if R is None else R[:, i:i + 1, :])
             net.n_updates += X.shape[0]
+
+    # ------------------------------------------------------------------ the configurations learnt
+    def _nearest(self, Q: np.ndarray) -> np.ndarray:
+        """Distance [rad] of each configuration to the nearest one learnt (inf before any)."""
+        d = np.full(Q.shape[0], np.inf)
+        if self._tree is not None:
+            d = self._tree.query(Q, k=1)[0]
+        tail = self._cover[self._n_tree:]
+        if tail.shape[0]:
+            d = np.minimum(d, np.sqrt(((Q[:, None, :] - tail[None]) ** 2).sum(axis=2)).min(axis=1))
+        return d
+
+    def _near(self, Q: np.ndarray) -> np.ndarray:
+        """``exp(-D^2 / (2 reach^2))``, D the distance beyond the cover's spacing (reach / 2)
+        of each configuration to the nearest one learnt."""
+        D = np.maximum(self._nearest(Q) - 0.5 * self.reach, 0.0)
+        return np.exp(-0.5 * np.square(D / self.reach))
+
+    def _cover_add(self, Q: np.ndarray) -> None:
+        """Keep each learnt configuration farther than reach / 2 from those kept (a cover of
+        where the learner has data, its size set by the motion, not by its duration)."""
+        for q in Q:
+            if self._nearest(q[None])[0] > 0.5 * self.reach:
+                self._cover = np.vstack([self._cover, q])
+        if self._cover.shape[0] - self._n_tree > 256:
+            self._rebuild_tree()
+
+    def _rebuild_tree(self) -> None:
+        from scipy.spatial import cKDTree
+        self._n_tree = self._cover.shape[0]
+        self._tree = cKDTree(self._cover) if self._n_tree else None
 
     # ------------------------------------------------------------------ prediction
     def _predict(self, X: np.ndarray, return_var: bool):
@@ -144,7 +191,8 @@ class JointLocal(Learner):
         mean = (E * Wg[:, None, :]).sum(axis=2).T + const
         q = (np.matmul(Th, P) * Th).sum(axis=2).T                    # posterior variance / noise variance
         var = (1.0 + q) * nv if return_var else None
-        return mean, var, np.exp(-0.5 * q * q) * self._reach(Zs)
+        near = self._near(X[:, :n])[:, None]
+        return mean, var, np.exp(-0.5 * q * q) * self._reach(Zs) * near
 
     def _reach(self, Zs: np.ndarray) -> np.ndarray:
         """``exp(-d^2 / (2 width^2))``, d the distance of each network's input beyond its
@@ -183,7 +231,7 @@ class JointLocal(Learner):
             if return_var:
                 var[:, i] = v[:, 0]
             support[:, i] = s if net._pred is None else s * self._reach((Z - net.low) / (net.high - net.low))
-        return mean, var, support
+        return mean, var, support * self._near(X[:, :n])[:, None]
 
     # ------------------------------------------------------------------ consistency
     def _transform(self, dpi: np.ndarray, model) -> None:
@@ -195,7 +243,7 @@ class JointLocal(Learner):
 
     # ------------------------------------------------------------------ persistence
     def _get_arrays(self) -> Dict[str, np.ndarray]:
-        out = {}
+        out = {"cover": self._cover}
         for i, net in enumerate(self.nets):
             for k, v in net._get_arrays().items():
                 out[f"j{i}_{k}"] = v
@@ -203,6 +251,11 @@ class JointLocal(Learner):
         return out
 
     def _set_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        cover = np.asarray(arrays.get("cover", np.empty((0, self.output_dim))), dtype=float)
+        if cover.ndim != 2 or cover.shape[1] != self.output_dim or not np.isfinite(cover).all():
+            raise ValueError(f"saved joint-local learner has configurations of shape {cover.shape}")
+        self._cover = cover.copy()
+        self._rebuild_tree()
         for i, net in enumerate(self.nets):
             pre = f"j{i}_"
             sub = {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}
