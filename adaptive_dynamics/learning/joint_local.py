@@ -22,9 +22,9 @@ Support (where the prediction falls back to the prior, :mod:`.base`): each netwo
 ``exp(-q^2 / 2)`` (:mod:`.rbfn`) times ``exp(-d^2 / (2 width^2))``, d how far the joint's
 input lies beyond the network's box (unit-box coordinates: beyond its data the Gaussians
 fade and the constant basis function alone would claim to know the residual), times
-``exp(-D^2 / (2 reach^2))``, D [rad] how much farther than ``reach / 2`` the configuration
-``q`` lies from the nearest one learnt (they are kept ``reach / 2`` apart, in a k-d tree:
-within that spacing a configuration counts as learnt).
+1 within ``reach`` [rad] of a configuration learnt and ``exp(-2 (D / reach)^2)`` beyond, D
+how much farther than ``reach`` the configuration ``q`` lies from the nearest one learnt
+(they are kept ``reach / 2`` apart, in a k-d tree).
 
 Learning is each network's (block) recursive least squares; with the consistency
 transform (``n_params > 0``) each network carries its ``dW/dpi`` with the regressor's row
@@ -68,8 +68,8 @@ class JointLocal(Learner):
     n_params:
         Length of pi to carry dW/dpi for (0 = no consistency transform).
     reach:
-        [rad] The support falls as ``exp(-D^2 / (2 reach^2))`` with the distance D of the
-        configuration to the nearest one learnt, beyond ``reach / 2``.
+        [rad] Full support within this distance of a configuration learnt, falling as
+        ``exp(-2 (D / reach)^2)`` with the distance D beyond it.
     """
 
     kind = "joint_local"
@@ -150,10 +150,10 @@ class JointLocal(Learner):
         return d
 
     def _near(self, Q: np.ndarray) -> np.ndarray:
-        """``exp(-D^2 / (2 reach^2))``, D the distance beyond the cover's spacing (reach / 2)
-        of each configuration to the nearest one learnt."""
-        D = np.maximum(self._nearest(Q) - 0.5 * self.reach, 0.0)
-        return np.exp(-0.5 * np.square(D / self.reach))
+        """1 within ``reach`` of a configuration learnt, ``exp(-2 (D / reach)^2)`` beyond, D
+        the distance beyond ``reach`` (a Gaussian of width reach / 2)."""
+        D = np.maximum(self._nearest(Q) - self.reach, 0.0)
+        return np.exp(-2.0 * np.square(D / self.reach))
 
     def _cover_add(self, Q: np.ndarray) -> None:
         """Keep each learnt configuration farther than reach / 2 from those kept (a cover of
