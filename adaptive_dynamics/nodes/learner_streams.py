@@ -61,7 +61,8 @@ def reference_input(r, n: int, out: Optional[np.ndarray] = None) -> np.ndarray:
 
 def learner_kind_description() -> str:
     return ("gmm (incremental GMM + GMR) | rbfn (RBF network + RLS) | gp (exact GP, FIFO window) |"
-            " pgpol (parallel drifting sparse GPs + database) | sgpol (one drifting sparse GP); any kind of"
+            " pgpol (parallel drifting sparse GPs + database) | sgpol (one drifting sparse GP) | joint_local (an"
+            " RBF network per joint on its own q, qd, qdd: a repeated task, contact monitoring); any kind of"
             " adaptive_dynamics.learning.LEARNERS")
 
 
