@@ -245,9 +245,11 @@ class ExternalTorqueNode(Node):
         self._start_calibration(p["calibrate"])
         self.get_logger().info(
             f"model {p['model_source']}{' + friction' if p['friction'] else ''}"
-            f"{' + fixed friction' if fixed is not None else ''}, residual {'on' if p['use_residual'] else 'off'}"
+            f"{' + fixed friction' if fixed is not None else ''}, residual "
+            f"{('on (' + self.residual_topic + ')') if p['use_residual'] else 'off'}"
             f"{' (+ its std in the thresholds)' if self.use_std and p['use_residual'] else ''},"
-            f" K_O {np.asarray(p['gains']).tolist()} 1/s, thresholds "
+            f" armature {np.asarray(armature_of(p, self.n)).tolist()}, K_O {np.asarray(p['gains']).tolist()} 1/s,"
+            f" thresholds "
             f"{self.detector.thresholds.tolist() if self.detector.configured else 'none'}; joints {self.names}")
 
     # ------------------------------------------------------------- parameters
