@@ -97,8 +97,8 @@ class JointLocal(Learner):
         if not self.reach > 0:
             raise ValueError(f"reach must be > 0 [rad], got {reach}")
         self._cover = np.empty((0, n))      # the configurations learnt, ~reach / 2 apart
-        self._tree = None                   # cKDTree of _cover[:_n_tree]
-        self._n_tree = 0
+        # what predict reads, swapped whole: (cKDTree of cover[:n_tree] or None, cover, n_tree)
+        self._cover_snap = (None, self._cover, 0)
         self.nets = [RBFNetwork(INPUTS[inputs], 1, **sub) for _ in range(n)]
         self.n_basis = n * self.nets[0].n_basis
         # column indices of joint i's inputs in x = (q, qd, qdd)
@@ -141,10 +141,11 @@ class JointLocal(Learner):
     # ------------------------------------------------------------------ the configurations learnt
     def _nearest(self, Q: np.ndarray) -> np.ndarray:
         """Distance [rad] of each configuration to the nearest one learnt (inf before any)."""
+        tree, cover, n_tree = self._cover_snap
         d = np.full(Q.shape[0], np.inf)
-        if self._tree is not None:
-            d = self._tree.query(Q, k=1)[0]
-        tail = self._cover[self._n_tree:]
+        if tree is not None:
+            d = tree.query(Q, k=1)[0]
+        tail = cover[n_tree:]
         if tail.shape[0]:
             d = np.minimum(d, np.sqrt(((Q[:, None, :] - tail[None]) ** 2).sum(axis=2)).min(axis=1))
         return d
@@ -161,13 +162,15 @@ class JointLocal(Learner):
         for q in Q:
             if self._nearest(q[None])[0] > 0.5 * self.reach:
                 self._cover = np.vstack([self._cover, q])
-        if self._cover.shape[0] - self._n_tree > 256:
+                tree, _, n_tree = self._cover_snap
+                self._cover_snap = (tree, self._cover, n_tree)
+        if self._cover.shape[0] - self._cover_snap[2] > 256:
             self._rebuild_tree()
 
     def _rebuild_tree(self) -> None:
         from scipy.spatial import cKDTree
-        self._n_tree = self._cover.shape[0]
-        self._tree = cKDTree(self._cover) if self._n_tree else None
+        n = self._cover.shape[0]
+        self._cover_snap = (cKDTree(self._cover) if n else None, self._cover, n)
 
     # ------------------------------------------------------------------ prediction
     def _predict(self, X: np.ndarray, return_var: bool):
