@@ -92,7 +92,7 @@ def test_other_joints_elsewhere_change_nothing_raw_and_fall_back_far(panda):
     L2 = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200, reach=1e6)
     for s in range(0, len(X), 150):
         L2.partial_fit(X[s:s + 150], y[s:s + 150])
-    nearest_cover = np.array([np.min(np.linalg.norm(o[:n] - L._cover, axis=1)) for o in off])
+    nearest_cover = np.array([np.min(np.linalg.norm(o[:n] - L.cover, axis=1)) for o in off])
     assert np.all(nearest_cover >= d - 1e-12) and np.all(nearest_cover <= d + 0.5 * 0.05)
     D = np.maximum(nearest_cover - 0.05, 0.0)   # beyond reach of the kept configurations
     np.testing.assert_allclose(L.support(off), L2.support(off) * np.exp(-2.0 * (D / 0.05) ** 2)[:, None],
@@ -147,7 +147,9 @@ def test_save_load_bytes_and_errors(panda, tmp_path):
     L = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", n_params=panda.n_params,
                      warmup=100)
     L.partial_fit(X, _joint_local_target(X, n), model=panda)
-    Xq = _states(n, 40, np.zeros(n), rng, amp=1.5)
+    # on the learnt configurations (the networks and the cover answer) and far from them (the prior)
+    Xq = np.vstack([X[::25] + 0.01, _states(n, 20, np.zeros(n), rng, amp=1.5)])
+    assert np.all(L.support(Xq[:20]) > 0.5) and np.all(L.support(Xq[20:]) < 1e-6)
     L.predict(Xq)                              # counters moved before the save
     backs = (load_learner(L.save(tmp_path / "jl")), JointLocal.from_bytes(L.to_bytes()))
     for back in backs:
@@ -157,6 +159,7 @@ def test_save_load_bytes_and_errors(panda, tmp_path):
             np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(back.support(Xq), L.support(Xq))
     assert L.support(Xq).shape == (40, n)
+    np.testing.assert_array_equal(backs[0].cover, L.cover)
     with pytest.raises(ValueError, match="3 x output_dim"):
         JointLocal(14, 7)
     with pytest.raises(ValueError, match="inputs"):
@@ -189,3 +192,48 @@ def test_online_core_builds_and_transforms_it(panda):
     np.testing.assert_allclose(core.predict(X), ref.predict(X), rtol=0, atol=2e-3 * np.abs(y).max())
     with pytest.raises(ValueError, match="joint_local"):
         core.set_learner(make_learner("joint_local", input_dim=3 * n, output_dim=n, n_params=5))
+
+
+def test_stacked_prediction_is_each_networks_and_predict_runs_while_learning(panda):
+    """One stacked evaluation for every joint equals the networks asked one by one (mean,
+    variance, support; inside, beyond the boxes, and while a network still warms up); a
+    thread predicting while another learns (box growths, the cover's tree rebuilt) gets
+    finite answers of the right shape and ``support`` moves no counter."""
+    import threading
+
+    n = panda.n
+    rng = np.random.default_rng(5)
+    L = make_learner("joint_local", input_dim=3 * n, output_dim=n, warmup=100)
+    X0 = _states(n, 60, np.zeros(n), rng)
+    L.partial_fit(X0, _joint_local_target(X0, n))       # still warming up: the per-network path
+    assert L._stacked() is None and L.predict(X0[:3]).shape == (3, n)
+    X = _states(n, 600, np.zeros(n), rng, amp=0.3)
+    L.partial_fit(X, _joint_local_target(X, n))
+    Q = np.vstack([X[::20], _states(n, 30, np.zeros(n), rng, amp=1.0)])
+    for a, b in zip(L._predict(Q, True), L._predict_each(Q, True)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    before = L._counters()["n_queries_outside"]
+    L.support(Q)
+    assert L._counters()["n_queries_outside"] == before
+    errors, done = [], threading.Event()
+
+    def ask():
+        while not done.is_set():
+            try:
+                m, v = L.predict(Q, return_var=True)
+                assert m.shape == v.shape == (len(Q), n) and np.isfinite(m).all() and np.isfinite(v).all()
+            except Exception as exc:   # pragma: no cover - reported below
+                errors.append(exc)
+                return
+
+    th = threading.Thread(target=ask)
+    th.start()
+    try:
+        for k in range(6):                                # the motion widens: boxes grow, the cover too
+            Xk = _states(n, 200, 0.2 * k * np.ones(n), rng, amp=0.3 + 0.1 * k)
+            L.partial_fit(Xk, _joint_local_target(Xk, n))
+    finally:
+        done.set()
+        th.join(10.0)
+    assert not errors, errors[:1]
+    assert L._counters()["n_box_growths"] > 0

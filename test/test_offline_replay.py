@@ -286,10 +286,11 @@ def test_a_cut_off_mcap_is_read_up_to_its_last_complete_message(sim, tmp_path):
     assert "truncated" in json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_transform_and_saved_model(bag, tmp_path):
+@pytest.mark.parametrize("kind", ["rbfn", "joint_local"])   # the learners that carry dW/dpi
+def test_transform_and_saved_model(bag, tmp_path, kind):
     from adaptive_dynamics.learning import Learner
 
-    res = evaluate_learner(bag, "rbfn", transform=True, model_out=tmp_path / "rbfn", plot=False)
+    res = evaluate_learner(bag, kind, transform=True, model_out=tmp_path / kind, plot=False)
     assert res["transform"]["enabled"] and res["transform"]["updates_within"] >= 590
     assert res["learner_counters"]["n_transforms"] > 10 and res["learner_config"]["n_params"] == 70
     assert np.mean(list(res["nmse_last_window"].values())) < 0.15

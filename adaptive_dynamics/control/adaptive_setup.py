@@ -135,6 +135,8 @@ def build_laws(model, p: Mapping, gains: Mapping, *, log: Callable[[str], None] 
                   projection=p["projection"], robot_compensates_gravity=p["robot_compensates_gravity"],
                   forget_to=p.get("forget_to", "prior"), adapt_to_feedforward=p.get("adapt_to_feedforward", True))
     law = p["adaptation"] if task else p["law"] if p["law"] in ("direct", "composite") else "composite"
+    if task and p.get("parametric_torque", "law") == "state":
+        log("parametric_torque: state is joint space only: law backstepping publishes the law's model torque")
     if task:
         bs = BacksteppingController(
             model, law, kp_task=np.asarray(p["kp_task"], dtype=float), damping=p["singular_damping"],

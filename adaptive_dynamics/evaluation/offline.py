@@ -399,9 +399,9 @@ def _make(kind: str, data: ReplayData, cfg: dict, margin: float, n_params: int):
             span = np.maximum(hi - lo, 1e-3)
             cfg["low"], cfg["high"] = lo - margin * span, hi + margin * span
             box = "whole bag's inputs +/- %g of the span" % margin
-        if n_params:
-            if int(cfg.setdefault("n_params", n_params)) != n_params:
-                raise ValueError(f"learner config n_params must be {n_params} (model.n_params) with the transform")
+    if n_params and kind in ("rbfn", "joint_local"):   # the learners that carry dW/dpi
+        if int(cfg.setdefault("n_params", n_params)) != n_params:
+            raise ValueError(f"learner config n_params must be {n_params} (model.n_params) with the transform")
     try:
         return make_learner(kind, input_dim=3 * n, output_dim=n, **cfg), box
     except TypeError as exc:  # an unknown keyword

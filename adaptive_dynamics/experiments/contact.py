@@ -4,7 +4,8 @@ observer on the URDF, on the adapted estimate and on the adapted estimate + resi
 The cores: :mod:`~adaptive_dynamics.control.momentum_observer`,
 :mod:`~adaptive_dynamics.control.contact` (the ``external_torque`` node's).
 
-``adaptive-dynamics experiment contact --out DIR [--quick] [--robots panda,iiwa14] [--seeds 0,1,2] [--learner KIND]``
+``adaptive-dynamics experiment contact --out DIR [--quick] [--robots panda,iiwa14] [--seeds 0,1,2] [--learner KIND]
+[--parametric-torque state|law] [--residual-input state|reference]``
 
 Per robot (the Panda and the iiwa 14), one run in process, deterministic (the plant and
 the cores, no DDS; :func:`simulate`):
@@ -20,9 +21,11 @@ the cores, no DDS; :func:`simulate`):
   the graph runs it (composite law, viscous + Coulomb friction columns, ``forget_to="prior"``,
   the robot's ``adaptive_controller`` gains, started from the URDF's estimate);
 * **the phases** (:data:`FULL`: 60 s) -- *learning* (the controller adapts; the residual
-  learner core, ``OnlineResidual(KIND)`` (``--learner``, default ``gmm``) with the ``residual_learner`` node's defaults
-  but 100 Hz and a 2 s warm-up (:data:`LEARNER_SETTINGS`),
-  learns ``tau_measured - parametric torque`` at ``(q, qd, qdd_d)`` from
+  learner core, ``OnlineResidual(KIND)`` (``--learner``, default ``joint_local``) with the
+  ``residual_learner`` node's defaults but 100 Hz and a 2 s warm-up (:data:`LEARNER_SETTINGS`),
+  learns ``tau_measured - parametric torque`` at ``(q, qd, qdd_d)`` -- the controller's
+  ``parametric_torque`` (:data:`PARAMETRIC_TORQUE`, ``--parametric-torque``): ``state``
+  ``Y(q, qd, qdd_d) pi_hat`` or ``law`` (ARDL's Slotine-Li torque) -- from
   :data:`LEARNER_START_S` on, with the consistency transform on every parameter update --
   the node with ``target_torque: measured``: the observer compares the measured torque,
   sensor bias included, with the model), then everything frozen: *calibration* (free
@@ -32,9 +35,12 @@ the cores, no DDS; :func:`simulate`):
 
 Observers (``K_O`` = :data:`GAIN`; ``min_samples`` = :data:`MIN_SAMPLES`) run on what the
 ``external_torque`` node would get (measured ``q``, ``qd``, torque; ``torque_timing:
-held``; the robot's ``armature``): the **URDF**'s model, the **adapted** estimate (frozen
-at the end of learning, with its friction), the **adapted + learned** one (plus the
-learner's prediction at the reference, as the node takes ``feedforward/residual``; kept
+held``): the **URDF**'s model (the robot's ``armature``), the **adapted** estimate (frozen
+at the end of learning, with its friction; no armature: :data:`ESTIMATE_ARMATURE`), the
+**adapted + learned** one (plus the learner's prediction at the measured state, as the
+node takes ``residual/state`` -- the previous state's: it arrives just after its state --,
+or at the reference, ``feedforward/residual``:
+:data:`RESIDUAL_INPUT`, ``--residual-input``; kept
 on a joint only where it lowers the calibrated threshold, as the node's calibration with
 ``residual_select`` does, :func:`select_residual` -- the residual on every joint beside it,
 ``learned_every_joint``), and,
@@ -332,7 +338,10 @@ def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "tr
     for name in models:
         residual, callable_ = None, None
         if name == "learned":
-            residual = run["f_state"] if residual_input == "state" else run["f"]
+            if residual_input == "state":   # residual/state arrives just after its state: the node
+                residual = np.vstack([run["f_state"][:1], run["f_state"][:-1]])   # has the previous one
+            else:
+                residual = run["f"]
         arm = ESTIMATE_ARMATURE if name in ("adapted", "learned") else robot_arm
         if name == "urdf":
             model = RobotModel(run["robot"])

@@ -14,8 +14,9 @@ scikit-learn habits: ``partial_fit`` / ``predict`` / ``save`` / ``load``; see
   GPs with a database, kNN of the next query, 1/sigma fusion and change detection
   (Habich et al. 2019); SGPOL is the single-GP case.
 * :class:`JointLocal` (``"joint_local"``) -- one small RBF network per joint on that
-  joint's own (q_i, qd_i): the friction, ripple and offsets a rigid-body model leaves,
-  without slopes in the other joints' directions.
+  joint's own (q_i, qd_i, qdd_i): the friction, ripple, offsets and drive inertia a
+  rigid-body model leaves, without slopes in the other joints' directions; it falls back
+  away from the configurations it learnt (a repeated task: contact monitoring).
 * :class:`OnlineResidual` -- either learner fed online from a stream on a worker
   thread, with the transforms applied in order (the ``residual_learner`` node's core).
 * :mod:`.snapshot` -- any learner as versioned, checksummed bytes (the ``learner/model``

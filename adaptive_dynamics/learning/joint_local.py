@@ -42,12 +42,16 @@ import numpy as np
 from .base import Learner, register
 from .rbfn import RBFNetwork, regressors_for
 
-__all__ = ["JointLocal", "INPUTS"]
+__all__ = ["JointLocal", "INPUTS", "MAX_COVER"]
 
 #: which of the joint's own inputs each network sees
 INPUTS = {"qv": 2, "qva": 3}
 #: counters kept per network and summed for the learner
 _SUB_COUNTERS = ("n_box_growths", "n_outside_box", "n_queries_outside")
+#: most configurations kept for the support (7 joints: 1.1 MB)
+MAX_COVER = 20000
+#: configurations searched one by one before the k-d tree is rebuilt over them all
+_TREE_EVERY = 256
 
 
 @register
@@ -96,9 +100,9 @@ class JointLocal(Learner):
         self.reach = float(reach)
         if not self.reach > 0:
             raise ValueError(f"reach must be > 0 [rad], got {reach}")
-        self._cover = np.empty((0, n))      # the configurations learnt, ~reach / 2 apart
-        # what predict reads, swapped whole: (cKDTree of cover[:n_tree] or None, cover, n_tree)
-        self._cover_snap = (None, self._cover, 0)
+        # the configurations learnt, ~reach / 2 apart, in a buffer that doubles when full;
+        # what predict reads, swapped whole: (cKDTree of buf[:n_tree] or None, buf, n_tree, count)
+        self._cover_snap = (None, np.empty((64, n)), 0, 0)
         self.nets = [RBFNetwork(INPUTS[inputs], 1, **sub) for _ in range(n)]
         self.n_basis = n * self.nets[0].n_basis
         # column indices of joint i's inputs in x = (q, qd, qdd)
@@ -124,6 +128,15 @@ class JointLocal(Learner):
             out[name] = int(sum(getattr(net, name) for net in self.nets))
         return out
 
+    def support(self, X) -> np.ndarray:
+        """As :meth:`Learner.support` (an inspection: the networks' counters do not move)."""
+        before = [net.n_queries_outside for net in self.nets]
+        try:
+            return super().support(X)
+        finally:
+            for net, c in zip(self.nets, before):
+                net.n_queries_outside = c
+
     @property
     def ready(self) -> bool:
         return all(net.ready for net in self.nets)
@@ -139,13 +152,19 @@ class JointLocal(Learner):
             net.n_updates += X.shape[0]
 
     # ------------------------------------------------------------------ the configurations learnt
+    @property
+    def cover(self) -> np.ndarray:
+        """The configurations learnt that the support measures from (a copy)."""
+        _, buf, _, count = self._cover_snap
+        return buf[:count].copy()
+
     def _nearest(self, Q: np.ndarray) -> np.ndarray:
         """Distance [rad] of each configuration to the nearest one learnt (inf before any)."""
-        tree, cover, n_tree = self._cover_snap
+        tree, buf, n_tree, count = self._cover_snap
         d = np.full(Q.shape[0], np.inf)
         if tree is not None:
             d = tree.query(Q, k=1)[0]
-        tail = cover[n_tree:]
+        tail = buf[n_tree:count]
         if tail.shape[0]:
             d = np.minimum(d, np.sqrt(((Q[:, None, :] - tail[None]) ** 2).sum(axis=2)).min(axis=1))
         return d
@@ -158,19 +177,27 @@ class JointLocal(Learner):
 
     def _cover_add(self, Q: np.ndarray) -> None:
         """Keep each learnt configuration farther than reach / 2 from those kept (a cover of
-        where the learner has data, its size set by the motion, not by its duration)."""
+        where the learner has data: it grows with the part of the configuration space a
+        motion visits, not with its duration), at most :data:`MAX_COVER` of them (then the
+        support stays where it was)."""
         for q in Q:
-            if self._nearest(q[None])[0] > 0.5 * self.reach:
-                self._cover = np.vstack([self._cover, q])
-                tree, _, n_tree = self._cover_snap
-                self._cover_snap = (tree, self._cover, n_tree)
-        if self._cover.shape[0] - self._cover_snap[2] > 256:
-            self._rebuild_tree()
+            tree, buf, n_tree, count = self._cover_snap
+            if count >= MAX_COVER:
+                break
+            if self._nearest(q[None])[0] <= 0.5 * self.reach:
+                continue
+            if count == buf.shape[0]:                  # full: a new buffer (readers keep the old one)
+                buf = np.concatenate([buf, np.empty_like(buf)])
+                buf[:count] = self._cover_snap[1][:count]
+            buf[count] = q                             # beyond what any reader reads
+            self._cover_snap = (tree, buf, n_tree, count + 1)
+            if count + 1 - n_tree >= _TREE_EVERY:
+                self._rebuild_tree()
 
     def _rebuild_tree(self) -> None:
         from scipy.spatial import cKDTree
-        n = self._cover.shape[0]
-        self._cover_snap = (cKDTree(self._cover) if n else None, self._cover, n)
+        _, buf, _, count = self._cover_snap
+        self._cover_snap = (cKDTree(buf[:count]) if count else None, buf, count, count)
 
     # ------------------------------------------------------------------ prediction
     def _predict(self, X: np.ndarray, return_var: bool):
@@ -229,11 +256,12 @@ class JointLocal(Learner):
         support = np.empty((N, n))
         for i, net in enumerate(self.nets):
             Z = self.joint_inputs(X, i)
+            snap = net._pred                       # the box the prediction below belongs to
             m, v, s = net._predict(Z, return_var)
             mean[:, i] = m[:, 0]
             if return_var:
                 var[:, i] = v[:, 0]
-            support[:, i] = s if net._pred is None else s * self._reach((Z - net.low) / (net.high - net.low))
+            support[:, i] = s if snap is None else s * self._reach((Z - snap[5][0]) * snap[5][1])
         return mean, var, support * self._near(X[:, :n])[:, None]
 
     # ------------------------------------------------------------------ consistency
@@ -246,7 +274,7 @@ class JointLocal(Learner):
 
     # ------------------------------------------------------------------ persistence
     def _get_arrays(self) -> Dict[str, np.ndarray]:
-        out = {"cover": self._cover}
+        out = {"cover": self.cover}
         for i, net in enumerate(self.nets):
             for k, v in net._get_arrays().items():
                 out[f"j{i}_{k}"] = v
@@ -257,7 +285,9 @@ class JointLocal(Learner):
         cover = np.asarray(arrays.get("cover", np.empty((0, self.output_dim))), dtype=float)
         if cover.ndim != 2 or cover.shape[1] != self.output_dim or not np.isfinite(cover).all():
             raise ValueError(f"saved joint-local learner has configurations of shape {cover.shape}")
-        self._cover = cover.copy()
+        buf = np.empty((max(64, cover.shape[0]), self.output_dim))
+        buf[:cover.shape[0]] = cover
+        self._cover_snap = (None, buf, 0, cover.shape[0])
         self._rebuild_tree()
         for i, net in enumerate(self.nets):
             pre = f"j{i}_"
