@@ -59,12 +59,16 @@ class Probe:
         self.update = self.node.create_publisher(JointState, "adaptive/parameter_update", PUBLISHER_STREAM_QOS)
         self.cmd = self.node.create_publisher(JointState, "controller/tracking_error", PUBLISHER_STREAM_QOS)
         self.ref = self.node.create_publisher(JointTrajectory, "reference", REFERENCE_QOS)
-        self.res, self.mon = [], []
         # the checks are exactly-once: a deep reader queue, so a test thread that is slow to
         # spin on a loaded machine cannot lose residuals in its own reader history
-        deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
-        self.node.create_subscription(JointState, "feedforward/residual", self.res.append, deep)
-        self.node.create_subscription(JointState, "residual_learner/prediction", self.mon.append, deep)
+        self.res, self.mon = self.listen("feedforward/residual"), self.listen("residual_learner/prediction")
+
+    def listen(self, topic: str) -> list:
+        """The messages of ``topic`` as they arrive (a deep reliable reader)."""
+        got: list = []
+        self.node.create_subscription(JointState, topic, got.append,
+                                      QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE))
+        return got
 
     def send(self, k, q, v, tau, pt, cmd=None):
         r = slice(None, None, -1)
@@ -220,9 +224,7 @@ def test_publish_std_streams_the_predictive_std_by_stamp(ros, model):
                    learn_decimation=1, prediction_lead=LEAD, target_torque="measured", publish_std=True)
     probe = Probe(ros, model.joint_names)
     names = model.joint_names
-    std = []
-    deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
-    probe.node.create_subscription(JointState, "feedforward/residual_std", std.append, deep)
+    std = probe.listen("feedforward/residual_std")
     Q, QD, QDD, q, v, tau, pt = motion(model, N=80)
     X = np.hstack([Q, QD, QDD])
     probe.ref.publish(reference_batch_msg(0, DT, names, Q, QD, QDD))
@@ -268,9 +270,7 @@ def test_state_residual_is_the_prediction_at_each_measured_state(ros, model):
                    prediction_lead=0.0, target_torque="measured", state_residual=True)
     probe = Probe(ros, model.joint_names)
     names = model.joint_names
-    got = []
-    deep = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
-    probe.node.create_subscription(JointState, "residual/state", got.append, deep)
+    got = probe.listen("residual/state")
     Q, QD, QDD, q, v, tau, pt = motion(model, N=80)
     probe.ref.publish(reference_batch_msg(0, DT, names, Q[:70], QD[:70], QDD[:70]))
     assert ros.spin_until(lambda: len(node.refs) == 70 and probe.ptorque.get_subscription_count() > 0

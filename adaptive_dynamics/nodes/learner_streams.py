@@ -309,12 +309,16 @@ class SampleAssembler:
         if got is None:
             return None
         q, v, _tau, acc = got
-        if acc is None:
-            ref = self.refs.lookup(stamp, 0, 0)
-            if ref is None or ref.qdd is None:
-                return None
-            acc = ref.qdd
-        return np.concatenate([q, v, acc])
+        acc = self._acceleration(stamp, acc)
+        return None if acc is None else np.concatenate([q, v, acc])
+
+    def _acceleration(self, stamp: int, measured: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """The learning input's acceleration of a state: the filtered measured one when the
+        samples take it, else the reference's at ``stamp`` (None when there is none)."""
+        if measured is not None:
+            return measured
+        ref = self.refs.lookup(stamp, 0, 0)
+        return None if ref is None else ref.qdd
 
     def _learn(self, stamp: int, pt: np.ndarray, cmd: Optional[np.ndarray]) -> None:
         if not self.core.learning:
@@ -323,12 +327,10 @@ class SampleAssembler:
             q, v, tau, acc = self._states[stamp]
         if cmd is not None:
             tau = cmd
+        acc = self._acceleration(stamp, acc)
         if acc is None:
-            ref = self.refs.lookup(stamp, 0, 0)
-            if ref is None or ref.qdd is None:
-                self.counters.inc("sample_no_reference")
-                return
-            acc = ref.qdd
+            self.counters.inc("sample_no_reference")
+            return
         n = self.n
         x = self._x
         x[:n], x[n:2 * n], x[2 * n:] = q, v, acc
