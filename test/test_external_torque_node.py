@@ -13,7 +13,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 
 from adaptive_dynamics.control.adaptive import AdaptiveController
-from adaptive_dynamics.control.contact import ContactDetector, ThresholdCalibration, calibrate_residual_joints
+from adaptive_dynamics.control.contact import (ContactDetector, ThresholdCalibration, calibrate_residual_joints,
+                                              calibrate_whitening)
 from adaptive_dynamics.control.momentum_observer import EstimateLayout, MomentumObserver, observer_model
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.external_torque import ExternalTorqueNode
@@ -149,6 +150,14 @@ def test_external_torque_calibration_contact_and_bad_states(ros):
             break
     thr = cal.thresholds("max", margin=1.5)
     assert np.allclose(node.p["thresholds"], thr, rtol=1e-9) and node.p["calibrate"] == 0.0
+    # ... and the whitening (whiten, the default) from the same states: the noise model and
+    # z's thresholds of calibrate_whitening on the core's r and inertia
+    _, Ms = MomentumObserver(model, gains=60.0).run((S - S[0]) * 1e-9, Q, V, TAU, with_inertia=True)
+    w, thr_z = calibrate_whitening(ref[:cal.count], Ms[:cal.count], "max", margin=1.5)
+    np.testing.assert_allclose(node.p["whitening_white"], w.white, rtol=1e-6)
+    np.testing.assert_allclose(node.p["whitening_slow"], w.slow, rtol=1e-6)
+    np.testing.assert_allclose(node.p["whitened_thresholds"], thr_z, rtol=1e-6)
+    assert node.detector.whitening is not None
     # no contact in free motion; the push (> 10 x the thresholds) flags both joints within ms
     contact = {to_ns(m.header.stamp): list(m.name) for m in probe.contact}
     t = (S - S[0]) * 1e-9
@@ -166,6 +175,28 @@ def test_external_torque_calibration_contact_and_bad_states(ros):
     c = node.counters.as_dict()
     assert c["states"] == len(S) and c["joint_states_rejected"] == 3 and c["out_of_order"] == 1
     assert c["nonfinite_output"] == 0 and c["calibration"] == "done"
+
+
+def test_whitening_off_and_set_live(ros):
+    """whiten false: a calibration sets the thresholds only (r alone); the whitening's
+    three parameters set live switch z on, [0] switches it off; a bad set is refused."""
+    model = RobotModel(ROBOT)
+    S, Q, V, TAU = simulate(model, 150, seed=4)
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, calibrate=0.1, whiten=False, publish_wrench=False)
+    probe = Probe(ros, model.joint_names)
+    connected(ros, node, probe)
+    feed(ros, node, probe, S, Q, V, TAU)
+    assert node.detector.configured and node.counters["calibration"] == "done"
+    assert list(node.p["whitened_thresholds"]) == [0.0] and node.detector.whitening is None
+    for name, value in (("whitening_white", [0.1, 0.2]), ("whitening_slow", [0.01, 0.02]),
+                        ("whitened_thresholds", [3.0, 4.0])):
+        assert node.set_parameters([Parameter(name, value=value)])[0].successful
+    assert np.allclose(node.detector.whitening.white, [0.1, 0.2]) and np.allclose(node.detector.whitened_thresholds,
+                                                                                   [3.0, 4.0])
+    bad = node.set_parameters([Parameter("whitened_thresholds", value=[3.0, 0.0])])[0]
+    assert not bad.successful and np.allclose(node.detector.whitened_thresholds, [3.0, 4.0])
+    assert node.set_parameters([Parameter("whitening_white", value=[0.0])])[0].successful
+    assert node.detector.whitening is None
 
 
 def test_second_low_pass_set_live(ros):

@@ -13,7 +13,8 @@ import pinocchio as pin
 import pytest
 
 from adaptive_dynamics.control.adaptive import AdaptiveController
-from adaptive_dynamics.control.contact import ContactDetector, ThresholdCalibration, calibrate_residual_joints
+from adaptive_dynamics.control.contact import (ContactDetector, NoiseWhitening, ThresholdCalibration,
+                                              calibrate_residual_joints, calibrate_whitening)
 from adaptive_dynamics.control.momentum_observer import (EstimateLayout, MomentumObserver, damped_transpose_pinv,
                                                          observer_model, wrench_estimate)
 from adaptive_dynamics.dynamics import RobotModel
@@ -471,3 +472,96 @@ def test_thresholds_from_the_model_uncertainty():
         ThresholdCalibration(2).thresholds()
     none = ContactDetector(None, n=2)   # no thresholds yet: never a contact
     assert not none.configured and not none.update(np.array([1e3, 1e3]))[0]
+
+
+# ---------------------------------------------------------------- the whitened estimate
+def test_noise_whitening_model_and_transform(panda):
+    """NoiseWhitening.from_samples on r = M(q) n + e -- n white per joint (the velocity
+    noise, acceleration domain), e slow (a model error) -- gives back both parts; z = L^-1 r
+    has z.z = r^T Sigma^-1 r (numpy's solve with the covariance) and the white part alone
+    comes out with unit variance per component."""
+    rng = np.random.default_rng(5)
+    K, n = 20000, panda.n
+    t = np.arange(K) * DT
+    Ms = np.array([panda.mass_matrix(reference(panda, tk)[0]) for tk in t])
+    white = np.linspace(0.05, 0.4, n)                      # [rad/s^2]
+    slow = np.linspace(0.8, 0.2, n)                        # [N m] rms of a slow sine each
+    noise = rng.standard_normal((K, n)) * white
+    err = np.sqrt(2.0) * slow * np.sin(2 * np.pi * 0.2 * t[:, None] + rng.uniform(0, 2 * np.pi, n))
+    R = np.einsum("kij,kj->ki", Ms, noise) + err
+    w = NoiseWhitening.from_samples(R, Ms)
+    np.testing.assert_allclose(w.white, white, rtol=0.1)   # (the slow part moved by M(q)'s change: a small bias)
+    np.testing.assert_allclose(w.slow, slow, rtol=0.05)
+    Z = w.transform_many(R, Ms)
+    for k in (0, 777, K - 1):
+        np.testing.assert_allclose(w.transform(R[k], Ms[k]), Z[k], rtol=1e-10, atol=1e-12)
+        maha = R[k] @ np.linalg.solve(w.covariance(Ms[k]), R[k])
+        assert Z[k] @ Z[k] == pytest.approx(maha, rel=1e-8)
+    Zw = NoiseWhitening(white, np.zeros(n)).transform_many(R - err, Ms)
+    np.testing.assert_allclose(Zw.std(axis=0), 1.0, rtol=0.03)
+    with pytest.raises(ValueError, match="white part or a slow part"):
+        NoiseWhitening(np.zeros(n), [0.1] * (n - 1) + [0.0])
+    with pytest.raises(ValueError, match="more than"):
+        NoiseWhitening.from_samples(R[:10], Ms[:10])
+    with pytest.raises(ValueError, match="K x n"):
+        NoiseWhitening.from_samples(R, Ms[:, :3])
+    with pytest.raises(ValueError, match="inertia"):
+        w.transform(R[0], np.full((n, n), np.nan))
+
+
+def test_whitened_detection_sees_a_push_sooner(panda):
+    """On pinocchio's forward dynamics with velocity and torque-sensor noise: an elbow-like
+    push (joints 1-3, 0.5-1 N m) -- the detector calibrated on free motion (r alone, and r
+    with z beside: calibrate_whitening on the same samples) has no alarm on its segment nor
+    before the push, and flags the push sooner with z."""
+    step = 2.6
+    push = np.array([0.6, -1.0, 0.5, 0.0, 0.0, 0.0, 0.0])
+    s = simulate(panda, 3.0, ext=lambda t, q: push if t >= step - 1e-9 else np.zeros(panda.n))
+    rng = np.random.default_rng(11)
+    v = s["v"] + 0.003 * rng.standard_normal(s["v"].shape)
+    tau = s["tau"] + 0.05 * rng.standard_normal(s["tau"].shape)
+    R, Ms = MomentumObserver(panda, gains=30.0).run(s["t"], s["q"], v, tau, with_inertia=True)
+    np.testing.assert_allclose(Ms[-1], panda.mass_matrix(s["q"][-1]))
+    t = s["t"]
+    cal = (t >= 0.3) & (t < 2.3)
+    m = 5
+    c = ThresholdCalibration(panda.n, min_samples=m)
+    for k in np.flatnonzero(cal):
+        c.add(t[k], R[k])
+    thr = c.thresholds("max", margin=1.5)
+    w, thr_z = calibrate_whitening(R[cal], Ms[cal], "max", min_samples=m, margin=1.5)
+    delays = {}
+    for name in ("r", "z"):
+        det = ContactDetector(thr, n=panda.n, min_samples=m)
+        if name == "z":
+            det.set_whitening(w, thr_z)
+        flags = np.array([det.update(R[k], inertia=Ms[k])[0] if t[k] >= 0.3 else False for k in range(len(t))])
+        assert not flags[t < step + 1e-9].any(), name
+        assert flags[t > step].any(), name
+        delays[name] = t[np.flatnonzero(flags)[0]] - step
+    assert delays["z"] < 0.7 * delays["r"], delays
+
+
+def test_detector_with_a_whitening():
+    """ContactDetector.set_whitening: z watched beside r (either flags the joint, each with
+    its debounce and hysteresis); no inertia: r alone; refused inputs."""
+    w = NoiseWhitening([1.0, 1.0], [0.0, 0.0])
+    det = ContactDetector([10.0, 10.0], min_samples=2)
+    det.set_whitening(w, [2.0, 2.0])
+    M = np.diag([1.0, 4.0])                       # z = M^-1 r: (r1, r2 / 4)
+    assert not det.update([3.0, 0.0], inertia=M)[0]          # z1 = 3 > 2: one sample, debounce 2
+    contact, joints = det.update([3.0, 0.0], inertia=M)
+    assert contact and joints.tolist() == [True, False] and np.allclose(det.z, [3.0, 0.0])
+    assert det.update([1.7, 0.0], inertia=M)[0]              # hysteresis: above 0.8 x 2
+    assert not det.update([1.5, 0.0], inertia=M)[0]
+    for _ in range(3):                                       # r2 = 7: z2 = 1.75 < 2, |r2| < 10
+        assert not det.update([0.0, 7.0], inertia=M)[0]
+    det.update([0.0, 11.0])                                  # r alone (no inertia) ...
+    assert det.update([0.0, 11.0])[1].tolist() == [False, True]
+    assert det.update([3.0, 0.0])[1].tolist() == [False, False]   # ... z not watched
+    det.set_whitening(None)
+    assert det.whitening is None and not det.update([3.0, 0.0], inertia=M)[0]
+    with pytest.raises(ValueError, match="joints"):
+        det.set_whitening(NoiseWhitening([1.0] * 3, [0.0] * 3), [1.0] * 3)
+    with pytest.raises(ValueError, match="> 0"):
+        det.set_whitening(w, [1.0, 0.0])

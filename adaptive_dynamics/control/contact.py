@@ -39,12 +39,33 @@ term: the threshold's mean over the segment, ``base + mean u``) -- so the learne
 thresholds are never above the model's without it on the calibration segment (``learning
 that never makes the model worse``, applied to contact detection).
 
+The noise-whitened estimate
+---------------------------
+Per-joint thresholds on r must cover the sensor noise, and the velocity noise reaches r
+almost white and *coupled*: ``K_O M(q)`` times it.  A push shows on several joints at
+once, the noise through ``M(q)``; beside r the detector can watch ``z = L(q)^-1 r`` with
+``L L^T = Sigma(q) = M(q) diag(w^2) M(q) + diag(s^2)`` (:class:`NoiseWhitening`): the
+covariance of r in free motion modelled as a white part, ``w`` per joint in the
+acceleration domain (``M^-1 r``: the velocity noise there is independent per joint), and
+a slow part, ``s`` per joint in the torque domain (what the model does not explain).
+:meth:`NoiseWhitening.from_samples` estimates both from free motion -- ``w_i^2`` half the
+variance of ``M^-1 r``'s sample-to-sample difference (a slow error cancels in it),
+``s_i^2`` the mean square of r averaged over ``window`` samples (white noise averages
+out) -- and :func:`calibrate_whitening` calibrates per-component thresholds on ``z`` over
+the same samples as r's (``"max"`` or ``"std"``, the debounce alike: zero false alarms on
+the segment by construction).  A joint is in contact when ``|r_i|`` or ``|z_i|`` is above
+its threshold (each with its debounce and hysteresis): with a perfect model ``z`` sees a
+push through the noise several-fold sooner than r; with a model error the slow part
+keeps ``z`` from amplifying it (a joint whose error dominates is weighted down).  ``z_i``
+mixes joints ``1..i`` (the Cholesky factor is lower triangular): the joint reported is
+``i``.
+
 Decision (per sample)
 ---------------------
 A joint enters contact after ``min_samples`` consecutive samples above its threshold
 (a debounce against single-sample spikes: each costs one sample of detection delay) and
 leaves it when ``|r_i|`` falls below ``release * threshold_i`` (hysteresis, 0 < release
-<= 1).  The contact flag is "any joint in contact"; :attr:`ContactDetector.contacts`
+<= 1); with a whitening, ``|z_i|`` alike beside it (either flags joint i).  The contact flag is "any joint in contact"; :attr:`ContactDetector.contacts`
 counts its rising edges.  Without thresholds (:attr:`ContactDetector.configured` False)
 there is never a contact.
 """
@@ -57,9 +78,12 @@ import numpy as np
 
 from ..validation import as_vector, per_joint
 
-__all__ = ["ContactDetector", "ThresholdCalibration", "CALIBRATION_METHODS", "calibrate_residual_joints"]
+__all__ = ["ContactDetector", "ThresholdCalibration", "CALIBRATION_METHODS", "calibrate_residual_joints",
+           "NoiseWhitening", "calibrate_whitening", "WHITENING_WINDOW"]
 
 CALIBRATION_METHODS = ("max", "std")
+#: samples r is averaged over for the slow part of the noise model (:meth:`NoiseWhitening.from_samples`)
+WHITENING_WINDOW = 20
 
 
 class ThresholdCalibration:
@@ -163,6 +187,81 @@ def calibrate_residual_joints(with_residual: ThresholdCalibration, without_resid
     return np.where(mask, thr_w, thr_wo), mask
 
 
+class NoiseWhitening:
+    """The free-motion covariance of r, ``Sigma(q) = M(q) diag(white^2) M(q) + diag(slow^2)``,
+    and the whitened estimate ``z = L^-1 r`` (``L L^T = Sigma``, Cholesky; module
+    docstring).  ``white``: per joint, >= 0, not all 0 [N m / (kg m^2) = rad/s^2 scale of
+    ``M^-1 r``]; ``slow``: per joint, >= 0 [N m]."""
+
+    def __init__(self, white, slow):
+        w = np.asarray(white, dtype=float).reshape(-1)
+        self.n = w.size
+        self.white = per_joint(w, self.n, "white")
+        self.slow = per_joint(slow, self.n, "slow")
+        if not np.any(self.white > 0) and not np.all(self.slow > 0):
+            raise ValueError("the noise model needs a white part or a slow part on every joint"
+                             f" (white {self.white.tolist()}, slow {self.slow.tolist()})")
+
+    def covariance(self, M) -> np.ndarray:
+        M = np.asarray(M, dtype=float)
+        return (M * self.white ** 2) @ M.T + np.diag(self.slow ** 2)
+
+    def _factor(self, M) -> np.ndarray:
+        M = np.asarray(M, dtype=float)
+        if M.shape[-2:] != (self.n, self.n) or not np.all(np.isfinite(M)):
+            raise ValueError(f"the inertia must be finite {self.n} x {self.n}, got shape {M.shape}")
+        S = np.einsum("...ij,j,...kj->...ik", M, self.white ** 2, M) + np.diag(self.slow ** 2)
+        jitter = 1e-12 * np.trace(S, axis1=-2, axis2=-1)[..., None, None] + 1e-300
+        try:
+            return np.linalg.cholesky(S + jitter * np.eye(self.n))
+        except np.linalg.LinAlgError:
+            raise ValueError("the noise covariance is not positive definite at this inertia") from None
+
+    def transform(self, r, M) -> np.ndarray:
+        """``z`` of one sample (``M``: the observer's inertia there, n x n)."""
+        r = as_vector(r, self.n, "r")
+        return np.linalg.solve(self._factor(M), r)
+
+    def transform_many(self, R, Ms) -> np.ndarray:
+        """``z`` of K samples (``R``: K x n, ``Ms``: K x n x n)."""
+        R = np.asarray(R, dtype=float)
+        return np.linalg.solve(self._factor(Ms), R[..., None])[..., 0]
+
+    @classmethod
+    def from_samples(cls, R, Ms, window: int = WHITENING_WINDOW) -> "NoiseWhitening":
+        """The noise model of free-motion samples (module docstring): ``R`` K x n, ``Ms``
+        K x n x n (K > ``window``, evenly spaced)."""
+        R, Ms = np.asarray(R, dtype=float), np.asarray(Ms, dtype=float)
+        window = int(window)
+        if window < 1:
+            raise ValueError(f"window must be >= 1 samples, got {window!r}")
+        if R.ndim != 2 or Ms.shape != (*R.shape, R.shape[1]):
+            raise ValueError(f"R must be K x n and Ms K x n x n, got {R.shape} and {Ms.shape}")
+        if len(R) <= max(window, 2):
+            raise ValueError(f"{len(R)} samples: the noise model needs more than {max(window, 2)}")
+        if not (np.all(np.isfinite(R)) and np.all(np.isfinite(Ms))):
+            raise ValueError("non-finite samples")
+        a = np.linalg.solve(Ms, R[..., None])[..., 0]          # M^-1 r
+        white = np.sqrt(0.5 * np.var(np.diff(a, axis=0), axis=0))
+        c = np.vstack([np.zeros(R.shape[1]), np.cumsum(R, axis=0)])
+        slow = np.sqrt(np.mean(((c[window:] - c[:-window]) / window) ** 2, axis=0))
+        return cls(white, slow)
+
+
+def calibrate_whitening(R, Ms, method: str = "max", *, min_samples: int = 1, margin: float = 1.5, k: float = 5.0,
+                        floor=1e-9, window: int = WHITENING_WINDOW) -> tuple:
+    """``(whitening, thresholds)``: the noise model of the free-motion samples ``R`` (K x n,
+    the observer's inertia ``Ms`` at each) and per-component thresholds on ``z`` over the
+    same samples (:meth:`ThresholdCalibration.thresholds`'s ``method``, ``margin``, ``k``,
+    ``floor``; ``min_samples`` the detector's debounce)."""
+    w = NoiseWhitening.from_samples(R, Ms, window)
+    Z = w.transform_many(R, Ms)
+    cal = ThresholdCalibration(w.n, min_samples=min_samples, margin=margin)
+    for i, z in enumerate(Z):
+        cal.add(float(i), z)
+    return w, cal.thresholds(method, margin=margin, k=k, floor=floor)
+
+
 class ContactDetector:
     """Contact flag and the joints involved (module docstring).
 
@@ -197,9 +296,17 @@ class ContactDetector:
         if self.min_samples < 1:
             raise ValueError(f"min_samples must be >= 1, got {min_samples!r}")
         self.active = np.zeros(self.n, dtype=bool)
+        self._r_active = np.zeros(self.n, dtype=bool)
         self._above = np.zeros(self.n, dtype=int)
         self.contact = False
         self.contacts = 0
+        #: the noise model (:class:`NoiseWhitening`) and its thresholds on z, or None
+        self.whitening = None
+        self.whitened_thresholds = None
+        #: the last sample's whitened estimate (zeros without a whitening or an inertia)
+        self.z = np.zeros(self.n)
+        self._z_active = np.zeros(self.n, dtype=bool)
+        self._z_above = np.zeros(self.n, dtype=int)
 
     @property
     def configured(self) -> bool:
@@ -215,9 +322,28 @@ class ContactDetector:
         self.thresholds = None
         self.reset()
 
+    def set_whitening(self, whitening: Optional[NoiseWhitening], thresholds=None) -> None:
+        """Watch ``z`` beside r (module docstring): the noise model and its thresholds on z
+        (> 0), or None for r alone."""
+        if whitening is None:
+            self.whitening = self.whitened_thresholds = None
+            self._z_active[:] = False
+            self._z_above[:] = 0
+            self.z = np.zeros(self.n)
+            return
+        if whitening.n != self.n:
+            raise ValueError(f"the whitening has {whitening.n} joints, the detector {self.n}")
+        thr = per_joint(thresholds, self.n, "whitened thresholds", one_for_all=True)
+        if not np.all(thr > 0):
+            raise ValueError(f"whitened thresholds must be > 0, got {thr.tolist()}")
+        self.whitening, self.whitened_thresholds = whitening, thr
+
     def reset(self) -> None:
         self.active[:] = False
+        self._r_active[:] = False
         self._above[:] = 0
+        self._z_active[:] = False
+        self._z_above[:] = 0
         self.contact = False
 
     def uncertainty(self, std=None) -> np.ndarray:
@@ -234,13 +360,28 @@ class ContactDetector:
             return np.full(self.n, np.inf)
         return self.thresholds + self.uncertainty(std)
 
-    def update(self, r, std=None):
-        """``(contact, joints)`` after the sample ``r`` (``joints``: a bool per joint, a copy)."""
-        r = np.abs(as_vector(r, self.n, "r"))
+    def update(self, r, std=None, inertia=None, z=None):
+        """``(contact, joints)`` after the sample ``r`` (``joints``: a bool per joint, a copy).
+        ``inertia``: the observer's ``M(q)`` at the sample (n x n) -- with a whitening
+        (:meth:`set_whitening`), ``z`` is watched beside r; without it, r alone (``z``: the
+        whitened estimate already computed, :meth:`NoiseWhitening.transform_many`, instead
+        of the inertia).  The uncertainty term (``std``) is r's: z's noise model has its own."""
+        r = as_vector(r, self.n, "r")
+        a = np.abs(r)
         thr = self.effective_thresholds(std)
-        above = r > thr
+        above = a > thr
         self._above = np.where(above, self._above + 1, 0)
-        self.active = (self._above >= self.min_samples) | (self.active & (r > self.release * thr))
+        self._r_active = (self._above >= self.min_samples) | (self._r_active & (a > self.release * thr))
+        self.active = self._r_active.copy()
+        if self.whitening is not None and (inertia is not None or z is not None) and self.thresholds is not None:
+            self.z = self.whitening.transform(r, inertia) if z is None else as_vector(z, self.n, "z")
+            az, thz = np.abs(self.z), self.whitened_thresholds
+            self._z_above = np.where(az > thz, self._z_above + 1, 0)
+            self._z_active = (self._z_above >= self.min_samples) | (self._z_active & (az > self.release * thz))
+            self.active = self.active | self._z_active
+        elif self._z_active.any() or self._z_above.any():   # z not watched this sample
+            self._z_active[:] = False
+            self._z_above[:] = 0
         was = self.contact
         self.contact = bool(self.active.any())
         if self.contact and not was:

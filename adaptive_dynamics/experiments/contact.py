@@ -109,7 +109,7 @@ from typing import Optional
 import numpy as np
 
 from ..control.adaptive import AdaptiveController
-from ..control.contact import ContactDetector, ThresholdCalibration, calibrate_residual_joints
+from ..control.contact import ContactDetector, ThresholdCalibration, calibrate_residual_joints, calibrate_whitening
 from ..control.momentum_observer import MomentumObserver, observer_model, wrench_estimate
 from ..dynamics import RobotModel
 from ..learning import OnlineResidual
@@ -150,6 +150,11 @@ OBSERVER_LEAD_S = 0.5
 #: for as long (``ThresholdCalibration``): the velocity noise reaches r nearly white, a model
 #: error is slow, so 4 ms of delay buy a several-fold lower threshold where noise dominates
 MIN_SAMPLES = 5
+#: what the detector watches (the node's ``whiten``): ``whitened`` -- r and the noise-whitened
+#: estimate z beside it (:class:`~adaptive_dynamics.control.contact.NoiseWhitening`, calibrated on
+#: the same segment) -- or ``r`` alone; the other's figures are kept beside (``other_detector``)
+DETECTOR = "whitened"
+DETECTORS = ("whitened", "r")
 #: the residual learner (the node's default kind and defaults); it learns from this sim time
 #: on [s] (the controller adapts from the start): the start's transient -- the arm sagging under
 #: the tool the URDF lacks while the estimate catches up, at the trajectory's rest state --
@@ -324,12 +329,13 @@ def true_model(robot: str, seed: int = 0) -> tuple:
 
 
 def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "true"), filter_gain: float = 0.0,
-              residual_input: Optional[str] = None) -> dict:
+              residual_input: Optional[str] = None, inertias: Optional[dict] = None) -> dict:
     """The observers' estimates ``r`` (samples x joints) on the run's samples: of the three
     models and the simulator's own (``"true"``, :func:`true_model`), gain ``K_O``, second
     low pass ``K_F`` = ``filter_gain`` (0: off); the learned model takes the learner's
     prediction at the measured ``state`` or at the ``reference`` (``residual_input``;
-    default the run's, :data:`RESIDUAL_INPUT`)."""
+    default the run's, :data:`RESIDUAL_INPUT`).  ``inertias``: a dict, filled with each
+    observer's inertia per sample (samples x n x n, the whitening's: :func:`evaluate`)."""
     residual_input = residual_input or run.get("residual_input", RESIDUAL_INPUT)
     m = run["model"]
     robot_arm = armature(run["robot"])   # the drives' inertia the robot's parameter file states (the node's `armature`)
@@ -350,7 +356,10 @@ def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "tr
         else:
             model = adapted
         ob = MomentumObserver(model, gain, armature=arm, residual=callable_, filter_gains=filter_gain)
-        out[name] = ob.run(run["t"], run["q"], run["v"], run["tau"], residual)
+        if inertias is None:
+            out[name] = ob.run(run["t"], run["q"], run["v"], run["tau"], residual)
+        else:
+            out[name], inertias[name] = ob.run(run["t"], run["q"], run["v"], run["tau"], residual, with_inertia=True)
     return out
 
 
@@ -393,13 +402,16 @@ def select_residual(run: dict, R_learned: np.ndarray, R_adapted: np.ndarray,
 
 
 def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, min_samples: int = MIN_SAMPLES,
-             filter_gain: float = 0.0, std=None, uncertainty_gain: float = 0.0) -> dict:
+             filter_gain: float = 0.0, std=None, uncertainty_gain: float = 0.0, inertia=None) -> dict:
     """One model's figures (module docstring) from its estimates ``R`` (observer gain
     ``gain``, second low pass ``filter_gain``; the detector's and the calibration's
     ``min_samples``).  ``std`` (samples x joints) with ``uncertainty_gain`` k_u: the
     thresholds ``base + k_u std(t)``, the bases calibrated under that term (the node's
     ``use_residual_std``); ``effective_thresholds_median`` the median over the contact
-    phase of what the detector compared with."""
+    phase of what the detector compared with.  ``inertia`` (samples x n x n, the observer's:
+    :func:`observers`): the detector watches the noise-whitened estimate beside r
+    (:class:`~adaptive_dynamics.control.contact.NoiseWhitening`, calibrated on the same
+    segment, the node's ``whiten``); None: r alone."""
     U = None if std is None or uncertainty_gain == 0 else uncertainty_gain * np.asarray(std)
     decay = 5.0 / gain + (5.0 / filter_gain if filter_gain > 0 else 0.0)   # r's decay after a push [s]
     t, ph, truth = run["t"], run["phases"], run["truth"]
@@ -416,12 +428,21 @@ def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, mi
     held_max = held_cal.max_abs
     det = ContactDetector(thr, joint_names=list(model.joint_names), min_samples=min_samples,
                           uncertainty_gain=uncertainty_gain if U is not None else 0.0)
+    Z = None
+    if inertia is not None:
+        ci = _mask(t, cal_span)
+        whitening, thr_z = calibrate_whitening(R[ci], inertia[ci], CALIBRATION["method"], min_samples=min_samples,
+                                               margin=CALIBRATION["margin"])
+        det.set_whitening(whitening, thr_z)
+        k0 = int(np.searchsorted(t, ph["heldout"][0] - 1e-9))
+        Z = np.zeros_like(R)
+        Z[k0:] = whitening.transform_many(R[k0:], inertia[k0:])
     flags = np.zeros(len(t), dtype=bool)
     joints = np.zeros((len(t), n), dtype=bool)
     for k in range(len(t)):
         if t[k] < ph["heldout"][0] - 1e-9:
             continue
-        flags[k], joints[k] = det.update(R[k], None if U is None else std[k])
+        flags[k], joints[k] = det.update(R[k], None if U is None else std[k], z=None if Z is None else Z[k])
     fl = flags[held]
     held_alarms = int(fl.sum())
     held_episodes = int(np.sum(np.diff(fl.astype(int)) == 1)) + int(bool(fl.size and fl[0]))
@@ -509,17 +530,26 @@ def _ratio(a, b) -> list:
 
 def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=print,
               with_sensitivity: bool = True, learner: str = LEARNER, plots: bool = True,
-              parametric_torque: str = PARAMETRIC_TORQUE, residual_input: str = RESIDUAL_INPUT) -> dict:
+              parametric_torque: str = PARAMETRIC_TORQUE, residual_input: str = RESIDUAL_INPUT,
+              detector: str = DETECTOR) -> dict:
     run = simulate(robot, cfg, seed, log, learner, parametric_torque)
     run["residual_input"] = residual_input
     t0 = time.perf_counter()
-    R = observers(run, seed)
+    Ms: dict = {}
+    R = observers(run, seed, inertias=Ms)
+    Ms["learned"] = Ms["adapted"]   # (one model: the estimate's inertia)
+
+    def inertia(name, whitened=detector == "whitened"):
+        return Ms[name] if whitened else None
+
     model = RobotModel(robot)
-    every = evaluate(run, R["learned"], model)      # the residual on every joint
+    every = evaluate(run, R["learned"], model, inertia=inertia("learned"))      # the residual on every joint
     R_every = R["learned"]
     R["learned"], keep = select_residual(run, R["learned"], R["adapted"])
-    res = {name: evaluate(run, R[name], model) for name in MODELS}
-    floor = evaluate(run, R["true"], model)
+    res = {name: evaluate(run, R[name], model, inertia=inertia(name)) for name in MODELS}
+    floor = evaluate(run, R["true"], model, inertia=inertia("true"))
+    other = "r" if detector == "whitened" else "whitened"     # the other detector, beside
+    alt = {name: evaluate(run, R[name], model, inertia=inertia(name, other == "whitened")) for name in ("learned", "true")}
     log(f"[contact] {label(robot)}: observers and figures in {time.perf_counter() - t0:.1f} s")
     if plots:
         _plot_timeline(run, R, res, out_dir, files)
@@ -544,19 +574,24 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
                                 "false_alarm_samples": [every["heldout_false_alarm_samples"],
                                                         every["contact_false_alarm_samples"]]},
     }
-    for r_ in (*res.values(), floor, every):
+    other_detector = {"detector": other, **{name: {
+        k: alt[name][k] for k in ("detection_delay_ms_10n", "detection_delay_ms_10n_max",
+                                  "detection_delay_ms_10n_max_per_location", "smallest_push_detected_n",
+                                  "heldout_false_alarm_samples", "contact_false_alarm_samples")}
+        for name in alt}}
+    for r_ in (*res.values(), floor, every, *alt.values()):
         r_.pop("_flags")
         r_.pop("_thr")
-    uncertainty = uncertainty_table(run, R_every, R["adapted"], model, u["thresholds"])
+    uncertainty = uncertainty_table(run, R_every, R["adapted"], model, u["thresholds"], inertia("adapted"))
     sensitivity = []
     if with_sensitivity:
-        sensitivity = observer_sensitivity(run, seed, model, res, floor)
+        sensitivity = observer_sensitivity(run, seed, model, res, floor, detector)
         log(f"[contact] {label(robot)}: sensitivity to K_O, K_F and min_samples in {time.perf_counter() - t0:.1f} s")
     return {"robot": label(robot), "joints": list(model.joint_names), "phases": run["phases"],
             "residual_joints": [j for j, k in zip(model.joint_names, keep) if k],
             "pushes": run["pushes"], "sim_wall_s": run["sim_wall_s"], "tracking_rmse_rad": run["tracking_rmse_rad"],
             "learner_counters": run["learner_counters"], "models": res, "ratios": ratios, "sensitivity": sensitivity,
-            "uncertainty": uncertainty,
+            "uncertainty": uncertainty, "other_detector": other_detector,
             "true_model": {k: floor[k] for k in ("thresholds", "heldout_false_alarm_samples", "rmse", "rmse_all",
                                                  "smallest_push_detected_n", "detection_delay_ms_10n_max",
                                                  "wrench_direction_error_deg")}}
@@ -566,7 +601,8 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
 UNCERTAINTY_GAINS = (0.0, 1.0, 2.0)
 
 
-def uncertainty_table(run: dict, R_every: np.ndarray, R_adapted: np.ndarray, model: RobotModel, urdf_thr) -> list:
+def uncertainty_table(run: dict, R_every: np.ndarray, R_adapted: np.ndarray, model: RobotModel, urdf_thr,
+                      inertia=None) -> list:
     """The adapted + learned model with the learner's predictive std in its thresholds
     (``base + k_u std``, the node's ``use_residual_std`` and ``uncertainty_gain``; the bases
     and the residual's joints calibrated under that term; the std only where the residual
@@ -580,7 +616,7 @@ def uncertainty_table(run: dict, R_every: np.ndarray, R_adapted: np.ndarray, mod
     rows = []
     for k in UNCERTAINTY_GAINS:
         Rs, keep = select_residual(run, R_every, R_adapted, U=k * std)
-        ev = evaluate(run, Rs, model, std=np.where(keep, std, 0.0), uncertainty_gain=k)
+        ev = evaluate(run, Rs, model, std=np.where(keep, std, 0.0), uncertainty_gain=k, inertia=inertia)
         rows.append({"uncertainty_gain": k, "residual_joints": [j for j, m in zip(model.joint_names, keep) if m],
                      "threshold_vs_urdf": _ratio(ev["effective_thresholds_median"], urdf_thr),
                      "threshold_vs_urdf_max": round(max(_ratio(ev["effective_thresholds_median"], urdf_thr)), 4),
@@ -595,23 +631,27 @@ def uncertainty_table(run: dict, R_every: np.ndarray, R_adapted: np.ndarray, mod
 SENSITIVITY = {"gains": (30.0, 50.0, 100.0), "filter_gains": (0.0, 100.0), "min_samples": (1, MIN_SAMPLES)}
 
 
-def observer_sensitivity(run: dict, seed: int, model: RobotModel, res: dict, floor: dict) -> list:
+def observer_sensitivity(run: dict, seed: int, model: RobotModel, res: dict, floor: dict,
+                         detector: str = "whitened") -> list:
     """The adapted + learned model's threshold ratio to the URDF's and its 10 N detection
     delays, and the simulator's own model's (the floor), for the gains, second low passes
     and debounces of :data:`SENSITIVITY` (the experiment's own setting reuses ``res`` and
-    ``floor``)."""
+    ``floor``; ``detector``: the experiment's, :data:`DETECTOR`)."""
     rows = []
     for gain in SENSITIVITY["gains"]:
         for kf in SENSITIVITY["filter_gains"]:
             R = None
+            Ms: dict = {}
             for m in SENSITIVITY["min_samples"]:
                 if gain == GAIN and kf == 0.0 and m == MIN_SAMPLES:
                     ev = {"urdf": res["urdf"], "learned": res["learned"], "true": floor}
                 else:
-                    R = R if R is not None else observers(run, seed, gain, ("urdf", "adapted", "learned", "true"), kf)
-                    ev = {k: evaluate(run, R[k], model, gain, m, kf) for k in ("urdf", "true")}
+                    R = R if R is not None else observers(run, seed, gain, ("urdf", "adapted", "learned", "true"), kf,
+                                                          inertias=Ms)
+                    W = Ms if detector == "whitened" else {}
+                    ev = {k: evaluate(run, R[k], model, gain, m, kf, inertia=W.get(k)) for k in ("urdf", "true")}
                     ev["learned"] = evaluate(run, select_residual(run, R["learned"], R["adapted"], m)[0], model,
-                                             gain, m, kf)
+                                             gain, m, kf, inertia=W.get("adapted"))
                 rows.append({"gain": gain, "filter_gain": kf, "min_samples": m,
                              "threshold_vs_urdf_max": round(max(_ratio(ev["learned"]["thresholds"],
                                                                        ev["urdf"]["thresholds"])), 4),
@@ -649,6 +689,9 @@ def summarise(per_robot: dict) -> dict:
             w: worst(lambda r, w=w: r["models"]["learned"]["detection_delay_ms_10n_max_per_location"][w])
             for w in ("ee", "elbow")},
         "detection_delay_ms_max_true_model": worst(lambda r: r["true_model"]["detection_delay_ms_10n_max"]),
+        "other_detector": {"detector": rs[0]["other_detector"]["detector"], **{
+            k: worst(lambda r, m=m: r["other_detector"][m]["detection_delay_ms_10n_max"])
+            for k, m in (("detection_delay_ms_max", "learned"), ("detection_delay_ms_max_true_model", "true"))}},
         "threshold_vs_urdf_max_true_model": worst(lambda r: max(_ratio(r["true_model"]["thresholds"],
                                                                        r["models"]["urdf"]["thresholds"]))),
         "external_torque_rmse_vs_urdf": worst(lambda r: r["ratios"]["rmse_vs_urdf"]["learned"]),
@@ -876,6 +919,9 @@ def main(argv=None) -> int:
     ap.add_argument("--parametric-torque", default=PARAMETRIC_TORQUE, choices=["law", "state"],
                     help="what the learner's target subtracts (the adaptive controller's parametric_torque): state"
                     " (default): the estimate at the learner's input | law: the control law's Slotine-Li torque")
+    ap.add_argument("--detector", default=DETECTOR, choices=list(DETECTORS),
+                    help="what the contact detector watches (external_torque's whiten): whitened (default): r and"
+                    " the noise-whitened estimate beside it | r: r alone")
     ap.add_argument("--residual-input", default=RESIDUAL_INPUT, choices=["reference", "state"],
                     help="where the observer takes the learner's prediction (external_torque's residual_input):"
                     " state (default): at the measured state | reference: feedforward/residual")
@@ -903,7 +949,7 @@ def main(argv=None) -> int:
         for robot in robots:
             res = run_robot(robot, cfg, seed, args.out, files, with_sensitivity=not args.quick and i == 0,
                             learner=args.learner, plots=i == 0, parametric_torque=args.parametric_torque,
-                            residual_input=args.residual_input)
+                            residual_input=args.residual_input, detector=args.detector)
             runs[res["robot"]] = res
         if i == 0:
             per_robot = runs
@@ -916,6 +962,7 @@ def main(argv=None) -> int:
            "config": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()}, "push_on_s": PUSH_ON,
                       "push_slot_s": PUSH_SLOT, "observer_gain": GAIN, "calibration": CALIBRATION, "learner": args.learner,
                       "parametric_torque": args.parametric_torque, "residual_input": args.residual_input,
+                      "detector": args.detector,
                       "estimate_armature": ESTIMATE_ARMATURE,
                       "tool": TOOL, "elbow": {label(r): ELBOW[r] for r in robots}},
            **summarise(per_robot), "over_seeds": over_seeds(per_seed), "per_seed": per_seed, "per_robot": per_robot,

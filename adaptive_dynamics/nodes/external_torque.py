@@ -22,7 +22,8 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from ..control.adaptive_setup import friction_model
-from ..control.contact import CALIBRATION_METHODS, ContactDetector, ThresholdCalibration, calibrate_residual_joints
+from ..control.contact import (CALIBRATION_METHODS, WHITENING_WINDOW, ContactDetector, NoiseWhitening,
+                               ThresholdCalibration, calibrate_residual_joints, calibrate_whitening)
 from ..control.momentum_observer import (TORQUE_TIMINGS, EstimateLayout, MomentumObserver, damped_transpose_pinv,
                                          observer_model)
 from ..ros.arrays import VectorBuffer, vector_from_msg
@@ -60,19 +61,39 @@ def _thresholds_check(n):
     return check
 
 
+def _whitening_check(n, what: str):
+    """Validator of a whitening array: ``n`` values >= 0, or [0] (none)."""
+    def check(value) -> str | None:
+        v = np.asarray(value, dtype=float)
+        if v.size == 1 and v[0] == 0:
+            return None
+        if n is not None and v.size != n:
+            return f"needs {n} values (one per joint) or [0] (none), got {v.size}"
+        if np.any(v < 0) or (what == "thresholds" and np.any(v == 0)):
+            return f"each value must be {'> 0' if what == 'thresholds' else '>= 0'} ([0] = none)"
+        return None
+    return check
+
+
 #: the live parameters a running calibration is taken under (a change cancels it)
 _CALIBRATION_INPUTS = ("use_residual", "residual_select", "residual_joints", "uncertainty_gain", "model_std",
-                       "min_samples", "calibration_margin", "calibration_method")
+                       "min_samples", "calibration_margin", "calibration_method", "whiten", "whitening_window")
+#: the most states a calibration keeps for the whitening (r and M(q) of each; the first ones)
+WHITENING_MAX_SAMPLES = 100_000
+#: the whitening's parameters (set together by a calibration)
+_WHITENING_PARAMS = ("whitening_white", "whitening_slow", "whitened_thresholds")
 #: a calibration chooses residual_joints only when the residual came with at least this share of its states
 RESIDUAL_COVERAGE = 0.9
 
 
 class _Calibration:
     """A running calibration: the statistics (with, and without, the residual), its
-    length [s], the states that came with a residual."""
+    length [s], the states that came with a residual and, for the whitening, the states'
+    r (with, without the residual) and inertia (``samples``: None without ``whiten``)."""
 
-    def __init__(self, cals: list, seconds: float):
+    def __init__(self, cals: list, seconds: float, whiten: bool = False):
         self.cals, self.seconds, self.with_residual = cals, seconds, 0
+        self.samples = ([], [], []) if whiten else None
 
 
 def _joint_names_check(names):
@@ -158,6 +179,22 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
                   type="float[]", min=0.0, validator=lengths),
         ParamSpec("uncertainty_gain", 0.0, "k_u: threshold = thresholds + k_u x model_std (x sqrt(model_std^2 +"
                   " std^2) with use_residual_std)", min=0.0, max=100.0),
+        ParamSpec("whiten", True, "the detector also watches the noise-whitened estimate z = L(q)^-1 r, L L^T ="
+                  " M(q) diag(whitening_white^2) M(q) + diag(whitening_slow^2) (the velocity noise reaches r through"
+                  " M(q), coupled): a calibration sets the noise model and whitened_thresholds from the same free"
+                  " motion; a joint is in contact when |r| or |z| is above its threshold | false: r alone"),
+        ParamSpec("whitening_white", [0.0], "the noise model's white part per joint (of M^-1 r), n values; [0] ="
+                  " none (r alone); set by a calibration with whiten", type="float[]", min=0.0,
+                  validator=_whitening_check(n, "white")),
+        ParamSpec("whitening_slow", [0.0], "the noise model's slow part per joint [N m] (r averaged over"
+                  " whitening_window states), n values; set by a calibration with whiten", type="float[]", min=0.0,
+                  validator=_whitening_check(n, "slow")),
+        ParamSpec("whitened_thresholds", [0.0], "thresholds on |z| (no unit), n values (> 0); [0] = none (r"
+                  " alone); set by a calibration with whiten", type="float[]", min=0.0,
+                  validator=_whitening_check(n, "thresholds")),
+        ParamSpec("whitening_window", WHITENING_WINDOW, "states r is averaged over for the noise model's slow"
+                  f" part (a calibration with whiten keeps r and M(q) of its first {WHITENING_MAX_SAMPLES} states)",
+                  min=2, max=10000),
         ParamSpec("release", 0.8, "a joint leaves contact below release x its threshold (hysteresis)",
                   min=0.01, max=1.0),
         ParamSpec("min_samples", 1, "consecutive samples above the threshold before a joint is in contact",
@@ -202,6 +239,7 @@ class ExternalTorqueNode(Node):
                                         model_std=p["model_std"], release=p["release"],
                                         min_samples=p["min_samples"])
         self._set_thresholds(p["thresholds"])
+        self._set_whitening()
         self.wrench_frame = p["wrench_frame"] or model.ee_frame
         model.frame_id(self.wrench_frame)   # raises naming the frames
         self.mapper = JointStateMapper(model.joint_names)
@@ -221,6 +259,8 @@ class ExternalTorqueNode(Node):
         for name in ("uncertainty_gain", "model_std", "release", "min_samples"):
             self.p.on_change(name, self._on_detector_param)
         self.p.on_change("thresholds", lambda _n, v: self._set_thresholds(v))
+        for name in _WHITENING_PARAMS:
+            self.p.on_change(name, lambda _n, _v: self._set_whitening())
         self.p.on_change("residual_joints", lambda _n, v: self._set_residual_joints(v))
         self.p.on_change("calibrate", lambda _n, v: self._start_calibration(v))
         for name in _CALIBRATION_INPUTS:   # a running calibration is taken under these: a change cancels it
@@ -261,6 +301,20 @@ class ExternalTorqueNode(Node):
             else:
                 self.detector.set_thresholds(v)
 
+    def _set_whitening(self) -> None:
+        """whitening_white, whitening_slow, whitened_thresholds -> the detector's whitening
+        (none while one is [0])."""
+        vals = [np.asarray(self.p[name], dtype=float) for name in _WHITENING_PARAMS]
+        with self._lock:
+            if any(v.size != self.n for v in vals):   # [0] (none) or a calibration midway
+                self.detector.set_whitening(None)
+                return
+            try:
+                self.detector.set_whitening(NoiseWhitening(vals[0], vals[1]), vals[2])
+            except ValueError as exc:
+                self.detector.set_whitening(None)
+                self.get_logger().warning(f"whitening off: {exc}")
+
     def _set_residual_joints(self, value) -> None:
         """``residual_joints`` (validated: ['all'], [''] or joint names) -> the observer's
         residual mask."""
@@ -291,7 +345,7 @@ class ExternalTorqueNode(Node):
                 self._calibration = _Calibration(
                     [ThresholdCalibration(self.n, min_samples=self.p["min_samples"],
                                           margin=self.p["calibration_margin"]) for _ in range(2 if pair else 1)],
-                    float(seconds))
+                    float(seconds), whiten=bool(self.p["whiten"]))
             self.counters.set("calibration", f"running ({seconds:g} s)")
             self.get_logger().info(f"calibrating the contact thresholds from the next {seconds:g} s of states"
                                    " (free motion, please)")
@@ -307,10 +361,12 @@ class ExternalTorqueNode(Node):
                                   " set calibrate again")
 
     def _finish_calibration(self, cal: "_Calibration") -> tuple:
-        """``(thresholds, residual_joints or None)`` of a finished calibration."""
+        """``(thresholds, residual_joints or None, whitening or None)`` of a finished
+        calibration (whitening: ``(white, slow, thresholds)``)."""
         p = self.p
         kw = {"k": p["calibration_k"], "floor": p["threshold_floor"]}
         cals = cal.cals
+        joints = None
         if len(cals) == 2:
             if cal.with_residual < RESIDUAL_COVERAGE * cals[0].count:   # no fair comparison: keep the choice
                 mask = self.observer.residual_mask
@@ -319,12 +375,33 @@ class ExternalTorqueNode(Node):
                 self.get_logger().warning(
                     f"calibration: the residual came with {cal.with_residual} of {cals[0].count} states (fewer than"
                     f" {RESIDUAL_COVERAGE:.0%}): residual_joints left as they are")
-                return np.maximum(thr, 1e-9).tolist(), None
-            thr, mask = calibrate_residual_joints(cals[0], cals[1], p["calibration_method"], **kw)
-            joints = [x for x, m in zip(self.names, mask) if m] if not mask.all() else ["all"]
-            return np.maximum(thr, 1e-9).tolist(), (joints or [""])
-        thr = cals[0].thresholds(p["calibration_method"], **kw)
-        return np.maximum(thr, 1e-9).tolist(), None
+            else:
+                thr, mask = calibrate_residual_joints(cals[0], cals[1], p["calibration_method"], **kw)
+                joints = [x for x, m in zip(self.names, mask) if m] if not mask.all() else ["all"]
+                joints = joints or [""]
+        else:
+            mask = self.observer.residual_mask
+            thr = cals[0].thresholds(p["calibration_method"], **kw)
+        return np.maximum(thr, 1e-9).tolist(), joints, self._finish_whitening(cal, mask)
+
+    def _finish_whitening(self, cal: "_Calibration", mask) -> tuple | None:
+        """The noise model and z's thresholds over the calibration's states (r of each
+        joint with or without the residual, as ``mask`` chose), or None."""
+        if cal.samples is None:
+            return None
+        r_with, r_without, inertia = (np.asarray(x) for x in cal.samples)
+        p = self.p
+        try:
+            w, thr_z = calibrate_whitening(np.where(mask, r_with, r_without), inertia, p["calibration_method"],
+                                           min_samples=p["min_samples"], margin=p["calibration_margin"],
+                                           k=p["calibration_k"], window=p["whitening_window"])
+        except ValueError as exc:
+            self.get_logger().warning(f"calibration: no whitening ({exc}); the detector watches r alone")
+            return [0.0], [0.0], [0.0]
+        if len(r_with) < cal.cals[0].count:
+            self.get_logger().warning(f"calibration: the whitening took the first {len(r_with)} states of"
+                                      f" {cal.cals[0].count}")
+        return w.white.tolist(), w.slow.tolist(), np.maximum(thr_z, 1e-9).tolist()
 
     # ------------------------------------------------------------- callbacks
     def _reject(self, what: str, exc) -> None:
@@ -412,10 +489,13 @@ class ExternalTorqueNode(Node):
                 return
             if std is not None:   # the learner's std only where its residual is used (residual_joints)
                 std = np.where(ob.residual_mask, std, 0.0)
-            contact, joints = self.detector.update(r, std)
+            contact, joints = self.detector.update(r, std, inertia=ob.inertia if self.p["whiten"] else None)
             if self._calibration is not None:
                 cal = self._calibration
                 cals = cal.cals
+                if cal.samples is not None and len(cal.samples[0]) < WHITENING_MAX_SAMPLES:
+                    for store, x in zip(cal.samples, (r_with, r_without, ob.inertia)):
+                        store.append(x)
                 t_cal = (stamp - self._origin) * 1e-9
                 d = self.detector   # the bases are calibrated under the uncertainty term they will sit below
                 if len(cals) == 2:
@@ -449,7 +529,7 @@ class ExternalTorqueNode(Node):
             self._calibrate_reset = False
             self.p.set("calibrate", 0.0)
         if done is not None:
-            thr, joints = done
+            thr, joints, whitening = done
             self.get_logger().info(f"calibrated contact thresholds {np.round(thr, 4).tolist()} N m")
             if joints is not None:
                 dropped = [x for x in self.names if joints != ["all"] and x not in joints]
@@ -458,6 +538,13 @@ class ExternalTorqueNode(Node):
                                        " threshold there above the estimate's alone)"))
                 self.p.set("residual_joints", joints)
             self.p.set("thresholds", thr)
+            if whitening is not None:
+                for name, value in zip(_WHITENING_PARAMS, whitening):
+                    self.p.set(name, value)
+                if len(whitening[0]) == self.n:
+                    self.get_logger().info(f"calibrated the whitening: white {np.round(whitening[0], 4).tolist()},"
+                                           f" slow {np.round(whitening[1], 4).tolist()} N m, thresholds on |z|"
+                                           f" {np.round(whitening[2], 3).tolist()}")
             self.p.set("calibrate", 0.0)
             self.counters.set("calibration", "done")
 
