@@ -33,7 +33,12 @@ from .validation import per_joint
 __all__ = ["PACKAGE", "ROBOT_NAMES", "share_dir", "robot_config", "paper_config", "urdf_path", "friction", "end_effector_links",
            "strip_inertials", "moving_joints", "lock_joints", "node_section", "config_file", "generated_config",
            "merged_config", "cache_dir", "robot_label", "default_ee_frame", "urdf_friction",
-           "DEFAULT_FRICTION_PER_EFFORT", "armature"]
+           "DEFAULT_FRICTION_PER_EFFORT", "armature", "friction_smoothing", "FRICTION_SMOOTHING"]
+
+#: the friction columns' Coulomb shape tanh(qd / eps) of a generated parameter file [rad/s]
+#: (``friction_smoothing``; the shipped arms' files state the same): ten times a joint-velocity
+#: noise of 0.003 rad/s, so the term does not flip with the noise near a reversal
+FRICTION_SMOOTHING = 0.03
 
 PACKAGE = "adaptive_dynamics"
 ROBOT_NAMES: Tuple[str, ...] = ("panda", "iiwa14", "planar2")
@@ -252,6 +257,13 @@ def armature(name: str, paper: bool = False) -> np.ndarray:
         return per_joint(cfg.get("armature", 0.0), len(cfg["joint_names"]), "armature", one_for_all=True)
     except ValueError as exc:
         raise ValueError(f"robot {name!r}: {exc}") from None
+
+
+def friction_smoothing(name: str, paper: bool = False) -> float:
+    """The ``friction_smoothing`` [rad/s] the robot's parameter file gives every node (``/**``;
+    ``paper``: as :func:`paper_config` sets it); 0 (sgn) when it states none."""
+    cfg = {**robot_config(name), **_paper_section(name, "/**", paper)}
+    return float(cfg.get("friction_smoothing", 0.0))
 
 
 def friction(name: str) -> Tuple[np.ndarray, np.ndarray]:

@@ -290,7 +290,7 @@ def _resolved(spec: NodeSpec, spec_overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 #: adaptive-controller parameters the external_torque node must share to read its estimate
-MONITOR_SHARED = ("friction", "adapted_links", "friction_model_file")
+MONITOR_SHARED = ("friction", "friction_smoothing", "adapted_links", "friction_model_file")
 
 
 def monitor_node_for(nodes: list[NodeSpec], ctl: str, ctl_overrides: dict[str, Any], learner: bool,
@@ -323,7 +323,7 @@ def monitor_node_for(nodes: list[NodeSpec], ctl: str, ctl_overrides: dict[str, A
 
 
 #: controller parameters the regressor node must share for ``regressor_source: topics``
-REGRESSOR_SHARED = ("lam", "filter_lambda", "rate_hz", "friction", "reliable_streams", "reference_tolerance",
+REGRESSOR_SHARED = ("lam", "filter_lambda", "rate_hz", "friction", "friction_smoothing", "reliable_streams", "reference_tolerance",
                     "reference_wait", "hot_path_thread", "realtime_priority")
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from adaptive_dynamics.control import AdaptiveController
 from adaptive_dynamics.dynamics import RobotModel
-from adaptive_dynamics.robots import lock_joints
+from adaptive_dynamics.robots import FRICTION_SMOOTHING, lock_joints
 from adaptive_dynamics.robot_setup import resolve_robot
 
 ERD = os.path.join(sys.prefix, "lib", "python3.11", "site-packages", "cmeel.prefix", "share", "example-robot-data",
@@ -45,6 +45,7 @@ def test_resolve_a_urdf_robot_and_its_generated_parameter_file():
     doc = yaml.safe_load(open(spec.config))
     p = doc["/**"]["ros__parameters"]
     assert p["urdf"] == spec.urdf and p["joint_names"] == spec.joint_names
+    assert p["friction"] is True and p["friction_smoothing"] == FRICTION_SMOOTHING
     kd = np.array(doc["/**/adaptive_controller"]["ros__parameters"]["kd"])
     m = RobotModel(spec.urdf)
     assert kd.shape == (6,) and np.all(kd >= 0.01 * m.effort_limit - 1e-9) and np.all(kd <= 0.2 * m.effort_limit + 1e-9)

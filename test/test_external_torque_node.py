@@ -446,6 +446,22 @@ def test_the_residual_std_raises_the_thresholds(ros, use_std):
     assert node.counters["residual_missing"] == 0
 
 
+def test_every_model_node_takes_the_friction_smoothing(ros):
+    """friction_smoothing: the Coulomb column tanh(qd / eps) of every node's model with
+    friction columns (controller, regressor, learners, observer: one shape); 0 = sgn."""
+    from adaptive_dynamics.nodes.adaptive_controller import AdaptiveControllerNode
+    from adaptive_dynamics.nodes.model_update import ModelUpdateNode
+    from adaptive_dynamics.nodes.regressor import RegressorNode
+    from adaptive_dynamics.nodes.residual_learner import ResidualLearnerNode
+
+    for cls in (AdaptiveControllerNode, RegressorNode, ResidualLearnerNode, ModelUpdateNode, ExternalTorqueNode):
+        node = ros.add(cls, robot=ROBOT, friction=True, friction_smoothing=0.02)
+        model = getattr(node, "model", None)
+        assert model is not None and model.friction and model.coulomb_smoothing == 0.02, cls.__name__
+    plain = ros.add(ExternalTorqueNode, robot=ROBOT, friction=True)
+    assert plain.model.coulomb_smoothing == 0.0
+
+
 def test_monitor_joins_the_graph():
     """monitor (launch monitor:=true, CLI --monitor): the external_torque node on the adaptive
     controller's estimate (its friction and adapted_links, no armature) with the learner's
@@ -470,6 +486,7 @@ def test_monitor_joins_the_graph():
                                             monitor=True)}
     assert split["prediction"].params["publish_std"] is True and "publish_std" not in split["model_update"].params
     assert mon.params["adapted_links"] == ["panda_link7"] and mon.params["friction"] is True
+    assert mon.params["friction_smoothing"] == 0.03      # the Coulomb shape of config/panda.yaml's /**
     # the residual as a function of the state, taken at the measured state; no armature on the estimate
     assert graph["adaptive_controller"].params["parametric_torque"] == "state"
     assert graph["residual_learner"].params["state_residual"] is True and mon.params["residual_input"] == "state"

@@ -298,6 +298,17 @@ def test_robot_config(name):
     assert list(_pin_model(name).names)[1:] == joints
 
 
+def test_friction_smoothing_of_the_parameter_files():
+    """friction_smoothing in /** (every node's Coulomb column): the shipped arms' files
+    state FRICTION_SMOOTHING, their paper set-ups sgn (0); the bridge's own
+    coulomb_smoothing (the simulated plant's) is another parameter."""
+    for name in ("panda", "iiwa14"):
+        assert robots.friction_smoothing(name) == robots.FRICTION_SMOOTHING == 0.03
+        assert robots.friction_smoothing(name, paper=True) == 0.0
+        assert "friction_smoothing" not in robots.node_section(name, "mujoco_bridge")
+    assert robots.friction_smoothing("planar2") == 0.0
+
+
 def test_config_files_are_ros2_parameter_files():
     import yaml
 

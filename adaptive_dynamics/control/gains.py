@@ -40,7 +40,7 @@ __all__ = ["default_gains", "default_armature", "armature_vector", "gain_margins
 
 #: part of the cache key of generated parameter files: change it with the rule below or
 #: with anything else :func:`~adaptive_dynamics.robot_setup.resolve_robot` writes into them
-GAINS_VERSION = "3"
+GAINS_VERSION = "4"
 
 #: sliding-variable bandwidth [1/s]
 LAMBDA = 10.0

@@ -83,7 +83,7 @@ import numpy as np
 
 from ..dynamics import RobotModel
 from ..learning import LEARNERS, make_learner
-from ..robots import ROBOT_NAMES
+from ..robots import ROBOT_NAMES, friction_smoothing
 from .bags import open_bag, read_raw
 from .metrics import nmse, running_nmse
 from .regions import check_radius, GrowingNearest, REGION_RADIUS, split_nmse
@@ -370,11 +370,20 @@ def _per_joint(values, joints) -> dict:
     return {j: _sig(v) for j, v in zip(joints, np.asarray(values).reshape(-1))}
 
 
+def _friction_smoothing(robot: str) -> float:
+    """The robot's ``friction_smoothing`` (its parameter file's; 0 for a URDF without one)."""
+    try:
+        return friction_smoothing(robot)
+    except (ValueError, OSError, KeyError):
+        return 0.0
+
+
 def _transform_model(robot: str, names: list):
     """The RobotModel whose ``parameter_names`` hold the update's names, and the index of
-    each update entry in them."""
+    each update entry in them (friction columns with the Coulomb shape the robot's parameter
+    file gives the graph, ``friction_smoothing``)."""
     friction = any(nm.endswith((".fv", ".fc")) for nm in names)
-    model = RobotModel(robot, friction=friction)
+    model = RobotModel(robot, friction=friction, coulomb_smoothing=_friction_smoothing(robot) if friction else 0.0)
     pos = {nm: k for k, nm in enumerate(model.parameter_names)}
     unknown = [nm for nm in names if nm not in pos]
     if unknown:

@@ -115,7 +115,7 @@ from ..dynamics import RobotModel
 from ..learning import OnlineResidual
 from ..learning.base import LEARNERS
 from ..robot_setup import controller_gains
-from ..robots import armature, friction
+from ..robots import armature, friction, friction_smoothing
 from ..sim.plant import MujocoPlant, RealityConfig
 from ..trajectories import ModifiedFourier
 from . import save_plot, write_result
@@ -255,7 +255,7 @@ def simulate(robot: str, cfg: dict, seed: int = 0, log=print, learner_kind: str 
     the samples from :data:`OBSERVER_LEAD_S` before the freeze on (``t``, ``q``, ``v``, ``tau`` measured, the reference
     ``Q``, ``V``, ``A``, ``truth``: the pushes' joint torques), the frozen estimate ``pi``,
     the learner's prediction ``f`` at the references, the schedule and the phases."""
-    m = RobotModel(robot, friction=True)
+    m = RobotModel(robot, friction=True, coulomb_smoothing=friction_smoothing(robot))   # the graph's (config)
     traj = trajectory(m, seed, cfg["base_frequency"])
     phases = {"learn": (0.0, cfg["learn_s"])}
     t = cfg["learn_s"]

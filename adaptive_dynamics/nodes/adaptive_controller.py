@@ -26,6 +26,7 @@ from ..ros.task_references import TASK_REFERENCE_TOPIC, TaskReferenceBuffer, bas
 from .housekeeping import core_logger, logged_save, trigger_save
 from .controller_shell import JointControllerShell, shell_specs
 from .regressor_inputs import RegressorInputs
+from .robot_params import friction_smoothing_spec
 
 LAWS = ("sliding_pd", "slotine_li", "direct", "composite", "backstepping")
 REGRESSOR_SOURCES = ("inprocess", "topics")
@@ -110,6 +111,7 @@ def specs() -> list[ParamSpec]:
                   " stamped for the state's instant", min=0.0, max=10.0),
         ParamSpec("base_parameters", True, "adapt base parameters (else the full pi)", read_only=True),
         ParamSpec("friction", False, "add viscous + Coulomb friction columns to the estimate", read_only=True),
+        friction_smoothing_spec(),
         ParamSpec("projection", False, "physical-consistency projection of the estimate (adapts the"
                   " full pi)", read_only=True),
         ParamSpec("robot_compensates_gravity", False, "the robot adds g(q) itself (franka_ros2): the"
@@ -146,7 +148,7 @@ class AdaptiveControllerNode(JointControllerShell):
 
     # ------------------------------------------------------------------ setup
     def _model_kwargs(self) -> dict:
-        return {"friction": bool(self.p["friction"])}
+        return {"friction": bool(self.p["friction"]), "coulomb_smoothing": float(self.p["friction_smoothing"])}
 
     def _make_references(self):
         if self.p["law"] != "backstepping":

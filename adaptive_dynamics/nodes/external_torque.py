@@ -34,11 +34,11 @@ from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stre
 from ..ros.stamps import from_ns
 from ..validation import per_joint
 from .housekeeping import Throttle
-from .robot_params import armature_of, load_robot, robot_specs
+from .robot_params import armature_of, friction_smoothing_spec, load_robot, robot_specs
 
 MODEL_SOURCES = ("urdf", "estimate")
 #: declared with the robot's parameters (the model is built from them)
-_MODEL_PARAMS = ("friction", "coulomb_smoothing")
+_MODEL_PARAMS = ("friction", "friction_smoothing")
 
 
 def _lengths(n):
@@ -123,8 +123,7 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
                   choices=list(MODEL_SOURCES), read_only=True),
         ParamSpec("friction", False, "the estimate carries viscous + Coulomb friction columns (as the adaptive"
                   " controller's `friction`); with model_source urdf they are zero", read_only=True),
-        ParamSpec("coulomb_smoothing", 0.0, "eps [rad/s] of the estimate's Coulomb term tanh(v / eps); 0 = sgn(v),"
-                  " as the adaptive controller's model", min=0.0, read_only=True),
+        friction_smoothing_spec(),
         ParamSpec("adapted_links", [""], "the adaptive controller's adapted_links (to read its estimate; the"
                   " other links keep the URDF's values); [''] = every link", type="str[]", read_only=True),
         ParamSpec("friction_model_file", "", "a fixed joint-friction model beside the estimate (the adaptive"
@@ -216,7 +215,7 @@ class ExternalTorqueNode(Node):
     def __init__(self, **kwargs):
         super().__init__("external_torque", **kwargs)
         p = self.p = declare_params(self, robot_specs() + [s for s in monitor_specs() if s.name in _MODEL_PARAMS])
-        model, _ = load_robot(p, self, friction=p["friction"], coulomb_smoothing=p["coulomb_smoothing"])
+        model, _ = load_robot(p, self, friction=p["friction"], coulomb_smoothing=p["friction_smoothing"])
         self.model = model
         self.n = n = model.n
         self.names = list(model.joint_names)

@@ -38,6 +38,7 @@ from ..learning.online import UPDATE_SAMPLES
 from ..ros.joint_states import JointStateMapper, joint_state_msg
 from ..ros.params import ParamSpec
 from .housekeeping import logged_save
+from .robot_params import friction_smoothing_spec
 from ..ros.qos import PUBLISHER_STREAM_QOS
 from ..ros.references import ReferenceBuffer
 from ..ros.arrays import vector_from_msg
@@ -75,6 +76,7 @@ def learner_specs() -> list[ParamSpec]:
                   read_only=True),
         ParamSpec("friction", False, "the controller adapts friction columns too (its parameter_update then"
                   " carries <joint>.fv/.fc)", read_only=True),
+        friction_smoothing_spec(),
         ParamSpec("learning", True, "learn from the stream (phases 1, 2, 4)"),
         ParamSpec("transform", True, "apply the consistency transform on every parameter update"),
         ParamSpec("learn_decimation", 5, "learn every k-th sample (5: 200 Hz from a 1 kHz loop)", min=1, max=1000),

@@ -59,7 +59,7 @@ class ModelUpdateNode(Node):
     def __init__(self, **kwargs):
         super().__init__("model_update", **kwargs)
         p = self.p = declare_params(self, specs())
-        self.model, _ = load_robot(p, self, friction=p["friction"])
+        self.model, _ = load_robot(p, self, friction=p["friction"], coulomb_smoothing=p["friction_smoothing"])
         self.names = list(self.model.joint_names)
         self.torque_target = p["target"] == "torque"
         config = learner_config(p["learner_config"])

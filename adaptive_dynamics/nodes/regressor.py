@@ -48,7 +48,7 @@ from ..ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, stream_q
 from ..ros.references import ReferenceBuffer
 from ..ros.arrays import stamped_matrix_msg
 from .housekeeping import Throttle, apply_realtime_priority, realtime_spec
-from .robot_params import load_robot, robot_specs
+from .robot_params import friction_smoothing_spec, load_robot, robot_specs
 
 
 def specs() -> list[ParamSpec]:
@@ -65,6 +65,7 @@ def specs() -> list[ParamSpec]:
         ParamSpec("rate_hz", 1000.0, "joint_states rate [Hz] (filter step)", min=1.0, read_only=True),
         ParamSpec("base_parameters", False, "columns = base parameters (else the full pi)", read_only=True),
         ParamSpec("friction", False, "append viscous + Coulomb friction columns", read_only=True),
+        friction_smoothing_spec(),
         ParamSpec("reference_tolerance", 0.0005, "max |reference stamp - state stamp| [s]", min=0.0),
         ParamSpec("reference_wait", 1.0, "wall time [s] to hold a state whose reference (needed by"
                   " slotine_li or a reference standard regressor) has not arrived yet; a newer state ends"
@@ -81,7 +82,7 @@ class RegressorNode(Node):
     def __init__(self, **kwargs):
         super().__init__("regressor", **kwargs)
         p = self.p = declare_params(self, specs())
-        self.model, _ = load_robot(p, self, friction=p["friction"])
+        self.model, _ = load_robot(p, self, friction=p["friction"], coulomb_smoothing=p["friction_smoothing"])
         m = self.model
         self.n = m.n
         self.base = m.base_parameters() if p["base_parameters"] else None

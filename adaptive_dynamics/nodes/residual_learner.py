@@ -44,7 +44,7 @@ class ResidualLearnerNode(Node):
     def __init__(self, **kwargs):
         super().__init__("residual_learner", **kwargs)
         p = self.p = declare_params(self, specs())
-        self.model, _ = load_robot(p, self, friction=p["friction"])
+        self.model, _ = load_robot(p, self, friction=p["friction"], coulomb_smoothing=p["friction_smoothing"])
         self.names = list(self.model.joint_names)
         self.n = self.model.n
         config = learner_config(p["learner_config"])

@@ -40,6 +40,16 @@ def robot_specs() -> list[ParamSpec]:
     ]
 
 
+def friction_smoothing_spec() -> ParamSpec:
+    """``friction_smoothing``: the Coulomb column's shape in every model with friction columns
+    (the adaptive controller's, the regressor's, the learners', the external-torque
+    observer's: they must agree; config/<robot>.yaml sets it in ``/**``)."""
+    return ParamSpec("friction_smoothing", 0.0, "eps [rad/s] of the friction columns' Coulomb term tanh(qd / eps); 0"
+                     " = sgn(qd) (the papers'); the shipped configs set 0.03, ten times a joint-velocity noise of"
+                     " 0.003 rad/s: sgn of a noisy velocity flips the term by 2 f_c near every reversal; every"
+                     " node of a graph must take the same value", min=0.0, max=10.0, read_only=True)
+
+
 def armature_of(store, n: int):
     """The ``armature`` parameter as ``n`` values (:func:`~adaptive_dynamics.control.gains.armature_vector`)."""
     return armature_vector(store["armature"], n)
