@@ -37,8 +37,12 @@ def test_contact_quick(tmp_path, capsys):
     assert res["config"]["learner"] == "joint_local"
     assert res["config"]["parametric_torque"] == res["config"]["residual_input"] == "state"
     assert res["config"]["estimate_armature"] == 0.0
+    # the graph's Coulomb shape (config/panda.yaml's friction_smoothing) and the whitened detector
+    assert res["config"]["friction_smoothing"] == {"panda": 0.03} and res["config"]["detector"] == "whitened"
     with pytest.raises(SystemExit):
         contact.main(["--out", str(out), "--quick", "--learner", "no_such_learner"])
+    with pytest.raises(SystemExit):
+        contact.main(["--out", str(out), "--quick", "--friction-smoothing", "-0.1"])
     for key in ("threshold_vs_urdf_max", "detection_delay_ms_max", "external_torque_rmse_vs_urdf",
                 "learned_never_worse", "targets", "targets_met", "smallest_push_detected_n",
                 "wrench_direction_error_deg", "heldout_false_alarm_samples"):
@@ -80,6 +84,13 @@ def test_contact_quick(tmp_path, capsys):
     assert unc[0]["residual_joints"] == r["residual_joints"]
     assert all(max(u["threshold_vs_urdf"]) < 1.0 for u in unc)
     assert [u["uncertainty_gain"] for u in res["uncertainty"]] == list(contact.UNCERTAINTY_GAINS)
+    # z beside r only adds alarms (r's thresholds are the same): no push later than with r alone
+    other = r["other_detector"]
+    assert other["detector"] == "r" and res["other_detector"]["detector"] == "r"
+    mine, alone = r["models"]["learned"]["detection_delay_ms_10n"], other["learned"]["detection_delay_ms_10n"]
+    assert all(b is None or (a is not None and a <= b) for a, b in zip(mine, alone)), (mine, alone)
+    if other["true"]["detection_delay_ms_10n_max"] is not None:
+        assert r["true_model"]["detection_delay_ms_10n_max"] <= other["true"]["detection_delay_ms_10n_max"]
     # one seed (--quick): its figures are the run's
     assert res["seeds"] == [0] and len(res["per_seed"]) == 1
     assert res["over_seeds"]["threshold_vs_urdf_max"]["median"] == pytest.approx(res["threshold_vs_urdf_max"], abs=1e-4)

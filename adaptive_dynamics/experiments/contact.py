@@ -5,7 +5,7 @@ The cores: :mod:`~adaptive_dynamics.control.momentum_observer`,
 :mod:`~adaptive_dynamics.control.contact` (the ``external_torque`` node's).
 
 ``adaptive-dynamics experiment contact --out DIR [--quick] [--robots panda,iiwa14] [--seeds 0,1,2] [--learner KIND]
-[--parametric-torque state|law] [--residual-input state|reference]``
+[--parametric-torque state|law] [--residual-input state|reference] [--detector whitened|r] [--friction-smoothing EPS]``
 
 Per robot (the Panda and the iiwa 14), one run in process, deterministic (the plant and
 the cores, no DDS; :func:`simulate`):
@@ -18,7 +18,9 @@ the cores, no DDS; :func:`simulate`):
 * **the motion** -- a Modified Fourier trajectory (``realdata``'s excitation: period 10 s,
   4 harmonics, 0.4 rad) around the arm's task pose
   (:func:`~.robot_choice.task_configuration`), tracked by the adaptive controller core as
-  the graph runs it (composite law, viscous + Coulomb friction columns, ``forget_to="prior"``,
+  the graph runs it (composite law, viscous + Coulomb friction columns -- the Coulomb one
+  ``tanh(qd / eps)`` with the ``friction_smoothing`` the robot's parameter file gives the
+  graph, 0.03 rad/s (``--friction-smoothing``, 0 = sgn) --, ``forget_to="prior"``,
   the robot's ``adaptive_controller`` gains, started from the URDF's estimate);
 * **the phases** (:data:`FULL`: 60 s) -- *learning* (the controller adapts; the residual
   learner core, ``OnlineResidual(KIND)`` (``--learner``, default ``joint_local``) with the
@@ -49,8 +51,11 @@ what the sensor noise alone leaves).  For each:
 
 * per-joint thresholds calibrated on the calibration segment (``calibration_method: max``,
   margin 1.5: the node's defaults, over :data:`MIN_SAMPLES` consecutive samples as the
-  detector's debounce), and the false alarms they give on the held-out segment (and
-  between the pushes);
+  detector's debounce) -- on r and, with :data:`DETECTOR` ``whitened`` (the node's
+  ``whiten``, ``--detector``), on the noise-whitened estimate z beside it, its noise model
+  calibrated on the same segment with the observer's inertia -- and the false alarms they
+  give on the held-out segment (and between the pushes); the other detector's delays and
+  pushes beside (``other_detector``);
 * per push: detected (a joint above its threshold while it acts), the detection delay
   (from its first step to the first sample flagged), the joints flagged; the smallest push
   detected (every push at least that strong detected, both locations);
@@ -250,12 +255,15 @@ def controller(m: RobotModel, robot: str) -> AdaptiveController:
 # ----------------------------------------------------------------------------- the run
 
 def simulate(robot: str, cfg: dict, seed: int = 0, log=print, learner_kind: str = LEARNER,
-             parametric_torque: str = PARAMETRIC_TORQUE) -> dict:
+             parametric_torque: str = PARAMETRIC_TORQUE, smoothing: Optional[float] = None) -> dict:
     """One run: learning, then frozen calibration, held-out and contact phases.  Returns
     the samples from :data:`OBSERVER_LEAD_S` before the freeze on (``t``, ``q``, ``v``, ``tau`` measured, the reference
     ``Q``, ``V``, ``A``, ``truth``: the pushes' joint torques), the frozen estimate ``pi``,
-    the learner's prediction ``f`` at the references, the schedule and the phases."""
-    m = RobotModel(robot, friction=True, coulomb_smoothing=friction_smoothing(robot))   # the graph's (config)
+    the learner's prediction ``f`` at the references, the schedule and the phases.
+    ``smoothing``: the friction columns' Coulomb shape eps (None: the robot's parameter
+    file's ``friction_smoothing``, the graph's)."""
+    eps = friction_smoothing(robot) if smoothing is None else float(smoothing)
+    m = RobotModel(robot, friction=True, coulomb_smoothing=eps)
     traj = trajectory(m, seed, cfg["base_frequency"])
     phases = {"learn": (0.0, cfg["learn_s"])}
     t = cfg["learn_s"]
@@ -531,8 +539,8 @@ def _ratio(a, b) -> list:
 def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=print,
               with_sensitivity: bool = True, learner: str = LEARNER, plots: bool = True,
               parametric_torque: str = PARAMETRIC_TORQUE, residual_input: str = RESIDUAL_INPUT,
-              detector: str = DETECTOR) -> dict:
-    run = simulate(robot, cfg, seed, log, learner, parametric_torque)
+              detector: str = DETECTOR, smoothing: Optional[float] = None) -> dict:
+    run = simulate(robot, cfg, seed, log, learner, parametric_torque, smoothing)
     run["residual_input"] = residual_input
     t0 = time.perf_counter()
     Ms: dict = {}
@@ -922,6 +930,9 @@ def main(argv=None) -> int:
     ap.add_argument("--detector", default=DETECTOR, choices=list(DETECTORS),
                     help="what the contact detector watches (external_torque's whiten): whitened (default): r and"
                     " the noise-whitened estimate beside it | r: r alone")
+    ap.add_argument("--friction-smoothing", type=float, default=None, metavar="EPS",
+                    help="the estimate's Coulomb column tanh(qd / EPS) [rad/s], 0 = sgn(qd) (the papers'); default:"
+                    " the robot's parameter file's friction_smoothing, as the graph takes it")
     ap.add_argument("--residual-input", default=RESIDUAL_INPUT, choices=["reference", "state"],
                     help="where the observer takes the learner's prediction (external_torque's residual_input):"
                     " state (default): at the measured state | reference: feedforward/residual")
@@ -935,6 +946,9 @@ def main(argv=None) -> int:
     except ValueError:
         raise SystemExit(f"--seeds: comma-separated integers, got {args.seeds!r}") from None
     seeds = list(dict.fromkeys(seeds))   # each once, in the order given
+    if args.friction_smoothing is not None and not (math.isfinite(args.friction_smoothing)
+                                                    and args.friction_smoothing >= 0):
+        raise SystemExit(f"--friction-smoothing: >= 0 rad/s, got {args.friction_smoothing!r}")
     if not seeds:
         raise SystemExit("--seeds: at least one seed")
     if args.quick:
@@ -949,7 +963,8 @@ def main(argv=None) -> int:
         for robot in robots:
             res = run_robot(robot, cfg, seed, args.out, files, with_sensitivity=not args.quick and i == 0,
                             learner=args.learner, plots=i == 0, parametric_torque=args.parametric_torque,
-                            residual_input=args.residual_input, detector=args.detector)
+                            residual_input=args.residual_input, detector=args.detector,
+                            smoothing=args.friction_smoothing)
             runs[res["robot"]] = res
         if i == 0:
             per_robot = runs
@@ -963,6 +978,8 @@ def main(argv=None) -> int:
                       "push_slot_s": PUSH_SLOT, "observer_gain": GAIN, "calibration": CALIBRATION, "learner": args.learner,
                       "parametric_torque": args.parametric_torque, "residual_input": args.residual_input,
                       "detector": args.detector,
+                      "friction_smoothing": {label(r): (friction_smoothing(r) if args.friction_smoothing is None
+                                                        else args.friction_smoothing) for r in robots},
                       "estimate_armature": ESTIMATE_ARMATURE,
                       "tool": TOOL, "elbow": {label(r): ELBOW[r] for r in robots}},
            **summarise(per_robot), "over_seeds": over_seeds(per_seed), "per_seed": per_seed, "per_robot": per_robot,
