@@ -501,6 +501,17 @@ def test_noise_whitening_model_and_transform(panda):
     np.testing.assert_allclose(Zw.std(axis=0), 1.0, rtol=0.03)
     with pytest.raises(ValueError, match="white part or a slow part"):
         NoiseWhitening(np.zeros(n), [0.1] * (n - 1) + [0.0])
+    with pytest.raises(ValueError, match="white part or a slow part"):     # joints 2.. have neither
+        NoiseWhitening([1.0] + [0.0] * (n - 1), np.zeros(n))
+    NoiseWhitening([1.0] + [0.0] * (n - 1), [0.0] + [0.1] * (n - 1))       # each joint one or the other
+    # the thresholds on z: ThresholdCalibration's statistics of z over the same samples
+    sub = slice(0, 3000)
+    for method, m in (("max", 3), ("std", 1)):
+        wz, thr_z = calibrate_whitening(R[sub], Ms[sub], method, min_samples=m, margin=1.5, k=4.0)
+        ref = ThresholdCalibration(n, min_samples=m)
+        for k_, z in enumerate(wz.transform_many(R[sub], Ms[sub])):
+            ref.add(k_ * DT, z)
+        np.testing.assert_allclose(thr_z, ref.thresholds(method, margin=1.5, k=4.0), rtol=1e-9)
     with pytest.raises(ValueError, match="more than"):
         NoiseWhitening.from_samples(R[:10], Ms[:10])
     with pytest.raises(ValueError, match="K x n"):
@@ -556,6 +567,15 @@ def test_detector_with_a_whitening():
     assert not det.update([1.5, 0.0], inertia=M)[0]
     for _ in range(3):                                       # r2 = 7: z2 = 1.75 < 2, |r2| < 10
         assert not det.update([0.0, 7.0], inertia=M)[0]
+    det.update([0.5, 9.0], inertia=M)                        # z2 = 2.25 > 2 (|r2| = 9 < 10): contact,
+    contact, joints = det.update([0.5, 9.0], inertia=M)      # reported at r's joint nearest its threshold
+    assert contact and joints.tolist() == [False, True]
+    coupled = ContactDetector([10.0, 10.0])                  # z mixes the joints; the joint reported is r's
+    coupled.set_whitening(NoiseWhitening([1.0, 1.0], [0.0, 0.0]), [1.0, 1.0])
+    contact, joints = coupled.update([3.0, 0.0], inertia=np.array([[2.0, 1.5], [1.5, 2.0]]))
+    assert contact and abs(coupled.z[1]) > 3 * abs(coupled.z[0]) and joints.tolist() == [True, False]
+    det.update([0.0, 0.0], inertia=M)
+    det.update([0.0, 0.0], inertia=M)
     det.update([0.0, 11.0])                                  # r alone (no inertia) ...
     assert det.update([0.0, 11.0])[1].tolist() == [False, True]
     assert det.update([3.0, 0.0])[1].tolist() == [False, False]   # ... z not watched

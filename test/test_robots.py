@@ -305,7 +305,9 @@ def test_friction_smoothing_of_the_parameter_files():
     for name in ("panda", "iiwa14"):
         assert robots.friction_smoothing(name) == robots.FRICTION_SMOOTHING == 0.03
         assert robots.friction_smoothing(name, paper=True) == 0.0
-        assert "friction_smoothing" not in robots.node_section(name, "mujoco_bridge")
+        # the simulated plant from the same file: the models' key is not the plant's coulomb_smoothing
+        from adaptive_dynamics.sim.plant import RealityConfig
+        assert RealityConfig.for_robot(name).coulomb_smoothing == RealityConfig().coulomb_smoothing
     assert robots.friction_smoothing("planar2") == 0.0
 
 

@@ -53,19 +53,22 @@ variance of ``M^-1 r``'s sample-to-sample difference (a slow error cancels in it
 ``s_i^2`` the mean square of r averaged over ``window`` samples (white noise averages
 out) -- and :func:`calibrate_whitening` calibrates per-component thresholds on ``z`` over
 the same samples as r's (``"max"`` or ``"std"``, the debounce alike: zero false alarms on
-the segment by construction).  A joint is in contact when ``|r_i|`` or ``|z_i|`` is above
+the segment by construction).  There is a contact when a ``|r_i|`` or a ``|z_i|`` is above
 its threshold (each with its debounce and hysteresis): with a perfect model ``z`` sees a
 push through the noise several-fold sooner than r; with a model error the slow part
-keeps ``z`` from amplifying it (a joint whose error dominates is weighted down).  ``z_i``
-mixes joints ``1..i`` (the Cholesky factor is lower triangular): the joint reported is
-``i``.
+keeps ``z`` from amplifying it (a joint whose error dominates is weighted down).  ``z``
+says *that* there is a contact, not where (``z_i`` mixes joints ``1..i`` through the
+Cholesky factor, and the inverse of the inertia spreads a torque on one joint over the
+others): the joints reported are r's -- those above their thresholds and, while z
+flags, the joint whose ``|r_i|`` is nearest its threshold.
 
 Decision (per sample)
 ---------------------
 A joint enters contact after ``min_samples`` consecutive samples above its threshold
 (a debounce against single-sample spikes: each costs one sample of detection delay) and
 leaves it when ``|r_i|`` falls below ``release * threshold_i`` (hysteresis, 0 < release
-<= 1); with a whitening, ``|z_i|`` alike beside it (either flags joint i).  The contact flag is "any joint in contact"; :attr:`ContactDetector.contacts`
+<= 1); with a whitening, ``|z_i|`` alike beside it (above: the joint nearest its r
+threshold is reported).  The contact flag is "any joint in contact"; :attr:`ContactDetector.contacts`
 counts its rising edges.  Without thresholds (:attr:`ContactDetector.configured` False)
 there is never a contact.
 """
@@ -198,7 +201,7 @@ class NoiseWhitening:
         self.n = w.size
         self.white = per_joint(w, self.n, "white")
         self.slow = per_joint(slow, self.n, "slow")
-        if not np.any(self.white > 0) and not np.all(self.slow > 0):
+        if not np.all((self.white > 0) | (self.slow > 0)):
             raise ValueError("the noise model needs a white part or a slow part on every joint"
                              f" (white {self.white.tolist()}, slow {self.slow.tolist()})")
 
@@ -256,10 +259,18 @@ def calibrate_whitening(R, Ms, method: str = "max", *, min_samples: int = 1, mar
     ``floor``; ``min_samples`` the detector's debounce)."""
     w = NoiseWhitening.from_samples(R, Ms, window)
     Z = w.transform_many(R, Ms)
-    cal = ThresholdCalibration(w.n, min_samples=min_samples, margin=margin)
-    for i, z in enumerate(Z):
-        cal.add(float(i), z)
-    return w, cal.thresholds(method, margin=margin, k=k, floor=floor)
+    A = np.abs(Z)
+    m = int(min_samples)
+    if m < 1:
+        raise ValueError(f"min_samples must be >= 1, got {min_samples!r}")
+    if method == "max":     # ThresholdCalibration's statistic, vectorised: max_k min_{j<m} |z(k - j)|
+        level = np.lib.stride_tricks.sliding_window_view(A, min(m, len(A)), axis=0).min(axis=-1).max(axis=0)
+        thr = float(margin) * level
+    elif method == "std":
+        thr = np.abs(Z.mean(axis=0)) + float(k) * Z.std(axis=0)
+    else:
+        raise ValueError(f"calibration method must be one of {list(CALIBRATION_METHODS)}, got {method!r}")
+    return w, np.maximum(thr, per_joint(floor, w.n, "floor", one_for_all=True))
 
 
 class ContactDetector:
@@ -337,6 +348,8 @@ class ContactDetector:
         if not np.all(thr > 0):
             raise ValueError(f"whitened thresholds must be > 0, got {thr.tolist()}")
         self.whitening, self.whitened_thresholds = whitening, thr
+        self._z_active[:] = False        # the debounce and hysteresis start over under the new model
+        self._z_above[:] = 0
 
     def reset(self) -> None:
         self.active[:] = False
@@ -378,15 +391,22 @@ class ContactDetector:
             az, thz = np.abs(self.z), self.whitened_thresholds
             self._z_above = np.where(az > thz, self._z_above + 1, 0)
             self._z_active = (self._z_above >= self.min_samples) | (self._z_active & (az > self.release * thz))
-            self.active = self.active | self._z_active
-        elif self._z_active.any() or self._z_above.any():   # z not watched this sample
+            if self._z_active.any():    # z says there is a contact, r where: the joint nearest its threshold
+                self.active[int(np.argmax(a / thr))] = True
+        else:                           # z not watched this sample
             self._z_active[:] = False
             self._z_above[:] = 0
+            self.z = np.zeros(self.n)
         was = self.contact
         self.contact = bool(self.active.any())
         if self.contact and not was:
             self.contacts += 1
         return self.contact, self.active.copy()
+
+    @property
+    def z_contact(self) -> bool:
+        """z flags a contact (a component above its threshold, debounced, with hysteresis)."""
+        return bool(self._z_active.any())
 
     def joints_in_contact(self) -> list:
         return [j for j, a in zip(self.joint_names, self.active) if a]

@@ -56,8 +56,9 @@ what the sensor noise alone leaves).  For each:
   calibrated on the same segment with the observer's inertia -- and the false alarms they
   give on the held-out segment (and between the pushes); the other detector's delays and
   pushes beside (``other_detector``);
-* per push: detected (a joint above its threshold while it acts), the detection delay
-  (from its first step to the first sample flagged), the joints flagged; the smallest push
+* per push: detected (while it acts, a joint flagged -- or z's flag on -- that was not at
+  its start: a flag left on by the last push is no detection of this one), the detection
+  delay (from its first step to that sample), the joints flagged; the smallest push
   detected (every push at least that strong detected, both locations);
 * the external-torque RMSE over the contact phase against the applied ``J(q)^T F``
   (:attr:`~adaptive_dynamics.sim.plant.MujocoPlant.external_torque`) passed through the
@@ -447,10 +448,12 @@ def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, mi
         Z[k0:] = whitening.transform_many(R[k0:], inertia[k0:])
     flags = np.zeros(len(t), dtype=bool)
     joints = np.zeros((len(t), n), dtype=bool)
+    zflag = np.zeros(len(t), dtype=bool)
     for k in range(len(t)):
         if t[k] < ph["heldout"][0] - 1e-9:
             continue
         flags[k], joints[k] = det.update(R[k], None if U is None else std[k], z=None if Z is None else Z[k])
+        zflag[k] = det.z_contact
     fl = flags[held]
     held_alarms = int(fl.sum())
     held_episodes = int(np.sum(np.diff(fl.astype(int)) == 1)) + int(bool(fl.size and fl[0]))
@@ -463,7 +466,11 @@ def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, mi
         s, e = p["start"], p["start"] + p["duration"]
         on = (t > s + 1e-9) & (t <= e + 1e-9)
         expected |= (t > s + 1e-9) & (t <= e + decay + min_samples * DT)   # acting, and r's decay after it
-        hit = np.flatnonzero(on & flags)
+        # detected: a joint flagged, or z's flag on, that was not at the push's start (a flag
+        # still on from before -- the last push's aftermath -- is no detection of this one)
+        k_s = max(int(np.searchsorted(t, s + 1e-9)) - 1, 0)
+        fresh = (joints & ~joints[k_s]).any(axis=1) | (zflag & ~zflag[k_s])
+        hit = np.flatnonzero(on & fresh)
         delay = None if not hit.size else round(1e3 * float(t[hit[0]] - s), 1)
         flagged = joints[on].any(axis=0)
         # the wrench direction once settled

@@ -79,7 +79,7 @@ def _whitening_check(n, what: str):
 _CALIBRATION_INPUTS = ("use_residual", "residual_select", "residual_joints", "uncertainty_gain", "model_std",
                        "min_samples", "calibration_margin", "calibration_method", "whiten", "whitening_window")
 #: the most states a calibration keeps for the whitening (r and M(q) of each; the first ones)
-WHITENING_MAX_SAMPLES = 100_000
+WHITENING_MAX_SAMPLES = 50_000
 #: the whitening's parameters (set together by a calibration)
 _WHITENING_PARAMS = ("whitening_white", "whitening_slow", "whitened_thresholds")
 #: a calibration chooses residual_joints only when the residual came with at least this share of its states
@@ -385,9 +385,10 @@ class ExternalTorqueNode(Node):
 
     def _finish_whitening(self, cal: "_Calibration", mask) -> tuple | None:
         """The noise model and z's thresholds over the calibration's states (r of each
-        joint with or without the residual, as ``mask`` chose), or None."""
+        joint with or without the residual, as ``mask`` chose); none (``[0]`` x 3) without
+        ``whiten``: a whitening calibrated under other thresholds would be stale."""
         if cal.samples is None:
-            return None
+            return [0.0], [0.0], [0.0]
         r_with, r_without, inertia = (np.asarray(x) for x in cal.samples)
         p = self.p
         try:
@@ -539,7 +540,8 @@ class ExternalTorqueNode(Node):
             self.p.set("thresholds", thr)
             if whitening is not None:
                 for name, value in zip(_WHITENING_PARAMS, whitening):
-                    self.p.set(name, value)
+                    if not self.p.set(name, value).successful:
+                        self.get_logger().error(f"calibration: {name} {value} refused")
                 if len(whitening[0]) == self.n:
                     self.get_logger().info(f"calibrated the whitening: white {np.round(whitening[0], 4).tolist()},"
                                            f" slow {np.round(whitening[1], 4).tolist()} N m, thresholds on |z|"

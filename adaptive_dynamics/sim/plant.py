@@ -151,6 +151,8 @@ PARAMETER_DESCRIPTIONS: Dict[str, str] = {
 }
 _REALITY_PREFIXES = ("friction_", "coulomb_", "stribeck_", "ripple_", "payload_", "noise_", "link_scale",
                      "tau_bias", "armature")
+#: the graph's model parameters in ``/**`` that look like reality ones (the models' shape, not the plant's)
+_MODEL_KEYS = ("friction_smoothing",)
 
 
 @dataclass
@@ -281,7 +283,7 @@ class RealityConfig:
                 per_link[key[len("link_scale."):]] = _as_float(value, key)
                 continue
             if key not in known:
-                if key.startswith(_REALITY_PREFIXES):
+                if key.startswith(_REALITY_PREFIXES) and key not in _MODEL_KEYS:
                     raise ValueError(f"unknown reality parameter {key!r}; known: {sorted(known)}")
                 continue
             kwargs[key] = value
