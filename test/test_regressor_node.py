@@ -130,7 +130,8 @@ def test_regressor_node_settings_and_reference_wait(ros):
     probe.node.create_subscription(JointState, "regressor/columns", cols.append, LATCHED_QOS)
     assert ros.spin_until(lambda: len(cols) >= 1 and probe.state.get_subscription_count() >= 2)
     assert json.loads(cols[-1].header.frame_id) == {"lam": [5.0], "filter_lambda": 30.0, "rate_hz": 1000.0,
-                                                     "coordinates": "pi", "friction": False}
+                                                     "coordinates": "pi", "friction": False,
+                                                     "friction_smoothing": 0.0}
     assert node.p.set("lam", [4.0, 6.0]).successful
     assert ros.spin_until(lambda: len(cols) >= 2)
     assert json.loads(cols[-1].header.frame_id)["lam"] == [4.0, 6.0]

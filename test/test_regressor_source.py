@@ -314,3 +314,22 @@ def test_topics_source_in_real_time_waits_for_the_regressors_not_the_reference(r
     c = topics.counters.as_dict()
     assert c.get("reference_missed", 0) == 0 and c.get("regressor_missing", 0) == 0, c
     assert topics.core.updates == inproc.core.updates == 60
+
+
+def test_the_regressor_nodes_coulomb_shape_is_checked():
+    """regressor_source topics: a regressor node whose friction_smoothing differs from the
+    controller's model (the Coulomb columns' shape) is refused, for Y and W; the same shape passes."""
+    from adaptive_dynamics.ros.regressor_topics import RegressorTopics
+
+    for mine, theirs, refused in ((0.03, 0.0, True), (0.03, 0.03, False), (0.0, 0.0, False)):
+        m = RobotModel("planar2", friction=True, coulomb_smoothing=mine)
+        core = AdaptiveController(m, "composite", dt=1e-3, lam=10.0, kd=5.0)
+        regs = RegressorTopics(m.n, 1000.0)
+        settings = {"lam": [10.0], "filter_lambda": core.filter_lambda, "rate_hz": 1000.0, "coordinates": "pi",
+                    "friction": True, "friction_smoothing": theirs}
+        regs.on_columns(joint_state_msg(0, core.full_parameter_names, q=m.parameters, frame_id=json.dumps(settings)))
+        chk = regs.check(core)
+        if refused:
+            assert "friction_smoothing" in chk["Y"] and chk["W"] == chk["Y"], chk
+        else:
+            assert chk == {"Y": None, "W": None}, chk

@@ -128,7 +128,7 @@ class RegressorNode(Node):
         """What the published matrices depend on besides the state (``regressor/columns``)."""
         return {"lam": [float(x) for x in self.p["lam"]], "filter_lambda": float(self.p["filter_lambda"]),
                 "rate_hz": float(self.p["rate_hz"]), "coordinates": self.col_label,
-                "friction": bool(self.p["friction"])}
+                "friction": bool(self.p["friction"]), "friction_smoothing": float(self.p["friction_smoothing"])}
 
     def _publish_columns(self) -> None:
         nominal = self.model.parameters

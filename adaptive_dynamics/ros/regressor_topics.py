@@ -87,6 +87,11 @@ class RegressorTopics:
                 f" parameters{' with friction columns' if core.friction else ''} (set base_parameters: false"
                 f" and friction: {str(core.friction).lower()} on the regressor node)"
                 + (f"; first differences: {', '.join(diff)}" if diff else ""))
+        elif core.friction and st is not None and "error" not in st and not np.isclose(
+                float(st.get("friction_smoothing", 0.0)), core.model.coulomb_smoothing, rtol=1e-12, atol=0.0):
+            chk["Y"] = chk["W"] = (f"the regressor node's friction_smoothing = {st.get('friction_smoothing', 0.0)}"
+                                   f" differs from this controller's {core.model.coulomb_smoothing}: its Coulomb"
+                                   " columns are not this law's; set the same on both")
         elif st is None or "error" in st or "lam" not in st:
             chk["Y"] = chk["W"] = ("regressor/columns carries no settings (" + (st or {}).get("error", "no lam")
                                    + "): cannot check its Lambda against lam; refusing")
