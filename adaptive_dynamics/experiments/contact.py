@@ -784,7 +784,7 @@ def seed_summary(seed: int, runs: dict) -> dict:
     model), the residual's joints and the residual on every joint's worst ratio."""
     s = summarise(runs)
     return {"seed": seed, **{k: s[k] for k in SEED_KEYS}, "targets_met": s["targets_met"],
-            "uncertainty": s.get("uncertainty", []),
+            "uncertainty": s.get("uncertainty", []), "other_detector": s["other_detector"],
             "every_joint_threshold_vs_urdf_max": s["every_joint"]["threshold_vs_urdf_max"],
             "per_robot": {name: {"threshold_vs_urdf": r["ratios"]["threshold_vs_urdf"],
                                  "true_model_threshold_vs_urdf": _ratio(r["true_model"]["thresholds"],
