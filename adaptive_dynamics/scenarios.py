@@ -300,7 +300,7 @@ def monitor_node_for(nodes: list[NodeSpec], ctl: str, ctl_overrides: dict[str, A
     ``urdf``; ``use_residual`` and ``use_residual_std`` when a learner publishes
     ``feedforward/residual`` (:func:`build_graph` has it publish ``feedforward/residual_std``
     too; ``uncertainty_gain``, live, sets how much the std raises the thresholds); on the
-    estimate no ``armature`` (the controller's regressor has none).  Beside an
+    estimate the node adds no ``armature`` (the controller's regressor has none).  Beside an
     ``adaptive_controller`` and a ``residual_learner``, :func:`build_graph` also has the
     controller publish its model at the learner's input (``parametric_torque: state``) and
     the learner its prediction at the measured state (``state_residual``), which this node
@@ -311,10 +311,7 @@ def monitor_node_for(nodes: list[NodeSpec], ctl: str, ctl_overrides: dict[str, A
         params["reliable_streams"] = mode == "lockstep"
     if ctl == "adaptive_controller":
         resolved = _resolved(spec, ctl_overrides)
-        params["model_source"] = "estimate"
-        # the controller's regressor has no drive inertia: its estimate holds what of it the
-        # link inertias carry (and a learner with the joint's acceleration the rest)
-        params["armature"] = [0.0]
+        params["model_source"] = "estimate"   # (the node adds no drive armature to the estimate)
         params.update({k: resolved[k] for k in MONITOR_SHARED if k in resolved})
     else:
         params["model_source"] = "urdf"

@@ -490,7 +490,7 @@ def test_monitor_joins_the_graph():
     # the residual as a function of the state, taken at the measured state; no armature on the estimate
     assert graph["adaptive_controller"].params["parametric_torque"] == "state"
     assert graph["residual_learner"].params["state_residual"] is True and mon.params["residual_input"] == "state"
-    assert mon.params["armature"] == [0.0]
+    assert "armature" not in mon.params          # the robot's: the node adds none to the estimate itself
     assert "parametric_torque" not in plain["adaptive_controller"].params
     assert "parametric_torque" not in split["adaptive_controller"].params
     assert "residual_input" not in split["external_torque"].params
@@ -509,3 +509,16 @@ def test_monitor_joins_the_graph():
     call = next(n for n in ast.walk(helper) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "build_graph")
     assert "monitor" in {kw.arg for kw in call.keywords}
     assert "external_torque" in (root / "setup.py").read_text()
+
+
+def test_the_drives_armature_on_the_urdf_not_on_the_estimate(ros):
+    """armature (the robot's drive inertia): added to the URDF's M in the observer, not to the
+    adaptive estimate's (the controller's regressor has none); the whitening's inertia is the
+    URDF's M plus it either way (physical: an estimate's M need not be positive definite)."""
+    model = RobotModel(ROBOT)
+    q = np.array([0.3, -0.4])
+    for source, want in (("urdf", [0.1, 0.2]), ("estimate", [0.0, 0.0])):
+        node = ros.add(ExternalTorqueNode, robot=ROBOT, model_source=source, armature=[0.1, 0.2])
+        assert np.allclose(node.observer.armature, want), source
+        np.testing.assert_allclose(node.model.mass_matrix(q) + node._drive_inertia,
+                                   model.mass_matrix(q) + np.diag([0.1, 0.2]))

@@ -53,7 +53,7 @@ what the sensor noise alone leaves).  For each:
   margin 1.5: the node's defaults, over :data:`MIN_SAMPLES` consecutive samples as the
   detector's debounce) -- on r and, with :data:`DETECTOR` ``whitened`` (the node's
   ``whiten``, ``--detector``), on the noise-whitened estimate z beside it, its noise model
-  calibrated on the same segment with the observer's inertia -- and the false alarms they
+  calibrated on the same segment with the URDF's inertia plus the drives' -- and the false alarms they
   give on the held-out segment (and between the pushes); the other detector's delays and
   pushes beside (``other_detector``);
 * per push: detected (while it acts, a joint flagged -- or z's flag on -- that was not at
@@ -338,13 +338,12 @@ def true_model(robot: str, seed: int = 0) -> tuple:
 
 
 def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "true"), filter_gain: float = 0.0,
-              residual_input: Optional[str] = None, inertias: Optional[dict] = None) -> dict:
+              residual_input: Optional[str] = None) -> dict:
     """The observers' estimates ``r`` (samples x joints) on the run's samples: of the three
     models and the simulator's own (``"true"``, :func:`true_model`), gain ``K_O``, second
     low pass ``K_F`` = ``filter_gain`` (0: off); the learned model takes the learner's
     prediction at the measured ``state`` or at the ``reference`` (``residual_input``;
-    default the run's, :data:`RESIDUAL_INPUT`).  ``inertias``: a dict, filled with each
-    observer's inertia per sample (samples x n x n, the whitening's: :func:`evaluate`)."""
+    default the run's, :data:`RESIDUAL_INPUT`)."""
     residual_input = residual_input or run.get("residual_input", RESIDUAL_INPUT)
     m = run["model"]
     robot_arm = armature(run["robot"])   # the drives' inertia the robot's parameter file states (the node's `armature`)
@@ -365,11 +364,23 @@ def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "tr
         else:
             model = adapted
         ob = MomentumObserver(model, gain, armature=arm, residual=callable_, filter_gains=filter_gain)
-        if inertias is None:
-            out[name] = ob.run(run["t"], run["q"], run["v"], run["tau"], residual)
-        else:
-            out[name], inertias[name] = ob.run(run["t"], run["q"], run["v"], run["tau"], residual, with_inertia=True)
+        out[name] = ob.run(run["t"], run["q"], run["v"], run["tau"], residual)
     return out
+
+
+def whitening_inertia(run: dict) -> np.ndarray:
+    """The inertia the node's whitening takes at each sample (samples x n x n): the URDF's
+    ``M(q)`` plus the drives' armature its parameter file states -- physical, where an
+    adapted estimate's need not be positive definite.  Cached in the run."""
+    if "_whitening_inertia" not in run:
+        m = RobotModel(run["robot"])
+        arm = np.diag(armature(run["robot"]))
+        k0 = int(np.searchsorted(run["t"], run["phases"]["calibrate"][0] - 1e-9))
+        out = np.zeros((len(run["t"]), m.n, m.n))
+        for k in range(k0, len(run["t"])):
+            out[k] = m.mass_matrix(run["q"][k]) + arm
+        run["_whitening_inertia"] = out
+    return run["_whitening_inertia"]
 
 
 # ----------------------------------------------------------------------------- the figures
@@ -417,8 +428,8 @@ def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, mi
     ``min_samples``).  ``std`` (samples x joints) with ``uncertainty_gain`` k_u: the
     thresholds ``base + k_u std(t)``, the bases calibrated under that term (the node's
     ``use_residual_std``); ``effective_thresholds_median`` the median over the contact
-    phase of what the detector compared with.  ``inertia`` (samples x n x n, the observer's:
-    :func:`observers`): the detector watches the noise-whitened estimate beside r
+    phase of what the detector compared with.  ``inertia`` (samples x n x n:
+    :func:`whitening_inertia`): the detector watches the noise-whitened estimate beside r
     (:class:`~adaptive_dynamics.control.contact.NoiseWhitening`, calibrated on the same
     segment, the node's ``whiten``); None: r alone."""
     U = None if std is None or uncertainty_gain == 0 else uncertainty_gain * np.asarray(std)
@@ -550,12 +561,11 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
     run = simulate(robot, cfg, seed, log, learner, parametric_torque, smoothing)
     run["residual_input"] = residual_input
     t0 = time.perf_counter()
-    Ms: dict = {}
-    R = observers(run, seed, inertias=Ms)
-    Ms["learned"] = Ms["adapted"]   # (one model: the estimate's inertia)
+    R = observers(run, seed)
+    Mw = whitening_inertia(run)
 
-    def inertia(name, whitened=detector == "whitened"):
-        return Ms[name] if whitened else None
+    def inertia(_name, whitened=detector == "whitened"):
+        return Mw if whitened else None
 
     model = RobotModel(robot)
     every = evaluate(run, R["learned"], model, inertia=inertia("learned"))      # the residual on every joint
@@ -656,17 +666,15 @@ def observer_sensitivity(run: dict, seed: int, model: RobotModel, res: dict, flo
     for gain in SENSITIVITY["gains"]:
         for kf in SENSITIVITY["filter_gains"]:
             R = None
-            Ms: dict = {}
+            W = whitening_inertia(run) if detector == "whitened" else None
             for m in SENSITIVITY["min_samples"]:
                 if gain == GAIN and kf == 0.0 and m == MIN_SAMPLES:
                     ev = {"urdf": res["urdf"], "learned": res["learned"], "true": floor}
                 else:
-                    R = R if R is not None else observers(run, seed, gain, ("urdf", "adapted", "learned", "true"), kf,
-                                                          inertias=Ms)
-                    W = Ms if detector == "whitened" else {}
-                    ev = {k: evaluate(run, R[k], model, gain, m, kf, inertia=W.get(k)) for k in ("urdf", "true")}
+                    R = R if R is not None else observers(run, seed, gain, ("urdf", "adapted", "learned", "true"), kf)
+                    ev = {k: evaluate(run, R[k], model, gain, m, kf, inertia=W) for k in ("urdf", "true")}
                     ev["learned"] = evaluate(run, select_residual(run, R["learned"], R["adapted"], m)[0], model,
-                                             gain, m, kf, inertia=W.get("adapted"))
+                                             gain, m, kf, inertia=W)
                 rows.append({"gain": gain, "filter_gain": kf, "min_samples": m,
                              "threshold_vs_urdf_max": round(max(_ratio(ev["learned"]["thresholds"],
                                                                        ev["urdf"]["thresholds"])), 4),

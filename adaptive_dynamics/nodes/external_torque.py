@@ -227,8 +227,15 @@ class ExternalTorqueNode(Node):
         self._lock = threading.RLock()
         # ---- the cores
         fixed = friction_model(model, p["friction_model_file"]) if p["friction_model_file"] else None
+        # the drives' inertia: added to the URDF's M; not to the adaptive estimate's (the controller's
+        # regressor has none: its estimate carries what of it the link inertias can, a learner the rest)
+        arm = armature_of(p, n)
+        self.observer_armature = arm if p["model_source"] == "urdf" else np.zeros(n)
+        # the whitening's inertia: the URDF's M plus the drives' (physical: an adapted estimate's M
+        # need not be positive definite, and its inverse is what the noise model takes)
+        self._drive_inertia = np.diag(arm)
         self.observer = MomentumObserver(observer_model(model), p["gains"], fixed_friction=fixed,
-                                         armature=armature_of(p, n), torque_timing=p["torque_timing"],
+                                         armature=self.observer_armature, torque_timing=p["torque_timing"],
                                          max_gap=p["max_gap"], copy=False, filter_gains=p["filter_gains"])
         self._set_residual_joints(p["residual_joints"])
         self.layout = None
@@ -287,7 +294,7 @@ class ExternalTorqueNode(Node):
             f"{' + fixed friction' if fixed is not None else ''}, residual "
             f"{('on (' + self.residual_topic + ')') if p['use_residual'] else 'off'}"
             f"{' (+ its std in the thresholds)' if self.use_std and p['use_residual'] else ''},"
-            f" armature {np.asarray(armature_of(p, self.n)).tolist()}, K_O {np.asarray(p['gains']).tolist()} 1/s,"
+            f" armature {self.observer_armature.tolist()}{' (none on the estimate)' if self.layout else ''}, K_O {np.asarray(p['gains']).tolist()} 1/s,"
             f" thresholds "
             f"{self.detector.thresholds.tolist() if self.detector.configured else 'none'}; joints {self.names}")
 
@@ -489,12 +496,17 @@ class ExternalTorqueNode(Node):
                 return
             if std is not None:   # the learner's std only where its residual is used (residual_joints)
                 std = np.where(ob.residual_mask, std, 0.0)
-            contact, joints = self.detector.update(r, std, inertia=ob.inertia if self.p["whiten"] else None)
-            if self._calibration is not None:
-                cal = self._calibration
+            cal = self._calibration
+            keep = (cal is not None and cal.samples is not None and self.p["whiten"]
+                    and len(cal.samples[0]) < WHITENING_MAX_SAMPLES)
+            inertia = None
+            if self.p["whiten"] and (self.detector.whitening is not None or keep):
+                inertia = self.model.mass_matrix(q) + self._drive_inertia
+            contact, joints = self.detector.update(r, std, inertia=inertia)
+            if cal is not None:
                 cals = cal.cals
-                if cal.samples is not None and len(cal.samples[0]) < WHITENING_MAX_SAMPLES:
-                    for store, x in zip(cal.samples, (r_with, r_without, ob.inertia)):
+                if keep:
+                    for store, x in zip(cal.samples, (r_with, r_without, inertia)):
                         store.append(x)
                 t_cal = (stamp - self._origin) * 1e-9
                 d = self.detector   # the bases are calibrated under the uncertainty term they will sit below
