@@ -221,7 +221,8 @@ class NoiseWhitening:
             raise ValueError("the noise covariance is not positive definite at this inertia") from None
 
     def transform(self, r, M) -> np.ndarray:
-        """``z`` of one sample (``M``: the observer's inertia there, n x n)."""
+        """``z`` of one sample (``M``: the inertia there, n x n; a physical one, the URDF's
+        plus the drives')."""
         r = as_vector(r, self.n, "r")
         return np.linalg.solve(self._factor(M), r)
 
@@ -254,7 +255,7 @@ class NoiseWhitening:
 def calibrate_whitening(R, Ms, method: str = "max", *, min_samples: int = 1, margin: float = 1.5, k: float = 5.0,
                         floor=1e-9, window: int = WHITENING_WINDOW) -> tuple:
     """``(whitening, thresholds)``: the noise model of the free-motion samples ``R`` (K x n,
-    the observer's inertia ``Ms`` at each) and per-component thresholds on ``z`` over the
+    the inertia ``Ms`` at each: a positive definite one) and per-component thresholds on ``z`` over the
     same samples (:meth:`ThresholdCalibration.thresholds`'s ``method``, ``margin``, ``k``,
     ``floor``; ``min_samples`` the detector's debounce)."""
     w = NoiseWhitening.from_samples(R, Ms, window)
@@ -375,8 +376,8 @@ class ContactDetector:
 
     def update(self, r, std=None, inertia=None, z=None):
         """``(contact, joints)`` after the sample ``r`` (``joints``: a bool per joint, a copy).
-        ``inertia``: the observer's ``M(q)`` at the sample (n x n) -- with a whitening
-        (:meth:`set_whitening`), ``z`` is watched beside r; without it, r alone (``z``: the
+        ``inertia``: ``M(q)`` at the sample (n x n, positive definite: the URDF's plus the
+        drives') -- with a whitening (:meth:`set_whitening`), ``z`` is watched beside r; without it, r alone (``z``: the
         whitened estimate already computed, :meth:`NoiseWhitening.transform_many`, instead
         of the inertia).  The uncertainty term (``std``) is r's: z's noise model has its own."""
         r = as_vector(r, self.n, "r")
