@@ -221,8 +221,13 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         if sim:
             lrn["reliable_streams"] = mode == "lockstep"
         # the split's nodes may run on other hosts: the same parameter files, a ROS_DOMAIN_ID in common
+        shared = {}
+        if ctl == "adaptive_controller":   # the learners' transform takes the controller's columns
+            resolved = _resolved(next(s for s in nodes if s.name == ctl), overrides.get(ctl, {}))
+            shared = {k: resolved[k] for k in LEARNER_SHARED if k in resolved}
         for name in (("model_update", "prediction") if learner_split else ("residual_learner",)):
-            nodes.append(NodeSpec(name, name, files, dict(lrn), list(remaps), namespace))
+            nodes.append(NodeSpec(name, name, files, {**lrn, **(shared if name != "prediction" else {})},
+                                  list(remaps), namespace))
     if monitor:
         mon = monitor_node_for(nodes, ctl, overrides.get(ctl, {}), learner != "none", common, mode)
         nodes.append(mon)
@@ -288,6 +293,10 @@ def _resolved(spec: NodeSpec, spec_overrides: dict[str, Any]) -> dict[str, Any]:
     out.update(spec_overrides)
     return out
 
+
+#: adaptive-controller parameters the learners must share (their consistency transform takes its
+#: regressor's columns: the friction columns and their Coulomb shape)
+LEARNER_SHARED = ("friction", "friction_smoothing")
 
 #: adaptive-controller parameters the external_torque node must share to read its estimate
 MONITOR_SHARED = ("friction", "friction_smoothing", "adapted_links", "friction_model_file")

@@ -487,6 +487,12 @@ def test_monitor_joins_the_graph():
     assert split["prediction"].params["publish_std"] is True and "publish_std" not in split["model_update"].params
     assert mon.params["adapted_links"] == ["panda_link7"] and mon.params["friction"] is True
     assert mon.params["friction_smoothing"] == 0.03      # the Coulomb shape of config/panda.yaml's /**
+    # the learners take the controller's friction columns and their shape (a --set on it too)
+    assert graph["residual_learner"].params["friction_smoothing"] == 0.03
+    eps = {s.name: s for s in build_graph("sim", controller="composite", learner="gmm", monitor=True,
+                                          overrides={"adaptive_controller": {"friction_smoothing": 0.05}})}
+    assert eps["residual_learner"].params["friction_smoothing"] == eps["external_torque"].params[
+        "friction_smoothing"] == 0.05
     # the residual as a function of the state, taken at the measured state; no armature on the estimate
     assert graph["adaptive_controller"].params["parametric_torque"] == "state"
     assert graph["residual_learner"].params["state_residual"] is True and mon.params["residual_input"] == "state"
