@@ -682,6 +682,10 @@ def test_save_load_roundtrip_and_layout_checks(tmp_path):
     np.testing.assert_array_equal(fresh.pi, ctl.pi)
     with pytest.raises(ValueError, match="parameter layout differs"):
         AdaptiveController(model, "direct", friction=True).load_state(path)
+    # the Coulomb column's shape is saved with the estimate (identify --arm-estimate takes it)
+    shaped = AdaptiveController(RobotModel("planar2", friction=True, coulomb_smoothing=0.02), "direct")
+    with np.load(shaped.save(tmp_path / "shaped")) as d:
+        assert float(d["coulomb_smoothing"]) == 0.02 and bool(d["friction"])
     with pytest.raises(ValueError, match="robot 'planar2'"):
         AdaptiveController(RobotModel("panda"), "direct").load_state(path)
     (tmp_path / "junk.npz").write_bytes(b"not a zip")

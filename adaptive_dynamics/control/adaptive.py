@@ -1032,6 +1032,7 @@ class AdaptiveController(NpzState):
             "parameter_names": np.array(self.parameter_names),
             "full_parameter_names": np.array(self.full_parameter_names),
             "friction": np.array(self.friction),
+            "coulomb_smoothing": np.array(float(self.model.coulomb_smoothing)),
             "projection": np.array(self.projection),
             "robot_compensates_gravity": np.array(self.robot_compensates_gravity),
             "dt": np.array(self.dt),

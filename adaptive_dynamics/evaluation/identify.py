@@ -318,7 +318,9 @@ def _arm_model(args, spec):
             if "friction" not in d:
                 raise ValueError(f"--arm-estimate {path!r}: not an adaptive-controller state file (no 'friction')")
             with_friction = bool(d["friction"])
-        model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=with_friction)
+            eps = float(d["coulomb_smoothing"]) if "coulomb_smoothing" in d else 0.0   # (older files: sgn)
+        model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None, friction=with_friction,
+                           coulomb_smoothing=eps if with_friction else 0.0)
         pi = AdaptiveController.load(path, model).pi
         return model, pi, None, f"estimate {path}" + (" (with its friction columns)" if with_friction else "")
     model = RobotModel(spec.urdf, ee_frame=spec.ee_frame or None)
