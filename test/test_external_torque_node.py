@@ -158,6 +158,8 @@ def test_external_torque_calibration_contact_and_bad_states(ros):
     np.testing.assert_allclose(node.p["whitening_slow"], w.slow, rtol=1e-6)
     np.testing.assert_allclose(node.p["whitened_thresholds"], thr_z, rtol=1e-6)
     assert node.detector.whitening is not None
+    node._diagnostics()
+    assert node.counters["whitening"] == "on"
     # no contact in free motion; the push (> 10 x the thresholds) flags both joints within ms
     contact = {to_ns(m.header.stamp): list(m.name) for m in probe.contact}
     t = (S - S[0]) * 1e-9
@@ -188,6 +190,8 @@ def test_whitening_off_and_set_live(ros):
     feed(ros, node, probe, S, Q, V, TAU)
     assert node.detector.configured and node.counters["calibration"] == "done"
     assert list(node.p["whitened_thresholds"]) == [0.0] and node.detector.whitening is None
+    node._diagnostics()
+    assert node.counters["whitening"] == "off (whiten false)"
     for name, value in (("whitening_white", [0.1, 0.2]), ("whitening_slow", [0.01, 0.02]),
                         ("whitened_thresholds", [3.0, 4.0])):
         assert node.set_parameters([Parameter(name, value=value)])[0].successful

@@ -569,6 +569,7 @@ class ExternalTorqueNode(Node):
             self.counters.update({
                 "contacts": d.contacts, "in_contact": ",".join(d.joints_in_contact()) or "none",
                 "thresholds": np.round(d.effective_thresholds(), 4).tolist() if d.configured else "none",
+                "whitening": ("on" if d.whitening is not None else "off") if self.p["whiten"] else "off (whiten false)",
                 "max_abs_external_torque": np.round(peak, 4).tolist()})
         level = DiagnosticStatus.WARN if not self.detector.configured and self._calibration is None else None
         message = "no contact thresholds (set thresholds or calibrate)" if level is not None else None
