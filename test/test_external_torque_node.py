@@ -532,3 +532,30 @@ def test_the_drives_armature_on_the_urdf_not_on_the_estimate(ros):
         assert np.allclose(node.observer.armature, want), source
         np.testing.assert_allclose(node.model.mass_matrix(q) + node._drive_inertia,
                                    model.mass_matrix(q) + np.diag([0.1, 0.2]))
+
+
+def test_calibrate_after_lets_the_start_pass(ros):
+    """calibrate with calibrate_after (both at start, as a launch sets them): the states of the
+    first calibrate_after seconds pass untaken, the next calibrate seconds set the thresholds --
+    those of the core calibrated on exactly that segment."""
+    model = RobotModel(ROBOT)
+    S, Q, V, TAU = simulate(model, 400, seed=6)
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[40.0], calibrate=0.1, calibrate_after=0.15,
+                   publish_wrench=False)
+    probe = Probe(ros, model.joint_names)
+    connected(ros, node, probe)
+    assert node.counters["calibration"] == "waiting 0.15 s, then 0.1 s"
+    feed(ros, node, probe, S[:100], Q[:100], V[:100], TAU[:100])
+    assert not node.detector.configured and node.p["calibrate"] == 0.1      # still waiting
+    for k in range(100, len(S)):
+        probe.send(S[k], Q[k], V[k], TAU[k])
+        assert ros.spin_until(lambda: node.counters["states"] == k + 1, timeout=10.0)
+    assert node.detector.configured and node.p["calibrate"] == 0.0 and node.counters["calibration"] == "done"
+    R = MomentumObserver(model, gains=40.0).run((S - S[0]) * 1e-9, Q, V, TAU)
+    t = (S - S[0]) * 1e-9
+    cal = ThresholdCalibration(model.n)
+    for k in np.flatnonzero(t >= 0.15 - 1e-9):
+        cal.add(t[k], R[k])
+        if cal.duration >= 0.1:
+            break
+    np.testing.assert_allclose(node.p["thresholds"], cal.thresholds("max", margin=1.5), rtol=1e-9)

@@ -91,9 +91,11 @@ class _Calibration:
     length [s], the states that came with a residual and, for the whitening, the states'
     r (with, without the residual) and inertia (``samples``: None without ``whiten``)."""
 
-    def __init__(self, cals: list, seconds: float, whiten: bool = False):
+    def __init__(self, cals: list, seconds: float, whiten: bool = False, after: float = 0.0):
         self.cals, self.seconds, self.with_residual = cals, seconds, 0
         self.samples = ([], [], []) if whiten else None
+        #: states (stamp time [s]) let pass before the first one taken; the first state's time
+        self.after, self.t_first = float(after), None
 
 
 def _joint_names_check(names):
@@ -164,6 +166,9 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
                   type="float[]", min=0.0, validator=_thresholds_check(n)),
         ParamSpec("calibrate", 0.0, "> 0: calibrate the thresholds from this many seconds of (free-motion!)"
                   " states from now on, then set `thresholds` and return to 0 (at start too)", min=0.0, max=3600.0),
+        ParamSpec("calibrate_after", 0.0, "s of states (stamp time) a calibration lets pass before it takes"
+                  " any: set with calibrate at start (a launch file, the pip launcher's --set), it calibrates"
+                  " once the estimate has settled, with no parameter call later", min=0.0, max=36000.0),
         ParamSpec("calibration_method", "max", "max: calibration_margin x max |r| over the segment (the largest"
                   " level |r| stayed above for min_samples consecutive samples) | std: |mean r| + calibration_k x"
                   " std r", choices=list(CALIBRATION_METHODS)),
@@ -351,10 +356,13 @@ class ExternalTorqueNode(Node):
                 self._calibration = _Calibration(
                     [ThresholdCalibration(self.n, min_samples=self.p["min_samples"],
                                           margin=self.p["calibration_margin"]) for _ in range(2 if pair else 1)],
-                    float(seconds), whiten=bool(self.p["whiten"]))
-            self.counters.set("calibration", f"running ({seconds:g} s)")
-            self.get_logger().info(f"calibrating the contact thresholds from the next {seconds:g} s of states"
-                                   " (free motion, please)")
+                    float(seconds), whiten=bool(self.p["whiten"]), after=self.p["calibrate_after"])
+            after = self.p["calibrate_after"]
+            self.counters.set("calibration", f"running ({seconds:g} s)" if after <= 0 else
+                              f"waiting {after:g} s, then {seconds:g} s")
+            self.get_logger().info(f"calibrating the contact thresholds from {seconds:g} s of states"
+                                   + (f" after the next {after:g} s" if after > 0 else " from now")
+                                   + " (free motion, please)")
 
     def _cancel_calibration(self, name, _value) -> None:
         with self._lock:
@@ -497,6 +505,13 @@ class ExternalTorqueNode(Node):
             if std is not None:   # the learner's std only where its residual is used (residual_joints)
                 std = np.where(ob.residual_mask, std, 0.0)
             cal = self._calibration
+            if cal is not None:     # calibrate_after: the states before it pass untaken
+                t_now = (stamp - self._origin) * 1e-9
+                cal.t_first = t_now if cal.t_first is None else cal.t_first
+                if t_now - cal.t_first < cal.after:
+                    cal = None
+                elif cal.after > 0 and cal.cals[0].count == 0:
+                    self.counters.set("calibration", f"running ({cal.seconds:g} s)")
             keep = (cal is not None and cal.samples is not None and self.p["whiten"]
                     and len(cal.samples[0]) < WHITENING_MAX_SAMPLES)
             inertia = None
