@@ -247,6 +247,9 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         rec = {**common, **({"bag": bag} if bag else {})}
         if sim and duration > 0:
             rec["exit_when_idle"] = 1.0  # bridge gone + 1 s quiet: queue drained, close the bag, exit 0
+        if monitor:   # the monitor's outputs (and the learner's residual at the state it takes)
+            rec["extra_topics"] = [*MONITOR_TOPICS, *(["residual/state"] if any(
+                s.params.get("state_residual") for s in nodes) else [])]
         if sim and mode == "lockstep":  # the bridge starts only once the recorder hears the whole graph
             rec["wait_for_publishers"] = ["task_reference" if task_space else "reference",
                                           "effort_controller/commands"]
@@ -293,6 +296,9 @@ def _resolved(spec: NodeSpec, spec_overrides: dict[str, Any]) -> dict[str, Any]:
     out.update(spec_overrides)
     return out
 
+
+#: what the external_torque node publishes (recorded with ``record`` and ``monitor``)
+MONITOR_TOPICS = ("external_torque", "contact", "external_wrench")
 
 #: adaptive-controller parameters the learners must share (their consistency transform takes its
 #: regressor's columns: the friction columns and their Coulomb shape)

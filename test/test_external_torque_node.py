@@ -501,6 +501,10 @@ def test_monitor_joins_the_graph():
     assert graph["adaptive_controller"].params["parametric_torque"] == "state"
     assert graph["residual_learner"].params["state_residual"] is True and mon.params["residual_input"] == "state"
     assert "armature" not in mon.params          # the robot's: the node adds none to the estimate itself
+    # --record with --monitor: the monitor's outputs and the residual it takes are recorded too
+    rec = {s.name: s for s in build_graph("sim", controller="composite", learner="joint_local", monitor=True,
+                                          record=True)}["recorder"]
+    assert rec.params["extra_topics"] == ["external_torque", "contact", "external_wrench", "residual/state"]
     assert "parametric_torque" not in plain["adaptive_controller"].params
     assert "parametric_torque" not in split["adaptive_controller"].params
     assert "residual_input" not in split["external_torque"].params

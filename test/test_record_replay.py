@@ -294,3 +294,27 @@ def test_recorder_ends_only_after_the_simulator_it_saw_is_gone(ros, ctx, tmp_pat
     sim.destroy_publisher(pub)
     assert ros.spin_until(lambda: rec.writer.closed, timeout=5.0)
     assert rec.writer.counts.get("/joint_states") == 1
+
+
+def test_recorder_records_the_extra_topics(ros, tmp_path):
+    """extra_topics (the launchers' --monitor outputs) are recorded beside `topics`, each
+    with its message type; a topic whose type the recorder does not know is refused."""
+    from geometry_msgs.msg import WrenchStamped
+    from sensor_msgs.msg import JointState
+
+    from adaptive_dynamics.nodes.recorder import KNOWN_TOPICS, RecorderNode, _msg_class
+    from adaptive_dynamics.ros.qos import PUBLISHER_STREAM_QOS
+
+    assert all(_msg_class(t) is not None for t in KNOWN_TOPICS)
+    rec = ros.add(RecorderNode, bag=str(tmp_path / "bag"), topics=["joint_states"],
+                  extra_topics=["contact", "external_wrench", "joint_states"])
+    node = ros.node("monitor_like")
+    pubs = {"contact": node.create_publisher(JointState, "contact", PUBLISHER_STREAM_QOS),
+            "external_wrench": node.create_publisher(WrenchStamped, "external_wrench", PUBLISHER_STREAM_QOS)}
+    assert ros.spin_until(lambda: all(p.get_subscription_count() >= 1 for p in pubs.values()))
+    pubs["contact"].publish(JointState(name=["j1"], effort=[1.0]))
+    pubs["external_wrench"].publish(WrenchStamped())
+    assert ros.spin_until(lambda: rec.writer.counts.get("/contact") == 1 and rec.writer.counts.get(
+        "/external_wrench") == 1, timeout=5.0), rec.writer.counts
+    with pytest.raises(Exception, match="unknown message type"):
+        ros.add(RecorderNode, bag=str(tmp_path / "bag2"), topics=["joint_states"], extra_topics=["no/such"])

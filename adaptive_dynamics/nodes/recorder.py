@@ -39,6 +39,14 @@ _RECORD_LATCHED_QOS = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=Rel
                                  durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
+#: the topics whose message type the recorder knows
+KNOWN_TOPICS = ("joint_states", "reference", "task_reference", "effort_controller/commands",
+                "controller/tracking_error", "/clock", "/diagnostics", "feedforward/residual", "adaptive/parameters",
+                "adaptive/parameter_update", "adaptive/parametric_torque", "residual_learner/prediction",
+                "learner/prediction", "external_torque", "contact", "external_wrench", "residual/state",
+                "feedforward/residual_std")
+
+
 def _msg_class(topic: str):
     from rosgraph_msgs.msg import Clock
     from sensor_msgs.msg import JointState
@@ -54,6 +62,7 @@ def _msg_class(topic: str):
         "adaptive/parameter_update": JointState, "adaptive/parametric_torque": JointState,
         "residual_learner/prediction": JointState, "learner/prediction": JointState,
         "external_torque": JointState, "contact": JointState, "external_wrench": WrenchStamped,
+        "residual/state": JointState, "feedforward/residual_std": JointState,
     }
     return known.get(topic)
 
@@ -65,6 +74,8 @@ class RecorderNode(Node):
             ParamSpec("bag", "", "bag directory to create (must not exist); empty ="
                       " bags/run_<YYYYmmdd_HHMMSS>", read_only=True),
             ParamSpec("topics", DEFAULT_TOPICS, "topics to record", read_only=True, type="str[]"),
+            ParamSpec("extra_topics", [""], "topics recorded beside `topics` (the launchers add the monitor's"
+                      " with --monitor); [''] = none", read_only=True, type="str[]"),
             ParamSpec("exit_when_idle", 0.0, "> 0: after the first message, close the bag and exit (code 0)"
                       " once the joint_states publisher it saw is gone (the simulation ended) and nothing"
                       " arrived for this many wall seconds (the queue is drained); a stalled but"
@@ -86,11 +97,12 @@ class RecorderNode(Node):
         unknown = [t for t in wait if t not in self.p["topics"]]
         if unknown:
             raise ValueError(f"recorder: wait_for_publishers {unknown} are not recorded topics {self.p['topics']}")
-        for topic in self.p["topics"]:
+        topics = list(dict.fromkeys([*self.p["topics"], *(t for t in self.p["extra_topics"] if t)]))
+        for topic in topics:
             cls = _msg_class(topic)
             if cls is None:
                 raise ValueError(f"recorder: unknown message type for topic {topic!r};"
-                                 f" known: {DEFAULT_TOPICS + ['/diagnostics', 'feedforward/residual']}")
+                                 f" known: {sorted(KNOWN_TOPICS)}")
             resolved = self.resolve_topic_name(topic)
             self.writer.add_topic(resolved, ros_type_name(cls))
             qos = CLOCK_QOS if topic == "/clock" else (
