@@ -563,3 +563,36 @@ def test_calibrate_after_lets_the_start_pass(ros):
         if cal.duration >= 0.1:
             break
     np.testing.assert_allclose(node.p["thresholds"], cal.thresholds("max", margin=1.5), rtol=1e-9)
+
+
+def test_a_state_waits_for_its_residual(ros):
+    """use_residual with residual_input state: the learner's residual/state comes after its
+    state (later when it lags) -- the state waits for it (residual_wait, states in order) and
+    is taken with it, as the core with the residual gives; one whose residual never comes is
+    taken without it once residual_wait has passed (residual_missing)."""
+    model = RobotModel(ROBOT)
+    names = model.joint_names
+    S, Q, V, TAU = simulate(model, 40, seed=8)
+    F = np.array([0.2 * np.sin(3.0 * q) for q in Q])
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, use_residual=True, residual_input="state", residual_wait=0.5,
+                   residual_staleness=0.0, publish_wrench=False)
+    probe = Probe(ros, names)
+    connected(ros, node, probe)
+    assert ros.spin_until(lambda: probe.state_residual.get_subscription_count() > 0, timeout=10.0)
+    for k in range(len(S) - 1):   # each state first, its residual after: taken with it
+        probe.send(S[k], Q[k], V[k], TAU[k])
+        ros.spin_for(0.02)
+        assert node.counters["states"] == k and len(node._pending) == 1
+        probe.state_residual.publish(joint_state_msg(int(S[k]), names, effort=F[k]))
+        assert ros.spin_until(lambda: node.counters["states"] == k + 1, timeout=10.0)
+    assert ros.spin_until(lambda: len(probe.torque) == len(S) - 1, timeout=10.0)
+    ref = MomentumObserver(model, gains=50.0).run((S - S[0]) * 1e-9, Q, V, TAU, residuals=F)
+    got = by_stamp(probe.torque, names)
+    np.testing.assert_allclose(np.array([got[s] for s in S[:-1]]), ref[:-1], atol=1e-9)
+    assert node.counters["residual_missing"] == 0
+    k = len(S) - 1                 # no residual for the last one: taken without once 0.5 s passed
+    probe.send(S[k], Q[k], V[k], TAU[k])
+    ros.spin_for(0.2)
+    assert node.counters["states"] == k
+    assert ros.spin_until(lambda: node.counters["states"] == k + 1, timeout=5.0)
+    assert node.counters["residual_missing"] == 1

@@ -12,7 +12,9 @@ parameters: ``ros2 param describe /external_torque <name>``.
 """
 from __future__ import annotations
 
+import collections
 import threading
+import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -78,6 +80,8 @@ def _whitening_check(n, what: str):
 #: the live parameters a running calibration is taken under (a change cancels it)
 _CALIBRATION_INPUTS = ("use_residual", "residual_select", "residual_joints", "uncertainty_gain", "model_std",
                        "min_samples", "calibration_margin", "calibration_method", "whiten", "whitening_window")
+#: the most states waiting for their residual (residual_wait) before the oldest is taken without
+MAX_PENDING = 2000
 #: the most states a calibration keeps for the whitening (r and M(q) of each; the first ones)
 WHITENING_MAX_SAMPLES = 50_000
 #: the whitening's parameters (set together by a calibration)
@@ -150,6 +154,10 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
                   " the residual on a joint only where its threshold is not higher"),
         ParamSpec("residual_staleness", 0.01, "use a residual (and its std) at most this old [s] when none is"
                   " stamped for the state's instant", min=0.0, max=10.0),
+        ParamSpec("residual_wait", 0.2, "with use_residual: a state whose residual is not there yet waits up to"
+                  " this many wall s for it, the states taken in order (the learner's residual/state comes just"
+                  " after its state, later when the learner lags), then is taken without it (residual_missing);"
+                  " 0 = never wait", min=0.0, max=10.0),
         ParamSpec("gains", [50.0], "observer gains K_O [1/s], 1 or n values (> 0): r follows the external"
                   " torque with time constant 1/K_O", type="float[]", min=1e-3, max=1e5, validator=lengths),
         ParamSpec("filter_gains", [0.0], "K_F [1/s] of a second low pass on r, 1 or n values (0 = off): the"
@@ -258,6 +266,7 @@ class ExternalTorqueNode(Node):
         self.residual_stds = VectorBuffer(4096)
         self._origin = None          # stamp [ns] of the first state: t = (stamp - origin) * 1e-9
         self._last_stamp = None
+        self._pending = collections.deque()   # (stamp, q, v, tau, wall t) waiting for their residual
         self._estimate_stamp = None
         self._calibration = None     # _Calibration while one runs
         self._last_std = None        # the last learner std received (stands in for a missing one)
@@ -293,6 +302,7 @@ class ExternalTorqueNode(Node):
             self.create_subscription(JointState, "adaptive/parameters", self._on_estimate, LATCHED_QOS)
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(p["diagnostics_period"], self._diagnostics, clock=steady)
+        self.create_timer(0.02, self._drain, clock=steady)     # states whose residual_wait ran out
         self._start_calibration(p["calibrate"])
         self.get_logger().info(
             f"model {p['model_source']}{' + friction' if p['friction'] else ''}"
@@ -431,6 +441,7 @@ class ExternalTorqueNode(Node):
             return self._reject("residual", exc)
         with self._lock:
             self.residuals.add(stamp, f)
+        self._drain()
 
     def _on_residual_std(self, msg: JointState) -> None:
         try:
@@ -465,6 +476,27 @@ class ExternalTorqueNode(Node):
                                                                " torques)"))
         except ValueError as exc:
             return self._reject("joint_states", exc)
+        with self._lock:
+            self._pending.append((stamp, q, v, tau, time.monotonic()))
+        self._drain()
+
+    def _drain(self) -> None:
+        """Take the waiting states in order: each once its residual is there (use_residual:
+        stamped for it, or within residual_staleness), or once it waited residual_wait wall
+        seconds (or MAX_PENDING states wait behind it): then without (residual_missing)."""
+        while True:
+            with self._lock:
+                if not self._pending:
+                    return
+                stamp = self._pending[0][0]
+                if (self.p["use_residual"] and self.p["residual_wait"] > 0 and len(self._pending) < MAX_PENDING
+                        and self.residuals.get(stamp, self.p["residual_staleness"] * 1e9) is None
+                        and time.monotonic() - self._pending[0][4] < self.p["residual_wait"]):
+                    return
+                stamp, q, v, tau, _t = self._pending.popleft()
+            self._process(stamp, q, v, tau)
+
+    def _process(self, stamp: int, q, v, tau) -> None:
         done = None
         with self._lock:
             if self._last_stamp is not None and stamp <= self._last_stamp:
