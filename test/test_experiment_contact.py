@@ -147,8 +147,8 @@ def test_over_seeds_medians_and_missed_pushes():
 
 def test_observers_take_the_residual_input_and_no_armature_on_the_estimate():
     """``observers``: the learned model's observer takes the learner's prediction at the
-    measured state (``residual_input: state``, the run's setting; the previous state's, as
-    the node has ``residual/state`` when a state arrives) or at the reference; the
+    measured state (``residual_input: state``, the run's setting; each state's own, which
+    the node waits for) or at the reference; the
     estimate's observers add no armature, the URDF's the robot's (the iiwa states one)."""
     from adaptive_dynamics.control.momentum_observer import MomentumObserver, observer_model
     from adaptive_dynamics.dynamics import RobotModel
@@ -166,8 +166,7 @@ def test_observers_take_the_residual_input_and_no_armature_on_the_estimate():
     assert np.any(armature("iiwa14") > 0)
     R = contact.observers(run, models=("urdf", "adapted", "learned"))
     est = observer_model(m, run["pi"])
-    lagged = np.vstack([run["f_state"][:1], run["f_state"][:-1]])   # the previous state's, as the node has it
-    for name, f in (("adapted", None), ("learned", lagged)):
+    for name, f in (("adapted", None), ("learned", run["f_state"])):
         want = MomentumObserver(est, contact.GAIN, armature=0.0).run(t, q, v, run["tau"], f)
         np.testing.assert_allclose(R[name], want, rtol=1e-12, atol=1e-12)
     want = MomentumObserver(RobotModel("iiwa14"), contact.GAIN, armature=armature("iiwa14")).run(t, q, v, run["tau"])

@@ -40,7 +40,7 @@ Observers (``K_O`` = :data:`GAIN`; ``min_samples`` = :data:`MIN_SAMPLES`) run on
 held``): the **URDF**'s model (the robot's ``armature``), the **adapted** estimate (frozen
 at the end of learning, with its friction; no armature: :data:`ESTIMATE_ARMATURE`), the
 **adapted + learned** one (plus the learner's prediction at the measured state, as the
-node takes ``residual/state`` -- the previous state's: it arrives just after its state --,
+node takes ``residual/state`` -- each state's own: the node waits for it (``residual_wait``) --,
 or at the reference, ``feedforward/residual``:
 :data:`RESIDUAL_INPUT`, ``--residual-input``; kept
 on a joint only where it lowers the calibrated threshold, as the node's calibration with
@@ -352,8 +352,8 @@ def observers(run: dict, seed: int = 0, gain: float = GAIN, models=(*MODELS, "tr
     for name in models:
         residual, callable_ = None, None
         if name == "learned":
-            if residual_input == "state":   # residual/state arrives just after its state: the node
-                residual = np.vstack([run["f_state"][:1], run["f_state"][:-1]])   # has the previous one
+            if residual_input == "state":   # residual/state comes after its state: the node waits for it
+                residual = run["f_state"]
             else:
                 residual = run["f"]
         arm = ESTIMATE_ARMATURE if name in ("adapted", "learned") else robot_arm

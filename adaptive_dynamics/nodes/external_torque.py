@@ -218,8 +218,8 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
                   " pose", min=0.0, max=10.0),
         ParamSpec("wrench_threshold", 0.05, "smallest singular value of J below which the damping rises",
                   min=1e-6, max=10.0),
-        ParamSpec("reliable_streams", True, "subscribe joint_states reliably (lockstep); false = best effort"
-                  " depth 1 (real time)", read_only=True),
+        ParamSpec("reliable_streams", True, "subscribe joint_states reliably, 1000 deep (lockstep: every state,"
+                  " late rather than lost); false = best effort depth 1 (real time: the newest)", read_only=True),
         ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages (wall)", min=0.05, max=60.0),
     ]
 
@@ -290,7 +290,10 @@ class ExternalTorqueNode(Node):
         self.pub_wrench = self.create_publisher(WrenchStamped, "external_wrench", PUBLISHER_STREAM_QOS)
         self.pub_contact = self.create_publisher(JointState, "contact", PUBLISHER_STREAM_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(JointState, "joint_states", self._on_state, stream_qos(p["reliable_streams"]),
+        # reliable: every state, 1000 deep (the observer integrates each step: one the monitor is slow
+        # for is better late than lost); best effort: the newest
+        self.create_subscription(JointState, "joint_states", self._on_state,
+                                 DEEP_RELIABLE_QOS if p["reliable_streams"] else stream_qos(False),
                                  raw=True)   # serialized -> arrays (wire.py)
         self.residual_topic = "residual/state" if p["residual_input"] == "state" else "feedforward/residual"
         self.create_subscription(JointState, self.residual_topic, self._on_residual, DEEP_RELIABLE_QOS)
@@ -480,17 +483,29 @@ class ExternalTorqueNode(Node):
             self._pending.append((stamp, q, v, tau, time.monotonic()))
         self._drain()
 
+    def _residual_at(self, stamp: int):
+        """The residual for the state stamped ``stamp``: the one stamped for it, else the
+        newest older one within residual_staleness, else (residual/state: the learner
+        skipped the state) the nearest newer one within it; None without one."""
+        stal = self.p["residual_staleness"] * 1e9
+        r = self.residuals.get(stamp, stal)
+        if r is None and self.residual_topic == "residual/state":
+            r = self.residuals.nearest(stamp, stal)
+        return r
+
     def _drain(self) -> None:
-        """Take the waiting states in order: each once its residual is there (use_residual:
-        stamped for it, or within residual_staleness), or once it waited residual_wait wall
-        seconds (or MAX_PENDING states wait behind it): then without (residual_missing)."""
+        """Take the waiting states in order: each once the residual stream has reached it
+        (use_residual: one stamped for it, or a newer one -- a learner that skipped the state
+        sends none for it), or once it waited residual_wait wall seconds (or MAX_PENDING
+        states wait behind it)."""
         while True:
             with self._lock:
                 if not self._pending:
                     return
                 stamp = self._pending[0][0]
+                newest = self.residuals.newest
                 if (self.p["use_residual"] and self.p["residual_wait"] > 0 and len(self._pending) < MAX_PENDING
-                        and self.residuals.get(stamp, self.p["residual_staleness"] * 1e9) is None
+                        and (newest is None or newest < stamp)
                         and time.monotonic() - self._pending[0][4] < self.p["residual_wait"]):
                     return
                 stamp, q, v, tau, _t = self._pending.popleft()
@@ -509,7 +524,7 @@ class ExternalTorqueNode(Node):
                 self._origin = stamp
             residual = std = None
             if self.p["use_residual"]:
-                residual = self.residuals.get(stamp, self.p["residual_staleness"] * 1e9)
+                residual = self._residual_at(stamp)
                 if residual is None:
                     self.counters.inc("residual_missing")
                 if self.use_std:

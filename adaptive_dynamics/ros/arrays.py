@@ -191,6 +191,17 @@ class VectorBuffer:
             return self._items[self._keys[i - 1]]
         return None
 
+    def nearest(self, stamp: int, tolerance_ns: float = 0):
+        """The vector stamped ``stamp``, else the one nearest to it (older or newer) at most
+        ``tolerance_ns`` away (the older on a tie), else None."""
+        r = self._items.get(stamp)
+        if r is not None:
+            return r
+        i = bisect.bisect_right(self._keys, stamp)
+        near = [k for k in (self._keys[i - 1] if i else None, self._keys[i] if i < len(self._keys) else None)
+                if k is not None and abs(k - stamp) <= tolerance_ns]
+        return self._items[min(near, key=lambda k: (abs(k - stamp), k))] if near else None
+
     @property
     def newest(self) -> Optional[int]:
         return self._keys[-1] if self._keys else None
