@@ -531,8 +531,8 @@ def test_whitened_detection_sees_a_push_sooner(panda):
     rng = np.random.default_rng(11)
     v = s["v"] + 0.003 * rng.standard_normal(s["v"].shape)
     tau = s["tau"] + 0.05 * rng.standard_normal(s["tau"].shape)
-    R, Ms = MomentumObserver(panda, gains=30.0).run(s["t"], s["q"], v, tau, with_inertia=True)
-    np.testing.assert_allclose(Ms[-1], panda.mass_matrix(s["q"][-1]))
+    R = MomentumObserver(panda, gains=30.0).run(s["t"], s["q"], v, tau)
+    Ms = np.array([panda.mass_matrix(q) for q in s["q"]])
     t = s["t"]
     cal = (t >= 0.3) & (t < 2.3)
     m = 5

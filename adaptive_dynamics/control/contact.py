@@ -140,6 +140,22 @@ class ThresholdCalibration:
         self.mean += d / self.count
         self._m2 += d * (r - self.mean)
 
+    @classmethod
+    def from_samples(cls, T, R, min_samples: int = 1, margin: Optional[float] = None) -> "ThresholdCalibration":
+        """The statistics of K samples at once (``T``: K times, ``R``: K x n), those
+        :meth:`add` gathers one by one (without offsets), vectorised."""
+        R = np.asarray(R, dtype=float)
+        if R.ndim != 2 or len(R) == 0:
+            raise ValueError(f"R must be K x n with K >= 1, got shape {R.shape}")
+        cal = cls(R.shape[1], min_samples=min_samples, margin=margin)
+        m = cal.min_samples
+        if len(R) >= m:   # the largest level |r| stayed above for m consecutive samples
+            cal.max_abs = np.lib.stride_tricks.sliding_window_view(np.abs(R), m, axis=0).min(axis=-1).max(axis=0)
+        cal.count, cal.t_first, cal.t_last = len(R), float(T[0]), float(T[-1])
+        cal.mean = R.mean(axis=0)
+        cal._m2 = ((R - cal.mean) ** 2).sum(axis=0)
+        return cal
+
     @property
     def duration(self) -> float:
         """Time covered [s] (0 before two samples)."""
@@ -260,18 +276,8 @@ def calibrate_whitening(R, Ms, method: str = "max", *, min_samples: int = 1, mar
     ``floor``; ``min_samples`` the detector's debounce)."""
     w = NoiseWhitening.from_samples(R, Ms, window)
     Z = w.transform_many(R, Ms)
-    A = np.abs(Z)
-    m = int(min_samples)
-    if m < 1:
-        raise ValueError(f"min_samples must be >= 1, got {min_samples!r}")
-    if method == "max":     # ThresholdCalibration's statistic, vectorised: max_k min_{j<m} |z(k - j)|
-        level = np.lib.stride_tricks.sliding_window_view(A, min(m, len(A)), axis=0).min(axis=-1).max(axis=0)
-        thr = float(margin) * level
-    elif method == "std":
-        thr = np.abs(Z.mean(axis=0)) + float(k) * Z.std(axis=0)
-    else:
-        raise ValueError(f"calibration method must be one of {list(CALIBRATION_METHODS)}, got {method!r}")
-    return w, np.maximum(thr, per_joint(floor, w.n, "floor", one_for_all=True))
+    cal = ThresholdCalibration.from_samples(np.arange(len(Z), dtype=float), Z, min_samples=min_samples)
+    return w, cal.thresholds(method, margin=margin, k=k, floor=floor)
 
 
 class ContactDetector:

@@ -293,9 +293,6 @@ class MomentumObserver:
         self.samples = 0
         self.gaps = 0
         self._prev = None   # (t, q, v, p, b, tau) of the last sample
-        #: ``M(q) + diag(armature)`` at the last sample (None before one; the contact
-        #: detector's whitening takes it)
-        self.inertia = None
 
     # ------------------------------------------------------------------ configuration
     def set_gains(self, gains) -> None:
@@ -353,11 +350,7 @@ class MomentumObserver:
     # ------------------------------------------------------------------ model terms
     def momentum(self, q, v) -> np.ndarray:
         """``p = (M(q) + diag(armature)) q_dot``."""
-        return self.inertia_matrix(q) @ v
-
-    def inertia_matrix(self, q) -> np.ndarray:
-        """``M(q) + diag(armature)``: the inertia the observer's momentum takes."""
-        return self.model.mass_matrix(q) + np.diag(self.armature)
+        return self.model.mass_matrix(q) @ v + self.armature * v
 
     def friction(self, v) -> np.ndarray:
         tau_f = self.model.friction_torque(v)
@@ -385,10 +378,8 @@ class MomentumObserver:
         prev = self._prev
         if prev is not None and not t > prev[0]:
             raise ValueError(f"sample at t = {t!r} s is not after the previous one ({prev[0]!r} s)")
-        M = self.inertia_matrix(q)
-        p, b = M @ v, self._b(q, v)
+        p, b = self.momentum(q, v), self._b(q, v)
         if prev is None:
-            self.inertia = M
             self._prev = (t, q.copy(), v.copy(), p, b, tau.copy(), None)
             self.samples += 1
             return self.r.copy()
@@ -418,20 +409,15 @@ class MomentumObserver:
             self.r = np.where(mask, out2[0], out2[1])
             self.tau_ext_step = np.where(mask, ext, ext0)
         self._prev = (t, q.copy(), v.copy(), p, b, tau.copy(), f)
-        self.inertia = M
         self.samples += 1
         return self.r.copy()
 
-    def run(self, T, Q, V, TAU, residuals=None, with_inertia: bool = False):
-        """:meth:`update` over K samples (rows); returns the K x n estimates (and, with
-        ``with_inertia``, the K x n x n :attr:`inertia` of each sample beside them)."""
+    def run(self, T, Q, V, TAU, residuals=None) -> np.ndarray:
+        """:meth:`update` over K samples (rows); returns the K x n residuals."""
         out = np.empty((len(T), self.n))
-        Ms = np.empty((len(T), self.n, self.n)) if with_inertia else None
         for k in range(len(T)):
             out[k] = self.update(T[k], Q[k], V[k], TAU[k], None if residuals is None else residuals[k])
-            if with_inertia:
-                Ms[k] = self.inertia
-        return (out, Ms) if with_inertia else out
+        return out
 
     def wrench(self, q, *, frame: Optional[str] = None, reference: str = "local", damping: float = 0.05,
                threshold: float = 0.05) -> np.ndarray:

@@ -562,19 +562,16 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
     run["residual_input"] = residual_input
     t0 = time.perf_counter()
     R = observers(run, seed)
-    Mw = whitening_inertia(run)
-
-    def inertia(_name, whitened=detector == "whitened"):
-        return Mw if whitened else None
+    W = {"whitened": whitening_inertia(run), "r": None}     # the inertia each detector takes
+    other = "r" if detector == "whitened" else "whitened"     # the other detector, beside
 
     model = RobotModel(robot)
-    every = evaluate(run, R["learned"], model, inertia=inertia("learned"))      # the residual on every joint
+    every = evaluate(run, R["learned"], model, inertia=W[detector])      # the residual on every joint
     R_every = R["learned"]
     R["learned"], keep = select_residual(run, R["learned"], R["adapted"])
-    res = {name: evaluate(run, R[name], model, inertia=inertia(name)) for name in MODELS}
-    floor = evaluate(run, R["true"], model, inertia=inertia("true"))
-    other = "r" if detector == "whitened" else "whitened"     # the other detector, beside
-    alt = {name: evaluate(run, R[name], model, inertia=inertia(name, other == "whitened")) for name in ("learned", "true")}
+    res = {name: evaluate(run, R[name], model, inertia=W[detector]) for name in MODELS}
+    floor = evaluate(run, R["true"], model, inertia=W[detector])
+    alt = {name: evaluate(run, R[name], model, inertia=W[other]) for name in ("learned", "true")}
     log(f"[contact] {label(robot)}: observers and figures in {time.perf_counter() - t0:.1f} s")
     if plots:
         _plot_timeline(run, R, res, out_dir, files)
@@ -607,7 +604,7 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
     for r_ in (*res.values(), floor, every, *alt.values()):
         r_.pop("_flags")
         r_.pop("_thr")
-    uncertainty = uncertainty_table(run, R_every, R["adapted"], model, u["thresholds"], inertia("adapted"))
+    uncertainty = uncertainty_table(run, R_every, R["adapted"], model, u["thresholds"], W[detector])
     sensitivity = []
     if with_sensitivity:
         sensitivity = observer_sensitivity(run, seed, model, res, floor, detector)
@@ -663,10 +660,10 @@ def observer_sensitivity(run: dict, seed: int, model: RobotModel, res: dict, flo
     and debounces of :data:`SENSITIVITY` (the experiment's own setting reuses ``res`` and
     ``floor``; ``detector``: the experiment's, :data:`DETECTOR`)."""
     rows = []
+    W = whitening_inertia(run) if detector == "whitened" else None
     for gain in SENSITIVITY["gains"]:
         for kf in SENSITIVITY["filter_gains"]:
             R = None
-            W = whitening_inertia(run) if detector == "whitened" else None
             for m in SENSITIVITY["min_samples"]:
                 if gain == GAIN and kf == 0.0 and m == MIN_SAMPLES:
                     ev = {"urdf": res["urdf"], "learned": res["learned"], "true": floor}

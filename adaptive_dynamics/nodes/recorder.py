@@ -39,15 +39,8 @@ _RECORD_LATCHED_QOS = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=Rel
                                  durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
-#: the topics whose message type the recorder knows
-KNOWN_TOPICS = ("joint_states", "reference", "task_reference", "effort_controller/commands",
-                "controller/tracking_error", "/clock", "/diagnostics", "feedforward/residual", "adaptive/parameters",
-                "adaptive/parameter_update", "adaptive/parametric_torque", "residual_learner/prediction",
-                "learner/prediction", "external_torque", "contact", "external_wrench", "residual/state",
-                "feedforward/residual_std")
-
-
-def _msg_class(topic: str):
+def _msg_classes() -> dict:
+    """The recorded topics whose message type the recorder knows, and their classes."""
     from rosgraph_msgs.msg import Clock
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
@@ -64,7 +57,11 @@ def _msg_class(topic: str):
         "external_torque": JointState, "contact": JointState, "external_wrench": WrenchStamped,
         "residual/state": JointState, "feedforward/residual_std": JointState,
     }
-    return known.get(topic)
+    return known
+
+
+def _msg_class(topic: str):
+    return _msg_classes().get(topic)
 
 
 class RecorderNode(Node):
@@ -102,7 +99,7 @@ class RecorderNode(Node):
             cls = _msg_class(topic)
             if cls is None:
                 raise ValueError(f"recorder: unknown message type for topic {topic!r};"
-                                 f" known: {sorted(KNOWN_TOPICS)}")
+                                 f" known: {sorted(_msg_classes())}")
             resolved = self.resolve_topic_name(topic)
             self.writer.add_topic(resolved, ros_type_name(cls))
             qos = CLOCK_QOS if topic == "/clock" else (
