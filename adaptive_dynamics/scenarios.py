@@ -133,7 +133,9 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
     ``monitor`` adds the ``external_torque`` node (external joint torques, end-effector
     wrench, contact flag; :func:`monitor_node_for`): on the adaptive controller's estimate
     when the graph has one (its ``friction``, ``adapted_links`` and ``friction_model_file``),
-    else on the URDF's model, with the learner's residual when a learner runs.
+    else on the URDF's model, with the learner's residual when a learner runs; a
+    calibration of it first sets ``learning`` false on the graph's learning nodes (the
+    adaptive controller, the residual learner or ``model_update``: ``hold_learning``).
 
     ``robot``: a shipped robot name, or a URDF file (:func:`~adaptive_dynamics.robot_setup.resolve_robot`:
     ``joints`` to use a subset of its moving joints, the others locked; ``ee_frame``; a
@@ -234,6 +236,12 @@ def build_graph(scenario: str = "sim", *, robot: str = "panda", controller: str 
         for spec in nodes:   # the learner's predictive std beside its residual, for the thresholds
             if spec.name in ("residual_learner", "prediction"):
                 spec.params["publish_std"] = True
+        # a calibration first holds the graph's learning (the thresholds hold for the model they
+        # were calibrated on; docs/contact.md)
+        hold = [ctl] if ctl == "adaptive_controller" else []
+        hold += [] if learner == "none" else ["model_update" if learner_split else "residual_learner"]
+        if hold:
+            mon.params["hold_learning"] = hold
         if learner != "none" and not learner_split and ctl == "adaptive_controller":
             # the residual learnt as a function of the state (the controller's model at the
             # learner's input) and taken at the measured state (docs/contact.md)

@@ -501,6 +501,9 @@ def test_monitor_joins_the_graph():
     assert graph["adaptive_controller"].params["parametric_torque"] == "state"
     assert graph["residual_learner"].params["state_residual"] is True and mon.params["residual_input"] == "state"
     assert "armature" not in mon.params          # the robot's: the node adds none to the estimate itself
+    # a calibration first holds the graph's learning nodes
+    assert mon.params["hold_learning"] == ["adaptive_controller", "residual_learner"]
+    assert split["external_torque"].params["hold_learning"] == ["adaptive_controller", "model_update"]
     # --record with --monitor: the monitor's outputs and the residual it takes are recorded too
     rec = {s.name: s for s in build_graph("sim", controller="composite", learner="joint_local", monitor=True,
                                           record=True)}["recorder"]
@@ -515,6 +518,7 @@ def test_monitor_joins_the_graph():
         assert graph["mujoco_bridge"].params[key] == plain["mujoco_bridge"].params[key] + 1
     mon = {s.name: s for s in build_graph("real", controller="computed_torque", monitor=True)}["external_torque"]
     assert mon.params["model_source"] == "urdf" and mon.params["use_residual"] is False
+    assert "hold_learning" not in mon.params      # nothing learns
     assert mon.params["use_residual_std"] is False
     args = build_parser().parse_args(["launch", "sim", "--controller", "pd", "--monitor"])
     assert "external_torque" in {s.name for s in _graph_from_args(args, "sim")}
@@ -536,6 +540,57 @@ def test_the_drives_armature_on_the_urdf_not_on_the_estimate(ros):
         assert np.allclose(node.observer.armature, want), source
         np.testing.assert_allclose(node.model.mass_matrix(q) + node._drive_inertia,
                                    model.mass_matrix(q) + np.diag([0.1, 0.2]))
+
+
+def test_a_calibration_holds_learning_first(ros):
+    """hold_learning: a calibration first sets `learning` false on the named nodes (over their
+    parameter services) and takes no state until every one answered -- or hold_timeout ran
+    out -- and HOLD_SETTLE_S more of states passed; the thresholds are then the core's on
+    exactly that segment.  A node without `learning` refuses, one that is not there does
+    not answer: both reported.  `learning` set true again on a held node: /diagnostics warns
+    that the thresholds may be stale."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+
+    from adaptive_dynamics.nodes.external_torque import HOLD_SETTLE_S
+
+    model = RobotModel(ROBOT)
+    S, Q, V, TAU = simulate(model, 420, seed=3)
+    learner = ros.node("fake_learner")
+    learner.declare_parameter("learning", True)
+    other = ros.node("fake_controller")          # no `learning` parameter
+    names = [learner.get_name(), other.get_name(), "nobody_here"]
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[40.0], calibrate=0.1, hold_learning=names,
+                   hold_timeout=1.0, publish_wrench=False, diagnostics_period=0.1)
+    probe = Probe(ros, model.joint_names)
+    diags = []
+    probe.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 50)
+    connected(ros, node, probe)
+    feed(ros, node, probe, S[:50], Q[:50], V[:50], TAU[:50])
+    assert ros.spin_until(lambda: learner.get_parameter("learning").value is False, timeout=10.0)
+    assert node.counters["calibration"] == f"holding learning on {names}" and not node.detector.configured
+    ros.spin_until(lambda: False, timeout=1.1)   # "nobody_here" never answers: hold_timeout runs out
+    for k in range(50, len(S)):
+        probe.send(S[k], Q[k], V[k], TAU[k])
+        assert ros.spin_until(lambda: node.counters["states"] == k + 1, timeout=10.0)
+    assert node.detector.configured and node.counters["calibration"] == "done"
+    hold = node.counters["hold"]
+    assert hold.startswith(f"learning held on {[learner.get_name()]}; not on {other.get_name()} (")
+    assert "nobody_here (no answer in 1 s)" in hold
+    # the calibration's states: from HOLD_SETTLE_S after the state that closed the hold (the 51st)
+    R = MomentumObserver(model, gains=40.0).run((S - S[0]) * 1e-9, Q, V, TAU)
+    t = (S - S[0]) * 1e-9
+    cal = ThresholdCalibration(model.n)
+    for k in np.flatnonzero(t >= t[50] + HOLD_SETTLE_S - 1e-9):
+        cal.add(t[k], R[k])
+        if cal.duration >= 0.1:
+            break
+    np.testing.assert_allclose(node.p["thresholds"], cal.thresholds("max", margin=1.5), rtol=1e-9)
+    learner.set_parameters([Parameter("learning", value=True)])      # learning resumed: stale thresholds
+
+    def stale():
+        st = [s for m in diags for s in m.status if s.name.startswith("external_torque")]
+        return st and st[-1].level == DiagnosticStatus.WARN and "learning resumed on " + learner.get_name() in st[-1].message
+    assert ros.spin_until(stale, timeout=10.0), node.counters["hold"]
 
 
 def test_calibrate_after_lets_the_start_pass(ros):

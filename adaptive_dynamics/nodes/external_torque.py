@@ -19,8 +19,12 @@ import time
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import WrenchStamped
+from rcl_interfaces.msg import ParameterEvent, ParameterType
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.parameter_client import AsyncParameterClient
+from rclpy.qos import qos_profile_parameter_events
 from sensor_msgs.msg import JointState
 
 from ..control.adaptive_setup import friction_model
@@ -88,6 +92,25 @@ WHITENING_MAX_SAMPLES = 50_000
 _WHITENING_PARAMS = ("whitening_white", "whitening_slow", "whitened_thresholds")
 #: a calibration chooses residual_joints only when the residual came with at least this share of its states
 RESIDUAL_COVERAGE = 0.9
+#: stamp time [s] a calibration lets pass once hold_learning's nodes acknowledged (the estimate and
+#: the residuals already on their way were made by the model before the hold)
+HOLD_SETTLE_S = 0.2
+
+
+class _Hold:
+    """hold_learning of one calibration: the nodes asked to set ``learning`` false, those
+    that did, those that did not (with why), the wall time it started and the stamp at
+    which every node had answered (or hold_timeout ran out)."""
+
+    def __init__(self, names: list, t0: float):
+        self.names, self.t0 = list(names), t0
+        self.asked, self.held, self.failed = set(), [], []
+        self.done_stamp = None
+
+    @property
+    def pending(self) -> list:
+        answered = set(self.held) | {x for x, _why in self.failed}
+        return [x for x in self.names if x not in answered]
 
 
 class _Calibration:
@@ -100,6 +123,8 @@ class _Calibration:
         self.samples = ([], [], []) if whiten else None
         #: states (stamp time [s]) let pass before the first one taken; the first state's time
         self.after, self.t_first = float(after), None
+        #: hold_learning (a _Hold once the calibration reached it; None: not yet or no nodes)
+        self.hold = None
 
 
 def _joint_names_check(names):
@@ -177,6 +202,13 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
         ParamSpec("calibrate_after", 0.0, "s of states (stamp time) a calibration lets pass before it takes"
                   " any: set with calibrate at start (a launch file, the pip launcher's --set), it calibrates"
                   " once the estimate has settled, with no parameter call later", min=0.0, max=36000.0),
+        ParamSpec("hold_learning", [""], "nodes (names, relative to this node's namespace) whose `learning`"
+                  " parameter a calibration sets false before it takes a state, so that the thresholds hold for"
+                  " the model they were calibrated on (e.g. ['adaptive_controller', 'residual_learner']; the"
+                  " launchers' --monitor sets the graph's learning nodes); learning stays off -- set it true on"
+                  " them to resume: the node then reports its thresholds stale; [''] = none", type="str[]"),
+        ParamSpec("hold_timeout", 5.0, "wall s a calibration waits for hold_learning's nodes to answer; then it"
+                  " calibrates anyway (warning, diagnostics)", min=0.1, max=600.0),
         ParamSpec("calibration_method", "max", "max: calibration_margin x max |r| over the segment (the largest"
                   " level |r| stayed above for min_samples consecutive samples) | std: |mean r| + calibration_k x"
                   " std r", choices=list(CALIBRATION_METHODS)),
@@ -272,7 +304,12 @@ class ExternalTorqueNode(Node):
         self._last_std = None        # the last learner std received (stands in for a missing one)
         self._calibrate_reset = False
         self._peak = np.zeros(n)     # max |r| since the last diagnostics
+        self._hold_clients = {}      # hold_learning: node name -> AsyncParameterClient
+        self._held = {}              # the last calibration's held nodes: fully qualified name -> given name
+        self._hold_warning = None    # a hold that failed, or learning resumed on a held node (stale thresholds)
         self.counters.set("model", "urdf" if self.layout is None else "estimate (waiting for adaptive/parameters)")
+        hold = [x for x in p["hold_learning"] if x]
+        self.counters.set("hold", f"{hold} at a calibration" if hold else "off")
         # ---- live parameters
         for name in ("gains", "max_gap", "filter_gains"):
             self.p.on_change(name, self._on_observer_param)
@@ -303,6 +340,9 @@ class ExternalTorqueNode(Node):
                                      DEEP_RELIABLE_QOS)
         if self.layout is not None:
             self.create_subscription(JointState, "adaptive/parameters", self._on_estimate, LATCHED_QOS)
+        # hold_learning: learning set true again on a held node makes the thresholds stale
+        self.create_subscription(ParameterEvent, "/parameter_events", self._on_parameter_event,
+                                 qos_profile_parameter_events)
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(p["diagnostics_period"], self._diagnostics, clock=steady)
         self.create_timer(0.02, self._drain, clock=steady)     # states whose residual_wait ran out
@@ -381,11 +421,12 @@ class ExternalTorqueNode(Node):
         with self._lock:
             if self._calibration is None:
                 return
+            held = [] if self._calibration.hold is None else self._calibration.hold.held
             self._calibration = None
             self._calibrate_reset = True   # `calibrate` back to 0 with the next state (not inside a set)
         self.counters.set("calibration", f"cancelled ({name} changed)")
         self.get_logger().warning(f"calibration cancelled: {name} changed while it ran (it is taken under it);"
-                                  " set calibrate again")
+                                  " set calibrate again" + (f" (learning stays off on {held})" if held else ""))
 
     def _finish_calibration(self, cal: "_Calibration") -> tuple:
         """``(thresholds, residual_joints or None, whitening or None)`` of a finished
@@ -432,6 +473,81 @@ class ExternalTorqueNode(Node):
         return w.white.tolist(), w.slow.tolist(), np.maximum(thr_z, 1e-9).tolist()
 
     # ------------------------------------------------------------- callbacks
+    # ------------------------------------------------------------- hold_learning
+    def _full_name(self, name: str) -> str:
+        if name.startswith("/"):
+            return name
+        ns = self.get_namespace()
+        return ("" if ns == "/" else ns) + "/" + name
+
+    def _hold_ready(self, cal: "_Calibration", stamp: int) -> bool:
+        """hold_learning (under the lock, from the calibration's first state on): ask the
+        nodes to set ``learning`` false (each once its parameter services are there), wait
+        for their answers (hold_timeout), then HOLD_SETTLE_S of states; True once the
+        calibration may take states."""
+        names = [x for x in self.p["hold_learning"] if x]
+        if not names and cal.hold is None:
+            return True
+        h = cal.hold
+        if h is None:
+            h = cal.hold = _Hold(names, time.monotonic())
+            self.counters.set("calibration", f"holding learning on {names}")
+            self.get_logger().info(f"calibration: setting learning false on {names} first (hold_learning)")
+        if h.done_stamp is None:
+            for name in h.pending:
+                if name in h.asked:
+                    continue
+                client = self._hold_clients.get(name)
+                if client is None:
+                    client = self._hold_clients[name] = AsyncParameterClient(self, name)
+                if client.services_are_ready():
+                    h.asked.add(name)
+                    client.set_parameters([Parameter("learning", value=False)],
+                                          callback=lambda fut, name=name, h=h: self._on_hold_reply(h, name, fut))
+            timeout = self.p["hold_timeout"]
+            if h.pending and time.monotonic() - h.t0 < timeout:
+                return False
+            h.failed += [(x, f"no answer in {timeout:g} s") for x in h.pending]
+            h.done_stamp = stamp
+            self._held = {self._full_name(x): x for x in h.held}
+            failed = ", ".join(f"{x} ({why})" for x, why in h.failed)
+            self._hold_warning = f"learning not held on {failed}" if failed else None
+            self.counters.set("hold", f"learning held on {h.held or 'no node'}" + (f"; not on {failed}" if failed
+                                                                                     else ""))
+            log = self.get_logger().warning if failed else self.get_logger().info
+            log(f"calibration: learning held on {h.held or 'no node'}" + (
+                f"; NOT on {failed}: the thresholds are calibrated on a model that may move" if failed else
+                " (set learning true on them to resume; the thresholds are then stale)"))
+        return (stamp - h.done_stamp) * 1e-9 >= HOLD_SETTLE_S
+
+    def _on_hold_reply(self, h: "_Hold", name: str, fut) -> None:
+        try:
+            res = fut.result().results[0]
+            ok, why = bool(res.successful), res.reason or "refused"
+        except Exception as exc:   # noqa: BLE001 -- a failed call is reported, whatever it was
+            ok, why = False, str(exc) or type(exc).__name__
+        with self._lock:
+            if name in h.pending:   # (an answer after hold_timeout: already reported as none)
+                if ok:
+                    h.held.append(name)
+                else:
+                    h.failed.append((name, why))
+
+    def _on_parameter_event(self, msg: ParameterEvent) -> None:
+        with self._lock:
+            name = self._held.get(msg.node)
+            if name is None:
+                return
+            resumed = any(p.name == "learning" and p.value.type == ParameterType.PARAMETER_BOOL and p.value.bool_value
+                          for p in (*msg.changed_parameters, *msg.new_parameters))
+            if not resumed:
+                return
+            del self._held[msg.node]
+            self._hold_warning = (f"learning resumed on {name} since the calibration: the thresholds may be stale"
+                                  " (calibrate again)")
+        self.counters.set("hold", self._hold_warning)
+        self.get_logger().warning(self._hold_warning)
+
     def _reject(self, what: str, exc) -> None:
         self.counters.inc(f"{what}_rejected")
         if self.log_throttle(what):
@@ -555,9 +671,9 @@ class ExternalTorqueNode(Node):
             if cal is not None:     # calibrate_after: the states before it pass untaken
                 t_now = (stamp - self._origin) * 1e-9
                 cal.t_first = t_now if cal.t_first is None else cal.t_first
-                if t_now - cal.t_first < cal.after:
+                if t_now - cal.t_first < cal.after or not self._hold_ready(cal, stamp):
                     cal = None
-                elif cal.after > 0 and cal.cals[0].count == 0:
+                elif (cal.after > 0 or cal.hold is not None) and cal.cals[0].count == 0:
                     self.counters.set("calibration", f"running ({cal.seconds:g} s)")
             keep = (cal is not None and cal.samples is not None and self.p["whiten"]
                     and len(cal.samples[0]) < WHITENING_MAX_SAMPLES)
@@ -622,6 +738,10 @@ class ExternalTorqueNode(Node):
                                            f" {np.round(whitening[2], 3).tolist()}")
             self.p.set("calibrate", 0.0)
             self.counters.set("calibration", "done")
+            if not [x for x in self.p["hold_learning"] if x]:   # (a hold set these when it ended)
+                with self._lock:
+                    self._held, self._hold_warning = {}, None
+                self.counters.set("hold", "off")
 
     # ------------------------------------------------------------- housekeeping
     def _diagnostics(self) -> None:
@@ -633,8 +753,11 @@ class ExternalTorqueNode(Node):
                 "thresholds": np.round(d.effective_thresholds(), 4).tolist() if d.configured else "none",
                 "whitening": ("on" if d.whitening is not None else "off") if self.p["whiten"] else "off (whiten false)",
                 "max_abs_external_torque": np.round(peak, 4).tolist()})
-        level = DiagnosticStatus.WARN if not self.detector.configured and self._calibration is None else None
-        message = "no contact thresholds (set thresholds or calibrate)" if level is not None else None
+        level = message = None
+        if not self.detector.configured and self._calibration is None:
+            level, message = DiagnosticStatus.WARN, "no contact thresholds (set thresholds or calibrate)"
+        elif self._hold_warning is not None and self.detector.configured:
+            level, message = DiagnosticStatus.WARN, self._hold_warning
         st = self.counters.status(level, message)
         self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [st]))
 
