@@ -165,18 +165,23 @@ def test_registry_and_config_validation():
 @pytest.mark.parametrize("kind", KINDS)
 def test_predict_while_learning_in_another_thread(kind):
     """predict reads an immutable snapshot: a control thread may predict while a worker
-    learns; every prediction is finite and has the right shape."""
+    learns; every prediction is finite and has the right shape.  The control thread
+    predicts as a control loop does -- every 0.2 ms, not in a busy loop that would starve
+    the learner of the GIL -- and does so many times while the learner learns."""
     X, y = _data(1200)
     L = _make(kind)
     L.partial_fit(X[:50], y[:50])
     stop = threading.Event()
     bad = []
+    count = [0]
 
     def control():
         while not stop.is_set():
             out = L.predict(X[7])
+            count[0] += 1
             if out.shape != (2,) or not np.all(np.isfinite(out)):
                 bad.append(out)
+            stop.wait(2e-4)
 
     th = threading.Thread(target=control)
     th.start()
@@ -187,3 +192,4 @@ def test_predict_while_learning_in_another_thread(kind):
         stop.set()
         th.join()
     assert not bad
+    assert count[0] >= 20, count[0]        # the predictions did interleave with the learning
