@@ -4,6 +4,7 @@ blocks a real subcommand with options its `--help` lists, and every link of the 
 and docs/ pointing at a file (and heading) that exists."""
 from __future__ import annotations
 
+import functools
 import pathlib
 import re
 import shlex
@@ -41,6 +42,11 @@ def _commands(text: str) -> list[list[str]]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _help_of(argv: tuple) -> str:
+    return _help(list(argv))
+
+
 def _help(argv: list[str]) -> str:
     r = subprocess.run(EXE + argv + ["--help"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, (argv, r.stderr[-1000:])
@@ -61,6 +67,7 @@ def test_every_command_of_the_readme_exists_with_its_options():
     assert len(cmds) >= 10, cmds
     top = _help([])
     checked = set()
+    listed = None
     for argv in cmds:
         if argv[0].startswith("-"):      # `adaptive-dynamics --help`
             continue
@@ -68,13 +75,15 @@ def test_every_command_of_the_readme_exists_with_its_options():
         assert re.search(rf"\b{re.escape(sub)}\b", top), f"`adaptive-dynamics {sub}` is not a subcommand"
         key = argv[:2] if sub == "experiment" else argv[:1]
         if sub == "experiment":
-            listed = subprocess.run(EXE + ["experiment", "--list"], capture_output=True, text=True, cwd=ROOT).stdout
+            if listed is None:
+                listed = subprocess.run(EXE + ["experiment", "--list"], capture_output=True, text=True,
+                                        cwd=ROOT).stdout
             assert re.search(rf"\b{re.escape(argv[1])}\b", listed), f"no experiment {argv[1]!r}: {listed}"
         opts = {a.split("=")[0] for a in argv if a.startswith("--")}
         if (tuple(key), frozenset(opts)) in checked:
             continue
         checked.add((tuple(key), frozenset(opts)))
-        text = _help(key)
+        text = _help_of(tuple(key))
         for o in opts:
             assert re.search(rf"(^|[\s,\[]){re.escape(o)}\b", text), f"`adaptive-dynamics {' '.join(key)}` has no {o}"
 
