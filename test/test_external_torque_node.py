@@ -554,13 +554,16 @@ def test_a_calibration_holds_learning_first(ros):
     from adaptive_dynamics.nodes.external_torque import HOLD_SETTLE_S
 
     model = RobotModel(ROBOT)
-    S, Q, V, TAU = simulate(model, 420, seed=3)
+    S, Q, V, TAU = simulate(model, 700, seed=3)
     learner = ros.node("fake_learner")
     learner.declare_parameter("learning", True)
     other = ros.node("fake_controller")          # no `learning` parameter
     names = [learner.get_name(), other.get_name(), "nobody_here"]
     node = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[40.0], calibrate=0.1, hold_learning=names,
                    hold_timeout=1.0, publish_wrench=False, diagnostics_period=0.1)
+    for bad in (["bad-name"], ["a/"], ["~"]):     # not node names: refused, the old value kept
+        assert not node.set_parameters([Parameter("hold_learning", value=bad)])[0].successful, bad
+    assert list(node.p["hold_learning"]) == names
     probe = Probe(ros, model.joint_names)
     diags = []
     probe.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 50)
@@ -574,7 +577,7 @@ def test_a_calibration_holds_learning_first(ros):
         assert ros.spin_until(lambda: node.counters["states"] == k + 1, timeout=10.0)
     assert node.detector.configured and node.counters["calibration"] == "done"
     hold = node.counters["hold"]
-    assert hold.startswith(f"learning held on {[learner.get_name()]}; not on {other.get_name()} (")
+    assert hold.startswith(f"learning held on {[learner.get_name()]}; NOT on {other.get_name()} (")
     assert "nobody_here (no answer in 1 s)" in hold
     # the calibration's states: from HOLD_SETTLE_S after the state that closed the hold (the 51st)
     R = MomentumObserver(model, gains=40.0).run((S - S[0]) * 1e-9, Q, V, TAU)
@@ -585,12 +588,21 @@ def test_a_calibration_holds_learning_first(ros):
         if cal.duration >= 0.1:
             break
     np.testing.assert_allclose(node.p["thresholds"], cal.thresholds("max", margin=1.5), rtol=1e-9)
-    learner.set_parameters([Parameter("learning", value=True)])      # learning resumed: stale thresholds
 
-    def stale():
+    def last():
         st = [s for m in diags for s in m.status if s.name.startswith("external_torque")]
-        return st and st[-1].level == DiagnosticStatus.WARN and "learning resumed on " + learner.get_name() in st[-1].message
-    assert ros.spin_until(stale, timeout=10.0), node.counters["hold"]
+        return st[-1] if st else None
+
+    # calibrated: /diagnostics WARNs about the nodes that did not hold
+    assert ros.spin_until(lambda: last() is not None and "learning not held on " + other.get_name() in last().message,
+                          timeout=10.0)
+    assert last().level == DiagnosticStatus.WARN
+    learner.set_parameters([Parameter("learning", value=True)])      # learning resumed: stale thresholds
+    assert ros.spin_until(lambda: "learning resumed on " + learner.get_name() in last().message, timeout=10.0), \
+        node.counters["hold"]
+    assert last().level == DiagnosticStatus.WARN and node.counters["hold"].startswith("learning resumed on")
+    node.set_parameters([Parameter("thresholds", value=[1.0, 1.0])])   # set by hand: the user's call
+    assert ros.spin_until(lambda: last().level == DiagnosticStatus.OK, timeout=10.0), last().message
 
 
 def test_calibrate_after_lets_the_start_pass(ros):

@@ -209,6 +209,28 @@ def test_switches_learning_off_and_transform_off(model):
     assert c["updates_ignored"] == 1 and c["transforms_applied"] == 1
 
 
+def test_learning_off_discards_what_is_still_queued(model):
+    """learning switched off with samples queued (a worker behind the stream): they are
+    discarded, not learnt -- the model stops moving at once -- while a queued parameter
+    update is still applied (the transform keeps it consistent with the estimate)."""
+    X, Y = stream(model, N=400)
+    cfg = {"n_basis": 32, "standardize": False}
+    core = OnlineResidual(model, "rbfn", cfg, learn_every=1, warmup=100, threaded=False)
+    feed(core, X[:200], Y[:200], {})
+    core.process()
+    before = core.predict(X)
+    feed(core, X[200:], Y[200:], {})           # queued, not learnt yet ...
+    d = dpi_for(model)
+    assert core.add_parameter_update(d)
+    core.learning = False                      # ... when learning goes off
+    core.process()
+    c = core.diagnostics()
+    assert c["samples_discarded"] == 200 and c["samples_learned"] == 200 and c["transforms_applied"] == 1
+    ref = manual(model, "rbfn", X[:200], Y[:200] - regressor_times(model, X[:200], d), 100, 200, 0 * d, cfg)
+    np.testing.assert_allclose(core.predict(X), ref.predict(X), rtol=1e-7, atol=1e-9)
+    assert np.abs(core.predict(X) - before).max() > 1e-3
+
+
 def test_queue_limit_drops_and_counts(model):
     X, Y = stream(model, N=50)
     core = OnlineResidual(model, "gmm", learn_every=1, warmup=10, queue_limit=20, threaded=False)

@@ -30,7 +30,9 @@ the residual ``f(x) = tau - Y(x) pi_hat`` of a parametric model that keeps chang
   (deterministic runs, tests).  ``update_samples="latest"`` (PGPOL's paper: one current
   point per model update) takes only the newest of the samples queued since the last
   update and drops the others (``samples_skipped``); the warm-up still collects every
-  queued sample.
+  queued sample.  With :attr:`learning` off, samples still queued are discarded, not
+  learnt (``samples_discarded``): the model stops moving at once (parameter updates are
+  still applied, so that it stays consistent with the estimate).
 
 Warm-up: the learner is built from the first ``warmup`` queued samples: the GMM takes
 its per-coordinate scale from them (its novelty test is in scaled units), the RBF
@@ -137,7 +139,7 @@ class OnlineResidual:
         self.counters: Dict[str, Any] = {k: 0 for k in (
             "samples_offered", "samples_queued", "samples_learned", "samples_rejected", "samples_dropped",
             "updates_received", "updates_rejected", "transforms_applied", "updates_ignored",
-            "fit_calls", "fit_errors", "samples_skipped")}
+            "fit_calls", "fit_errors", "samples_skipped", "samples_discarded")}
         self.counters["fit_ms_last"] = 0.0
         self.counters["transform_ms_last"] = 0.0
         self.last_error = ""
@@ -273,6 +275,9 @@ class OnlineResidual:
             if batch is None:
                 self._apply_update(item[1])
                 done += 1
+            elif not self.learning:   # learning turned off: what was still queued is not learnt
+                self.counters["samples_discarded"] += len(batch)
+                done += len(batch)
             else:
                 self._fit(np.array([b[1] for b in batch]), np.array([b[2] for b in batch]))
                 done += len(batch)

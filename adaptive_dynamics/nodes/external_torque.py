@@ -92,9 +92,9 @@ WHITENING_MAX_SAMPLES = 50_000
 _WHITENING_PARAMS = ("whitening_white", "whitening_slow", "whitened_thresholds")
 #: a calibration chooses residual_joints only when the residual came with at least this share of its states
 RESIDUAL_COVERAGE = 0.9
-#: stamp time [s] a calibration lets pass once hold_learning's nodes acknowledged (the estimate and
-#: the residuals already on their way were made by the model before the hold)
-HOLD_SETTLE_S = 0.2
+#: stamp time [s] a calibration lets pass once hold_learning's nodes acknowledged (the estimate, the
+#: residuals and a model snapshot already on their way were made by the model before the hold)
+HOLD_SETTLE_S = 0.5
 
 
 class _Hold:
@@ -106,6 +106,9 @@ class _Hold:
         self.names, self.t0 = list(names), t0
         self.asked, self.held, self.failed = set(), [], []
         self.done_stamp = None
+        self.note = ""
+        #: the node's record of what is held was set from it (calibration done or cancelled)
+        self.committed = False
 
     @property
     def pending(self) -> list:
@@ -125,6 +128,21 @@ class _Calibration:
         self.after, self.t_first = float(after), None
         #: hold_learning (a _Hold once the calibration reached it; None: not yet or no nodes)
         self.hold = None
+
+
+def _node_names_check(value) -> str | None:
+    """Validator of ``hold_learning``: ROS node names, relative or absolute, [''] = none."""
+    from rclpy.validate_namespace import validate_namespace
+    from rclpy.validate_node_name import validate_node_name
+    for name in (x for x in value if x):
+        ns, _, base = name.rpartition("/")
+        try:
+            validate_node_name(base)
+            if ns or name.startswith("/"):
+                validate_namespace(ns if ns.startswith("/") else "/" + ns)
+        except Exception as exc:   # noqa: BLE001 -- rclpy's Invalid*Exception: say which name and why
+            return f"{name!r} is not a node name ({str(exc).splitlines()[0]})"
+    return None
 
 
 def _joint_names_check(names):
@@ -206,7 +224,8 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
                   " parameter a calibration sets false before it takes a state, so that the thresholds hold for"
                   " the model they were calibrated on (e.g. ['adaptive_controller', 'residual_learner']; the"
                   " launchers' --monitor sets the graph's learning nodes); learning stays off -- set it true on"
-                  " them to resume: the node then reports its thresholds stale; [''] = none", type="str[]"),
+                  " them to resume: the node then reports its thresholds stale; [''] = none", type="str[]",
+                  validator=_node_names_check),
         ParamSpec("hold_timeout", 5.0, "wall s a calibration waits for hold_learning's nodes to answer; then it"
                   " calibrates anyway (warning, diagnostics)", min=0.1, max=600.0),
         ParamSpec("calibration_method", "max", "max: calibration_margin x max |r| over the segment (the largest"
@@ -315,7 +334,7 @@ class ExternalTorqueNode(Node):
             self.p.on_change(name, self._on_observer_param)
         for name in ("uncertainty_gain", "model_std", "release", "min_samples"):
             self.p.on_change(name, self._on_detector_param)
-        self.p.on_change("thresholds", lambda _n, v: self._set_thresholds(v))
+        self.p.on_change("thresholds", self._on_thresholds)
         for name in _WHITENING_PARAMS:
             self.p.on_change(name, lambda _n, _v: self._set_whitening())
         self.p.on_change("residual_joints", lambda _n, v: self._set_residual_joints(v))
@@ -357,6 +376,13 @@ class ExternalTorqueNode(Node):
             f"{self.detector.thresholds.tolist() if self.detector.configured else 'none'}; joints {self.names}")
 
     # ------------------------------------------------------------- parameters
+    def _on_thresholds(self, _name, value) -> None:
+        """thresholds set (by hand, or by a calibration, which then records its hold): a
+        stale-thresholds warning is the user's to clear this way."""
+        with self._lock:
+            self._hold_warning = None
+        self._set_thresholds(value)
+
     def _set_thresholds(self, value) -> None:
         v = np.asarray(value, dtype=float)
         with self._lock:
@@ -421,7 +447,10 @@ class ExternalTorqueNode(Node):
         with self._lock:
             if self._calibration is None:
                 return
-            held = [] if self._calibration.hold is None else self._calibration.hold.held
+            hold = self._calibration.hold
+            held = [] if hold is None else hold.held
+            if hold is not None:     # learning stays off where it was held: say so
+                self._commit_hold(hold, " (its calibration cancelled)")
             self._calibration = None
             self._calibrate_reset = True   # `calibrate` back to 0 with the next state (not inside a set)
         self.counters.set("calibration", f"cancelled ({name} changed)")
@@ -472,7 +501,6 @@ class ExternalTorqueNode(Node):
                                       f" {cal.cals[0].count}")
         return w.white.tolist(), w.slow.tolist(), np.maximum(thr_z, 1e-9).tolist()
 
-    # ------------------------------------------------------------- callbacks
     # ------------------------------------------------------------- hold_learning
     def _full_name(self, name: str) -> str:
         if name.startswith("/"):
@@ -497,28 +525,51 @@ class ExternalTorqueNode(Node):
             for name in h.pending:
                 if name in h.asked:
                     continue
-                client = self._hold_clients.get(name)
-                if client is None:
-                    client = self._hold_clients[name] = AsyncParameterClient(self, name)
-                if client.services_are_ready():
-                    h.asked.add(name)
-                    client.set_parameters([Parameter("learning", value=False)],
-                                          callback=lambda fut, name=name, h=h: self._on_hold_reply(h, name, fut))
+                try:
+                    client = self._hold_clients.get(name)
+                    if client is None:
+                        client = self._hold_clients[name] = AsyncParameterClient(self, name)
+                    if client.services_are_ready():
+                        h.asked.add(name)
+                        client.set_parameters([Parameter("learning", value=False)],
+                                              callback=lambda fut, name=name, h=h: self._on_hold_reply(h, name, fut))
+                except Exception as exc:   # noqa: BLE001 -- a name rclpy refuses: reported, not fatal
+                    h.failed.append((name, str(exc).splitlines()[0] or type(exc).__name__))
             timeout = self.p["hold_timeout"]
             if h.pending and time.monotonic() - h.t0 < timeout:
                 return False
             h.failed += [(x, f"no answer in {timeout:g} s") for x in h.pending]
             h.done_stamp = stamp
-            self._held = {self._full_name(x): x for x in h.held}
-            failed = ", ".join(f"{x} ({why})" for x, why in h.failed)
-            self._hold_warning = f"learning not held on {failed}" if failed else None
-            self.counters.set("hold", f"learning held on {h.held or 'no node'}" + (f"; not on {failed}" if failed
-                                                                                     else ""))
-            log = self.get_logger().warning if failed else self.get_logger().info
-            log(f"calibration: learning held on {h.held or 'no node'}" + (
-                f"; NOT on {failed}: the thresholds are calibrated on a model that may move" if failed else
-                " (set learning true on them to resume; the thresholds are then stale)"))
+            summary = self._hold_summary(h)
+            self.counters.set("hold", summary)
+            log = self.get_logger().warning if h.failed else self.get_logger().info
+            log(f"calibration: {summary}" + (": the thresholds are calibrated on a model that may move" if h.failed
+                                             else " (set learning true on them to resume; the thresholds are then"
+                                             " stale)"))
         return (stamp - h.done_stamp) * 1e-9 >= HOLD_SETTLE_S
+
+    @staticmethod
+    def _hold_summary(h: "_Hold") -> str:
+        failed = ", ".join(f"{x} ({why})" for x, why in h.failed)
+        return f"learning held on {h.held or 'no node'}" + (f"; NOT on {failed}" if failed else "")
+
+    def _commit_hold(self, h: "_Hold | None", note: str = "") -> None:
+        """The calibration ended (done, or cancelled: ``note``): what is held from now on --
+        learning resumed on one of these makes the thresholds stale -- and what did not hold
+        (under the lock)."""
+        if h is None:
+            self._held, self._hold_warning = {}, None
+            self.counters.set("hold", "off")
+            return
+        h.committed, h.note = True, note
+        if note:   # cancelled: the thresholds (if any) are an earlier calibration's -- its record stands,
+            self._held.update({self._full_name(x): x for x in h.held})   # and these are held too now
+            self.counters.set("hold", self._hold_summary(h) + note)
+            return
+        self._held = {self._full_name(x): x for x in h.held}
+        failed = ", ".join(f"{x} ({why})" for x, why in h.failed)
+        self._hold_warning = f"learning not held on {failed}" if failed and not note else None
+        self.counters.set("hold", self._hold_summary(h) + note)
 
     def _on_hold_reply(self, h: "_Hold", name: str, fut) -> None:
         try:
@@ -527,11 +578,18 @@ class ExternalTorqueNode(Node):
         except Exception as exc:   # noqa: BLE001 -- a failed call is reported, whatever it was
             ok, why = False, str(exc) or type(exc).__name__
         with self._lock:
-            if name in h.pending:   # (an answer after hold_timeout: already reported as none)
+            if name in h.pending:
                 if ok:
                     h.held.append(name)
                 else:
                     h.failed.append((name, why))
+            elif ok and name not in h.held:   # after hold_timeout: it did hold, late
+                h.failed = [(x, w) for x, w in h.failed if x != name]
+                h.held.append(name)
+                if h.committed:
+                    self._commit_hold(h, h.note)
+                else:
+                    self.counters.set("hold", self._hold_summary(h))
 
     def _on_parameter_event(self, msg: ParameterEvent) -> None:
         with self._lock:
@@ -545,9 +603,12 @@ class ExternalTorqueNode(Node):
             del self._held[msg.node]
             self._hold_warning = (f"learning resumed on {name} since the calibration: the thresholds may be stale"
                                   " (calibrate again)")
-        self.counters.set("hold", self._hold_warning)
+            still = list(self._held.values())
+        self.counters.set("hold", f"learning resumed on {name}: thresholds stale" + (f"; held on {still}" if still
+                                                                                       else ""))
         self.get_logger().warning(self._hold_warning)
 
+    # ------------------------------------------------------------- callbacks
     def _reject(self, what: str, exc) -> None:
         self.counters.inc(f"{what}_rejected")
         if self.log_throttle(what):
@@ -628,7 +689,7 @@ class ExternalTorqueNode(Node):
             self._process(stamp, q, v, tau)
 
     def _process(self, stamp: int, q, v, tau) -> None:
-        done = None
+        done = hold_done = None
         with self._lock:
             if self._last_stamp is not None and stamp <= self._last_stamp:
                 self.counters.inc("out_of_order")
@@ -697,6 +758,7 @@ class ExternalTorqueNode(Node):
                 if cals[0].duration >= cal.seconds:
                     self._calibration = None
                     done = self._finish_calibration(cal)
+                    hold_done = cal.hold
             np.maximum(self._peak, np.abs(r), out=self._peak)
             wrench = None
             if self.p["publish_wrench"]:
@@ -738,10 +800,8 @@ class ExternalTorqueNode(Node):
                                            f" {np.round(whitening[2], 3).tolist()}")
             self.p.set("calibrate", 0.0)
             self.counters.set("calibration", "done")
-            if not [x for x in self.p["hold_learning"] if x]:   # (a hold set these when it ended)
-                with self._lock:
-                    self._held, self._hold_warning = {}, None
-                self.counters.set("hold", "off")
+            with self._lock:
+                self._commit_hold(hold_done)
 
     # ------------------------------------------------------------- housekeeping
     def _diagnostics(self) -> None:
@@ -753,12 +813,15 @@ class ExternalTorqueNode(Node):
                 "thresholds": np.round(d.effective_thresholds(), 4).tolist() if d.configured else "none",
                 "whitening": ("on" if d.whitening is not None else "off") if self.p["whiten"] else "off (whiten false)",
                 "max_abs_external_torque": np.round(peak, 4).tolist()})
-        level = message = None
+        st = self.counters.status()
+        why = None
         if not self.detector.configured and self._calibration is None:
-            level, message = DiagnosticStatus.WARN, "no contact thresholds (set thresholds or calibrate)"
+            why = "no contact thresholds (set thresholds or calibrate)"
         elif self._hold_warning is not None and self.detector.configured:
-            level, message = DiagnosticStatus.WARN, self._hold_warning
-        st = self.counters.status(level, message)
+            why = self._hold_warning
+        if why is not None:
+            st.level = max(st.level, DiagnosticStatus.WARN)
+            st.message = why if st.message == "OK" else f"{why}; {st.message}"
         self.pub_diag.publish(diagnostic_array(self.get_clock().now().to_msg(), [st]))
 
 
