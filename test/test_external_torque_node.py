@@ -605,6 +605,46 @@ def test_a_calibration_holds_learning_first(ros):
     assert ros.spin_until(lambda: last().level == DiagnosticStatus.OK, timeout=10.0), last().message
 
 
+def test_calibration_file_keeps_the_calibration(ros, tmp_path):
+    """calibration_file: a calibration writes what it set (thresholds, residual_joints, the
+    whitening) to a ROS parameter file; a node started with it is calibrated alike (same
+    thresholds, same z); a corrupt file, one of another robot or one without the node's
+    section leaves the node uncalibrated, says why, and the next calibration rewrites it."""
+    from adaptive_dynamics.ros.params import load_param_file
+
+    model = RobotModel(ROBOT)
+    S, Q, V, TAU = simulate(model, 300, seed=4)
+    path = tmp_path / "calibration.yaml"
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[40.0], calibrate=0.2, min_samples=2,
+                   calibration_file=str(path), publish_wrench=False)
+    assert node.counters["calibration_file"].endswith("(not there yet: written by the next calibration)")
+    probe = Probe(ros, model.joint_names)
+    connected(ros, node, probe)
+    feed(ros, node, probe, S, Q, V, TAU)
+    assert node.detector.configured and node.detector.whitening is not None
+    assert node.counters["calibration_file"] == f"{path} (written)"
+    kept = load_param_file(str(path), node.get_fully_qualified_name())
+    assert set(kept) == {"thresholds", "residual_joints", "whitening_white", "whitening_slow", "whitened_thresholds"}
+    np.testing.assert_array_equal(kept["thresholds"], node.p["thresholds"])
+    again = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[40.0], calibration_file=str(path))
+    assert again.counters["calibration_file"] == f"{path} (read)" and again.detector.configured
+    np.testing.assert_array_equal(again.detector.thresholds, node.detector.thresholds)
+    np.testing.assert_array_equal(again.detector.whitened_thresholds, node.detector.whitened_thresholds)
+    q = Q[-1]
+    M = model.mass_matrix(q)
+    np.testing.assert_allclose(again.detector.whitening.transform(TAU[-1], M),
+                               node.detector.whitening.transform(TAU[-1], M), rtol=1e-12)
+    # what is refused: not YAML, another robot's joint count, no section for this node
+    bad = {"garbage.yaml": "::: not yaml [",
+           "other.yaml": "/external_torque:\n  ros__parameters:\n    thresholds: [1.0, 1.0, 1.0]\n",
+           "foreign.yaml": "/someone_else:\n  ros__parameters:\n    thresholds: [1.0, 1.0]\n"}
+    for name, text in bad.items():
+        (tmp_path / name).write_text(text)
+        n3 = ros.add(ExternalTorqueNode, robot=ROBOT, calibration_file=str(tmp_path / name))
+        assert not n3.detector.configured, name
+        assert n3.counters["calibration_file"].startswith(f"{tmp_path / name}: not used ("), name
+
+
 def test_calibrate_after_lets_the_start_pass(ros):
     """calibrate with calibrate_after (both at start, as a launch sets them): the states of the
     first calibrate_after seconds pass untaken, the next calibrate seconds set the thresholds --

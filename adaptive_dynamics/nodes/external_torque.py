@@ -13,6 +13,8 @@ parameters: ``ros2 param describe /external_torque <name>``.
 from __future__ import annotations
 
 import collections
+import datetime
+import os
 import threading
 import time
 
@@ -35,7 +37,8 @@ from ..control.momentum_observer import (TORQUE_TIMINGS, EstimateLayout, Momentu
 from ..ros.arrays import VectorBuffer, vector_from_msg
 from ..ros.joint_states import JointStateMapper, joint_state_msg
 from ..ros.node_base import Counters, diagnostic_array, run_node
-from ..ros.params import ParamSpec, declare_params
+from ..files import atomic_write_text
+from ..ros.params import ParamSpec, declare_params, load_param_file
 from ..ros.qos import DEEP_RELIABLE_QOS, LATCHED_QOS, PUBLISHER_STREAM_QOS, stream_qos
 from ..ros.stamps import from_ns
 from ..validation import per_joint
@@ -90,6 +93,8 @@ MAX_PENDING = 2000
 WHITENING_MAX_SAMPLES = 50_000
 #: the whitening's parameters (set together by a calibration)
 _WHITENING_PARAMS = ("whitening_white", "whitening_slow", "whitened_thresholds")
+#: what a calibration sets, the parameters calibration_file keeps
+CALIBRATED_PARAMS = ("thresholds", "residual_joints", *_WHITENING_PARAMS)
 #: a calibration chooses residual_joints only when the residual came with at least this share of its states
 RESIDUAL_COVERAGE = 0.9
 #: stamp time [s] a calibration lets pass once hold_learning's nodes acknowledged (the estimate, the
@@ -220,6 +225,10 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
         ParamSpec("calibrate_after", 0.0, "s of states (stamp time) a calibration lets pass before it takes"
                   " any: set with calibrate at start (a launch file, the pip launcher's --set), it calibrates"
                   " once the estimate has settled, with no parameter call later", min=0.0, max=36000.0),
+        ParamSpec("calibration_file", "", "a ROS parameter file (YAML) that keeps what a calibration sets"
+                  f" ({', '.join(CALIBRATED_PARAMS)}): written after each calibration (atomically), read at start"
+                  " when it exists -- the monitor starts calibrated (also a --params-file for this node); empty ="
+                  " none", read_only=True),
         ParamSpec("hold_learning", [""], "nodes (names, relative to this node's namespace) whose `learning`"
                   " parameter a calibration sets false before it takes a state, so that the thresholds hold for"
                   " the model they were calibrated on (e.g. ['adaptive_controller', 'residual_learner']; the"
@@ -365,6 +374,9 @@ class ExternalTorqueNode(Node):
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(p["diagnostics_period"], self._diagnostics, clock=steady)
         self.create_timer(0.02, self._drain, clock=steady)     # states whose residual_wait ran out
+        self.counters.set("calibration_file", "none" if not p["calibration_file"] else "not read yet")
+        if p["calibration_file"]:
+            self._read_calibration(p["calibration_file"])
         self._start_calibration(p["calibrate"])
         self.get_logger().info(
             f"model {p['model_source']}{' + friction' if p['friction'] else ''}"
@@ -376,6 +388,49 @@ class ExternalTorqueNode(Node):
             f"{self.detector.thresholds.tolist() if self.detector.configured else 'none'}; joints {self.names}")
 
     # ------------------------------------------------------------- parameters
+    def _read_calibration(self, path: str) -> None:
+        """calibration_file at start: its calibrated parameters set together (all refused if
+        one is: a file of another robot, or corrupt, leaves the node uncalibrated), logged."""
+        if not os.path.exists(path):
+            self.counters.set("calibration_file", f"{path} (not there yet: written by the next calibration)")
+            return
+        try:
+            values = load_param_file(path, self.get_fully_qualified_name())
+            params = []
+            for name in CALIBRATED_PARAMS:
+                if name in values:
+                    spec = self.p.spec(name)
+                    params.append(Parameter(name, spec.ros_type, spec.coerce(values[name])))
+            if not params:
+                raise ValueError(f"no section for {self.get_fully_qualified_name()} with any of {CALIBRATED_PARAMS}")
+            res = self.set_parameters_atomically(params)
+            if not res.successful:
+                raise ValueError(res.reason)
+        except Exception as exc:   # noqa: BLE001 -- unreadable, corrupt or refused: said, not fatal
+            self.counters.set("calibration_file", f"{path}: not used ({str(exc).splitlines()[0] if str(exc) else exc!r})")
+            self.get_logger().error(f"calibration_file {path} not used: {exc}; the node starts uncalibrated"
+                                    " (calibrate: the next calibration rewrites it)")
+            return
+        self.counters.set("calibration_file", f"{path} (read)")
+        self.get_logger().info(f"calibration read from {path}: {', '.join(p.name for p in params)}")
+
+    def _write_calibration(self, path: str) -> None:
+        import yaml
+        values = {name: [str(x) if name == "residual_joints" else float(x) for x in self.p[name]]
+                  for name in CALIBRATED_PARAMS}
+        head = (f"# external_torque's calibration: written after a calibration, read at start (calibration_file)\n"
+                f"# {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}, model"
+                f" {self.p['model_source']}, joints {self.names}\n")
+        doc = {self.get_fully_qualified_name(): {"ros__parameters": values}}
+        try:
+            atomic_write_text(path, head + yaml.safe_dump(doc, default_flow_style=None, sort_keys=False))
+        except OSError as exc:
+            self.counters.set("calibration_file", f"{path}: write failed ({exc})")
+            self.get_logger().error(f"calibration_file {path} not written: {exc}")
+            return
+        self.counters.set("calibration_file", f"{path} (written)")
+        self.get_logger().info(f"calibration written to {path}")
+
     def _on_thresholds(self, _name, value) -> None:
         """thresholds set (by hand, or by a calibration, which then records its hold): a
         stale-thresholds warning is the user's to clear this way."""
@@ -802,6 +857,8 @@ class ExternalTorqueNode(Node):
             self.counters.set("calibration", "done")
             with self._lock:
                 self._commit_hold(hold_done)
+            if self.p["calibration_file"]:
+                self._write_calibration(self.p["calibration_file"])
 
     # ------------------------------------------------------------- housekeeping
     def _diagnostics(self) -> None:
