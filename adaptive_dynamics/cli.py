@@ -244,7 +244,8 @@ def _add_graph_args(p, *, sim_default=True) -> None:
                    " this many wall seconds, whether or not a robot answers (0 = run until Ctrl-C)")
     p.add_argument("--record", action="store_true", help="also record an MCAP bag (see --bag)")
     p.add_argument("--monitor", action="store_true", help="add the external_torque node: external joint torques,"
-                   " end-effector wrench and contact flag from the momentum observer (launch monitor:=true)")
+                   " end-effector wrench and contact flag from the momentum observer (launch monitor:=true); its"
+                   " calibration (--set external_torque.calibrate=S) first turns the graph's learning off")
     p.add_argument("--bag", default=None, help="bag directory (must not exist)")
     p.add_argument("--namespace", default="", help="namespace of every node and topic")
     p.add_argument("--preset", default="franka", choices=sorted(REAL_PRESETS), help="real: robot stack")
