@@ -22,7 +22,8 @@ ARGS = {
     "preset": ("franka", "real: franka | lbr | gazebo"),
     "without": ("", "comma-separated nodes of the graph not to start here (they run on another host)"),
     "monitor": ("false", "true: add the external_torque node (external joint torques, end-effector wrench,"
-                " contact flag from the momentum observer on the controller's model)"),
+                " contact flag from the momentum observer on the controller's model; its calibration first"
+                " turns the graph's learning off: hold_learning)"),
     "trajectory": ("", "the trajectory node's type (default: the parameter files'), e.g. file"),
     "trajectory_file": ("", "trajectory:=file: the file to play (excitation.json / .csv of `adaptive-dynamics"
                         " excite`)"),
