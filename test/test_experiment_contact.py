@@ -91,6 +91,16 @@ def test_contact_quick(tmp_path, capsys):
     assert all(b is None or (a is not None and a <= b) for a, b in zip(mine, alone)), (mine, alone)
     if other["true"]["detection_delay_ms_10n_max"] is not None:
         assert r["true_model"]["detection_delay_ms_10n_max"] <= other["true"]["detection_delay_ms_10n_max"]
+    # off the motion learnt (another draw of the excitation, the models frozen): the learner's
+    # support falls away and the learned model is no worse than the adapted one there
+    om = r["other_motion"]
+    assert om["seconds"] == contact.QUICK["other_motion_s"] and om["seed"] == contact.OTHER_SEED_OFFSET
+    assert set(om["level"]) == {"adapted", "learned", "true"} and len(om["learned_vs_adapted_level"]) == n
+    np.testing.assert_allclose(om["learned_vs_adapted_level"],
+                               np.array(om["level"]["learned"]) / np.array(om["level"]["adapted"]), rtol=1e-3)
+    assert min(om["support_below_half"]) > 0.5, om        # mostly outside what the learner has seen
+    assert res["learned_vs_adapted_other_motion_max"] == pytest.approx(max(om["learned_vs_adapted_level"]))
+    assert res["learned_vs_adapted_other_motion_max"] <= contact.TARGETS["learned_vs_adapted_max"], om
     # one seed (--quick): its figures are the run's
     assert res["seeds"] == [0] and len(res["per_seed"]) == 1
     assert res["over_seeds"]["threshold_vs_urdf_max"]["median"] == pytest.approx(res["threshold_vs_urdf_max"], abs=1e-4)
