@@ -34,6 +34,10 @@ the cores, no DDS; :func:`simulate`):
   motion, one period), *held out* (free motion, one period), *contact* (pushes of 5-30 N
   at the end effector and at the elbow -- the link the 4th joint moves, at its origin --
   along the world's x and y axes, each :data:`PUSH_ON` s; :func:`push_schedule`).
+* **another motion** (:func:`other_motion`, after the run: ``other_motion_s`` of
+  :data:`FULL`) -- the frozen controller on another draw of the excitation, from rest: the
+  learned model's level against the adapted one's where the learner has not been (its
+  support, measured there): never worse off the motion learnt.
 
 Observers (``K_O`` = :data:`GAIN`; ``min_samples`` = :data:`MIN_SAMPLES`) run on what the
 ``external_torque`` node would get (measured ``q``, ``qd``, torque; ``torque_timing:
@@ -89,7 +93,8 @@ target <= 1/3), ``detection_delay_ms_max`` (slowest 10 N push, both locations; t
 beside it), ``external_torque_rmse_vs_urdf`` (RMSE over all joints, ratio to the URDF's;
 target <= 1/3), ``learned_never_worse`` (every joint's threshold -- at most the adapted
 model's by the calibration's construction -- and, measured, its level on the held-out
-segment (``learned_vs_adapted_heldout_max``) and the RMSE at most 1.05 x the adapted
+segment (``learned_vs_adapted_heldout_max``) and on another motion
+(``learned_vs_adapted_other_motion_max``) and the RMSE at most 1.05 x the adapted
 model's, the smallest push detected no larger); the adapted model's ratios and every
 per-robot table beside them; ``residual_joints`` (per robot, the joints that keep the
 residual) and ``every_joint`` (the residual on every joint: ``learned_every_joint`` per
