@@ -607,42 +607,65 @@ def test_a_calibration_holds_learning_first(ros):
 
 def test_calibration_file_keeps_the_calibration(ros, tmp_path):
     """calibration_file: a calibration writes what it set (thresholds, residual_joints, the
-    whitening) to a ROS parameter file; a node started with it is calibrated alike (same
-    thresholds, same z); a corrupt file, one of another robot or one without the node's
-    section leaves the node uncalibrated, says why, and the next calibration rewrites it."""
+    whitening) and what it holds for (joints, model, residual) under the node's name,
+    keeping the file's other sections; a node started with it is calibrated alike (same
+    thresholds, same z), values given at launch winning.  A corrupt file, one of other
+    joints or another model, or one without the node's section leaves the node
+    uncalibrated and says why; the next calibration rewrites it (a corrupt one moved aside)."""
+    import yaml
+
     from adaptive_dynamics.ros.params import load_param_file
 
     model = RobotModel(ROBOT)
     S, Q, V, TAU = simulate(model, 300, seed=4)
     path = tmp_path / "calibration.yaml"
+    path.write_text("/someone_else:\n  ros__parameters:\n    gains: [10.0]\n")      # another node's section
     node = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[40.0], calibrate=0.2, min_samples=2,
                    calibration_file=str(path), publish_wrench=False)
-    assert node.counters["calibration_file"].endswith("(not there yet: written by the next calibration)")
+    assert node.counters["calibration_file"].startswith(f"{path}: not used (no section for")
     probe = Probe(ros, model.joint_names)
     connected(ros, node, probe)
     feed(ros, node, probe, S, Q, V, TAU)
     assert node.detector.configured and node.detector.whitening is not None
     assert node.counters["calibration_file"] == f"{path} (written)"
     kept = load_param_file(str(path), node.get_fully_qualified_name())
-    assert set(kept) == {"thresholds", "residual_joints", "whitening_white", "whitening_slow", "whitened_thresholds"}
+    assert set(kept) == {"thresholds", "residual_joints", "whitening_white", "whitening_slow", "whitened_thresholds",
+                         "calibration_joints", "calibration_model", "calibration_residual"}
+    assert kept["calibration_joints"] == list(model.joint_names) and kept["calibration_model"] == "urdf"
     np.testing.assert_array_equal(kept["thresholds"], node.p["thresholds"])
+    assert yaml.safe_load(path.read_text())["/someone_else"] == {"ros__parameters": {"gains": [10.0]}}
     again = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[40.0], calibration_file=str(path))
     assert again.counters["calibration_file"] == f"{path} (read)" and again.detector.configured
     np.testing.assert_array_equal(again.detector.thresholds, node.detector.thresholds)
     np.testing.assert_array_equal(again.detector.whitened_thresholds, node.detector.whitened_thresholds)
-    q = Q[-1]
-    M = model.mass_matrix(q)
+    M = model.mass_matrix(Q[-1])
     np.testing.assert_allclose(again.detector.whitening.transform(TAU[-1], M),
                                node.detector.whitening.transform(TAU[-1], M), rtol=1e-12)
-    # what is refused: not YAML, another robot's joint count, no section for this node
-    bad = {"garbage.yaml": "::: not yaml [",
+    # thresholds given at launch win over the file's; the rest comes from it
+    given = ros.add(ExternalTorqueNode, robot=ROBOT, thresholds=[2.0, 3.0], calibration_file=str(path))
+    assert list(given.p["thresholds"]) == [2.0, 3.0] and given.detector.whitening is not None
+    assert given.counters["calibration_file"].endswith("given at launch: ['thresholds']")
+    # what is not used: not YAML, another joint count, another model, no section for this node
+    text = path.read_text()
+    bad = {"garbage.yaml": "a: [1, 2\n",
            "other.yaml": "/external_torque:\n  ros__parameters:\n    thresholds: [1.0, 1.0, 1.0]\n",
+           "model.yaml": text.replace("calibration_model: urdf", "calibration_model: estimate"),
            "foreign.yaml": "/someone_else:\n  ros__parameters:\n    thresholds: [1.0, 1.0]\n"}
-    for name, text in bad.items():
-        (tmp_path / name).write_text(text)
+    for name, content in bad.items():
+        (tmp_path / name).write_text(content)
         n3 = ros.add(ExternalTorqueNode, robot=ROBOT, calibration_file=str(tmp_path / name))
         assert not n3.detector.configured, name
         assert n3.counters["calibration_file"].startswith(f"{tmp_path / name}: not used ("), name
+    # the next calibration rewrites a corrupt file (the old one moved aside)
+    n4 = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[40.0], calibrate=0.2, min_samples=2,
+                 calibration_file=str(tmp_path / "garbage.yaml"), publish_wrench=False)
+    probe4 = Probe(ros, model.joint_names)
+    connected(ros, n4, probe4)
+    feed(ros, n4, probe4, S, Q, V, TAU)
+    assert n4.counters["calibration_file"] == f"{tmp_path / 'garbage.yaml'} (written)"
+    assert (tmp_path / "garbage.yaml.unreadable").read_text() == "a: [1, 2\n"
+    np.testing.assert_array_equal(load_param_file(str(tmp_path / "garbage.yaml"),
+                                                  n4.get_fully_qualified_name())["thresholds"], n4.p["thresholds"])
 
 
 def test_calibrate_after_lets_the_start_pass(ros):

@@ -382,7 +382,7 @@ def other_motion(run: dict, seed: int, seconds: float, keep) -> dict:
     """Never worse off the motion learnt: the frozen controller (its estimate, learning
     off) tracks another draw of the excitation (``seed`` + :data:`OTHER_SEED_OFFSET`, around
     the same pose, same amplitude) from rest at its start, ``seconds`` long, on the same
-    plant; the observers on the adapted estimate, on the adapted + learned model (the
+    plant (other sensor noise); the observers on the adapted estimate, on the adapted + learned model (the
     learner's prediction at the measured state -- its support fall-back and all --, on the
     joints ``keep`` of the calibration) and on the simulator's own model.  Per joint,
     after :data:`OTHER_SETTLE_S`: each model's level (the largest ``|r|`` held over the
@@ -393,22 +393,25 @@ def other_motion(run: dict, seed: int, seconds: float, keep) -> dict:
     traj = trajectory(m, seed + OTHER_SEED_OFFSET, run["base_frequency"])
     T = np.arange(int(round(seconds / DT)) + 1) * DT
     Q, V, A = traj.sample_many(T)
-    plant = MujocoPlant(robot, reality=reality(robot, seed), q0=Q[0])
+    plant = MujocoPlant(robot, reality=reality(robot, seed + OTHER_SEED_OFFSET), q0=Q[0])   # (other noise)
     rec = {key: np.empty((T.size, m.n)) for key in ("q", "v", "tau")}
     for k in range(T.size):
         _tk, q, v, tm = plant.state()
         rec["q"][k], rec["v"][k], rec["tau"][k] = q, v, tm
         if k < T.size - 1:
             plant.step(core.compute(q, v, Q[k], V[k], A[k], tm, learn=False))
-    X = np.hstack([rec["q"], rec["v"], A])
+    X, X_ref = np.hstack([rec["q"], rec["v"], A]), np.hstack([Q, V, A])
+    residual_input = run.get("residual_input", RESIDUAL_INPUT)
     other = {"robot": robot, "model": m, "t": T, **rec, "pi": run["pi"], "f_state": learner.predict(X),
-             "f": learner.predict(np.hstack([Q, V, A])), "residual_input": run.get("residual_input", RESIDUAL_INPUT)}
+             "f": learner.predict(X_ref), "residual_input": residual_input}
     R = observers(other, seed, models=("adapted", "learned", "true"))
     R["learned"] = np.where(keep, R["learned"], R["adapted"])
     seg = T >= OTHER_SETTLE_S - 1e-9
     level = {k: ThresholdCalibration.from_samples(T[seg], R[k][seg], min_samples=MIN_SAMPLES).max_abs for k in R}
     rms = {k: np.sqrt(np.mean(R[k][seg] ** 2, axis=0)) for k in R}
-    sup = np.asarray(learner.learner.support(X[seg]), dtype=float).reshape(int(seg.sum()), -1)
+    at = (X if residual_input == "state" else X_ref)[seg]     # where the prediction is taken
+    sup = (np.zeros((at.shape[0], 1)) if learner.learner is None
+           else np.asarray(learner.learner.support(at), dtype=float).reshape(at.shape[0], -1))
     return {"seconds": seconds, "seed": seed + OTHER_SEED_OFFSET, "level": {k: _r(v) for k, v in level.items()},
             "rms": {k: _r(v) for k, v in rms.items()},
             "learned_vs_adapted_level": _ratio(level["learned"], level["adapted"]),

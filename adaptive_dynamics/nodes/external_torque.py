@@ -226,9 +226,10 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
                   " any: set with calibrate at start (a launch file, the pip launcher's --set), it calibrates"
                   " once the estimate has settled, with no parameter call later", min=0.0, max=36000.0),
         ParamSpec("calibration_file", "", "a ROS parameter file (YAML) that keeps what a calibration sets"
-                  f" ({', '.join(CALIBRATED_PARAMS)}): written after each calibration (atomically), read at start"
-                  " when it exists -- the monitor starts calibrated (also a --params-file for this node); empty ="
-                  " none", read_only=True),
+                  f" ({', '.join(CALIBRATED_PARAMS)}) under this node's name: written after each calibration"
+                  " (atomically; the file's other sections kept), read at start when it exists -- the monitor starts"
+                  " calibrated; values given at launch win; a file for other joints, model or residual is not"
+                  " used; empty = none", read_only=True),
         ParamSpec("hold_learning", [""], "nodes (names, relative to this node's namespace) whose `learning`"
                   " parameter a calibration sets false before it takes a state, so that the thresholds hold for"
                   " the model they were calibrated on (e.g. ['adaptive_controller', 'residual_learner']; the"
@@ -374,9 +375,10 @@ class ExternalTorqueNode(Node):
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(p["diagnostics_period"], self._diagnostics, clock=steady)
         self.create_timer(0.02, self._drain, clock=steady)     # states whose residual_wait ran out
-        self.counters.set("calibration_file", "none" if not p["calibration_file"] else "not read yet")
-        if p["calibration_file"]:
-            self._read_calibration(p["calibration_file"])
+        self.calibration_file = os.path.abspath(p["calibration_file"]) if p["calibration_file"] else ""
+        self.counters.set("calibration_file", "none")
+        if self.calibration_file:
+            self._read_calibration(self.calibration_file)
         self._start_calibration(p["calibrate"])
         self.get_logger().info(
             f"model {p['model_source']}{' + friction' if p['friction'] else ''}"
@@ -388,41 +390,80 @@ class ExternalTorqueNode(Node):
             f"{self.detector.thresholds.tolist() if self.detector.configured else 'none'}; joints {self.names}")
 
     # ------------------------------------------------------------- parameters
+    def _calibration_context(self) -> dict:
+        """What a calibration holds for: written beside it and checked when it is read (a file
+        of another robot, model or residual is not used)."""
+        p = self.p
+        return {"calibration_joints": list(self.names), "calibration_model": p["model_source"],
+                "calibration_residual": (p["residual_input"] if p["use_residual"] else "none")}
+
     def _read_calibration(self, path: str) -> None:
         """calibration_file at start: its calibrated parameters set together (all refused if
-        one is: a file of another robot, or corrupt, leaves the node uncalibrated), logged."""
+        one is: a file of another robot, model or residual, or corrupt, leaves the node
+        uncalibrated), except those given at launch (not at their defaults: they win); logged."""
         if not os.path.exists(path):
             self.counters.set("calibration_file", f"{path} (not there yet: written by the next calibration)")
             return
+        given = [name for name in CALIBRATED_PARAMS
+                 if list(self.p[name]) != list(self.p.spec(name).default)]
         try:
             values = load_param_file(path, self.get_fully_qualified_name())
+            for key, want in self._calibration_context().items():
+                if key in values and values[key] != want:
+                    raise ValueError(f"it holds a calibration for {key.split('_', 1)[1]} {values[key]!r}, this node"
+                                     f" has {want!r}")
             params = []
             for name in CALIBRATED_PARAMS:
-                if name in values:
+                if name in values and name not in given:
                     spec = self.p.spec(name)
                     params.append(Parameter(name, spec.ros_type, spec.coerce(values[name])))
-            if not params:
+            if not params and not given:
                 raise ValueError(f"no section for {self.get_fully_qualified_name()} with any of {CALIBRATED_PARAMS}")
-            res = self.set_parameters_atomically(params)
-            if not res.successful:
-                raise ValueError(res.reason)
+            if params:
+                res = self.set_parameters_atomically(params)
+                if not res.successful:
+                    raise ValueError(res.reason)
         except Exception as exc:   # noqa: BLE001 -- unreadable, corrupt or refused: said, not fatal
-            self.counters.set("calibration_file", f"{path}: not used ({str(exc).splitlines()[0] if str(exc) else exc!r})")
+            why = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            self.counters.set("calibration_file", f"{path}: not used ({why})")
             self.get_logger().error(f"calibration_file {path} not used: {exc}; the node starts uncalibrated"
                                     " (calibrate: the next calibration rewrites it)")
             return
-        self.counters.set("calibration_file", f"{path} (read)")
-        self.get_logger().info(f"calibration read from {path}: {', '.join(p.name for p in params)}")
+        self.counters.set("calibration_file", f"{path} (read)" + (f"; given at launch: {given}" if given else ""))
+        self.get_logger().info(f"calibration read from {path}: {', '.join(p.name for p in params) or 'nothing'}"
+                               + (f" ({given} given at launch kept)" if given else ""))
 
     def _write_calibration(self, path: str) -> None:
+        """After a calibration: this node's calibrated parameters (and what they hold for) into
+        calibration_file, under the node's name -- the file's other sections and this
+        section's other parameters kept; one that is not YAML is moved aside (``.unreadable``)."""
         import yaml
         values = {name: [str(x) if name == "residual_joints" else float(x) for x in self.p[name]]
                   for name in CALIBRATED_PARAMS}
-        head = (f"# external_torque's calibration: written after a calibration, read at start (calibration_file)\n"
-                f"# {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}, model"
-                f" {self.p['model_source']}, joints {self.names}\n")
-        doc = {self.get_fully_qualified_name(): {"ros__parameters": values}}
+        values.update(self._calibration_context())
+        key = self.get_fully_qualified_name()
+        head = (f"# external_torque calibration_file: each node's section written after its calibration, read at"
+                f" start\n# last: {key}, {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}\n")
         try:
+            doc = {}
+            if os.path.exists(path):
+                try:
+                    with open(path, encoding="utf-8") as fh:
+                        doc = yaml.safe_load(fh) or {}
+                    if not isinstance(doc, dict):
+                        raise ValueError("its top level is not a mapping")
+                except (yaml.YAMLError, ValueError) as exc:
+                    os.replace(path, path + ".unreadable")
+                    self.get_logger().warning(f"calibration_file {path} was not a parameter file ({exc}): moved to"
+                                              f" {path}.unreadable")
+                    doc = {}
+            section = doc.setdefault(key, {})
+            if not isinstance(section, dict):
+                section = doc[key] = {}
+            params = section.setdefault("ros__parameters", {})
+            if not isinstance(params, dict):
+                params = section["ros__parameters"] = {}
+            params.update(values)
             atomic_write_text(path, head + yaml.safe_dump(doc, default_flow_style=None, sort_keys=False))
         except OSError as exc:
             self.counters.set("calibration_file", f"{path}: write failed ({exc})")
@@ -857,8 +898,8 @@ class ExternalTorqueNode(Node):
             self.counters.set("calibration", "done")
             with self._lock:
                 self._commit_hold(hold_done)
-            if self.p["calibration_file"]:
-                self._write_calibration(self.p["calibration_file"])
+            if self.calibration_file and list(self.p["thresholds"]) == [float(x) for x in thr]:
+                self._write_calibration(self.calibration_file)     # (not when its thresholds were refused)
 
     # ------------------------------------------------------------- housekeeping
     def _diagnostics(self) -> None:
