@@ -71,7 +71,8 @@ def test_other_joints_elsewhere_change_nothing_raw_and_fall_back_far(panda):
     v = 0.4 * np.linspace(0.5, 1.1, n) * np.cos(np.outer(t, np.linspace(0.5, 1.1, n)))
     X = np.hstack([q, v, rng.uniform(-2.0, 2.0, (t.size, n))])
     y = _joint_local_target(X, n)
-    L = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200, reach=0.05)
+    L = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200, reach=0.05,
+                     velocity_scale=0.0)      # the configuration's distance alone (the state's: below)
     for s in range(0, len(X), 150):
         L.partial_fit(X[s:s + 150], y[s:s + 150])
     Xq = X[::7]
@@ -89,7 +90,8 @@ def test_other_joints_elsewhere_change_nothing_raw_and_fall_back_far(panda):
     off = Xq[:5].copy()
     off[:, 0] += 0.07                          # 0.07 rad off a learnt configuration
     d = np.array([np.min(np.linalg.norm(o[:n] - X[:, :n], axis=1)) for o in off])
-    L2 = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200, reach=1e6)
+    L2 = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200, reach=1e6,
+                      velocity_scale=0.0)
     for s in range(0, len(X), 150):
         L2.partial_fit(X[s:s + 150], y[s:s + 150])
     nearest_cover = np.array([np.min(np.linalg.norm(o[:n] - L.cover, axis=1)) for o in off])
@@ -138,6 +140,48 @@ def test_consistency_transform_against_the_transformed_targets(panda):
     plain.partial_fit(Xs[0], ys[0])
     with pytest.raises(ValueError, match="dW/dpi"):
         plain.apply_parameter_update(np.ones(m.n_params), m)
+
+
+def test_velocity_scale_measures_the_support_from_the_state(panda, tmp_path):
+    """velocity_scale tau (default 0.2 s): the support's distance is the state's, (q, tau qd) -- the same
+    configurations at another velocity fall back (the learnt ones do not), exactly as the
+    configuration-only learner's support at the point (q, tau qd) in 2n dimensions would;
+    0 keeps the configuration's alone; the cover and tau saved and loaded."""
+    n = panda.n
+    t = np.arange(1500) * 0.01
+    w = np.linspace(0.5, 1.1, n)
+    q, v = 0.4 * np.sin(np.outer(t, w)), 0.4 * w * np.cos(np.outer(t, w))
+    X = np.hstack([q, v, np.zeros((t.size, n))])
+    y = _joint_local_target(X, n)
+    tau = 0.2
+    L = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200, reach=0.05,
+                     velocity_scale=tau)
+    L0 = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200, reach=0.05,
+                      velocity_scale=0.0)
+    for s in range(0, len(X), 150):
+        L.partial_fit(X[s:s + 150], y[s:s + 150])
+        L0.partial_fit(X[s:s + 150], y[s:s + 150])
+    assert L.cover.shape[1] == 2 * n and L0.cover.shape[1] == n
+    Xq = X[::7]
+    back = Xq.copy()
+    back[:, n:2 * n] *= -1.0                   # the same configurations, run backwards
+    assert np.all(L.support(Xq) > 0.99) and np.all(L0.support(Xq) > 0.99)
+    assert np.all(L0.support(back) > 0.99)     # the configuration alone: still "learnt"
+    s_back = L.support(back)
+    # as the distance of (q, tau qd) to the kept states (a Gaussian of width reach / 2 beyond reach)
+    Z = np.hstack([back[:, :n], tau * back[:, n:2 * n]])
+    d = np.array([np.min(np.linalg.norm(z - L.cover, axis=1)) for z in Z])
+    raw = make_learner("joint_local", input_dim=3 * n, output_dim=n, inputs="qv", warmup=200, reach=1e6)
+    for s in range(0, len(X), 150):
+        raw.partial_fit(X[s:s + 150], y[s:s + 150])
+    np.testing.assert_allclose(s_back, raw.support(back) * np.exp(-2.0 * (np.maximum(d - 0.05, 0) / 0.05) ** 2)[:, None],
+                               rtol=1e-6, atol=1e-300)
+    assert np.mean(s_back[:, 0] < 0.5) > 0.5    # most of the reversed states fall back
+    loaded = load_learner(L.save(tmp_path / "jlv"))
+    assert loaded.get_config()["velocity_scale"] == tau
+    np.testing.assert_allclose(loaded.support(back), s_back, rtol=1e-9, atol=1e-300)   # (its tree built at once)
+    with pytest.raises(ValueError, match="velocity_scale"):
+        JointLocal(3 * n, n, velocity_scale=-1.0)
 
 
 def test_save_load_bytes_and_errors(panda, tmp_path):
