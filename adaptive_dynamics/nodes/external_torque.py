@@ -23,6 +23,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import WrenchStamped
 from rcl_interfaces.msg import ParameterEvent, ParameterType
 from rclpy.clock import Clock, ClockType
+from rclpy.expand_topic_name import expand_topic_name
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
@@ -599,21 +600,19 @@ class ExternalTorqueNode(Node):
 
     # ------------------------------------------------------------- hold_learning
     def _full_name(self, name: str) -> str:
-        if name.startswith("/"):
-            return name
-        ns = self.get_namespace()
-        return ("" if ns == "/" else ns) + "/" + name
+        """A node name of hold_learning, expanded against this node's namespace."""
+        return expand_topic_name(name, self.get_name(), self.get_namespace())
 
     def _hold_ready(self, cal: "_Calibration", stamp: int) -> bool:
         """hold_learning (under the lock, from the calibration's first state on): ask the
         nodes to set ``learning`` false (each once its parameter services are there), wait
         for their answers (hold_timeout), then HOLD_SETTLE_S of states; True once the
         calibration may take states."""
-        names = [x for x in self.p["hold_learning"] if x]
-        if not names and cal.hold is None:
-            return True
         h = cal.hold
         if h is None:
+            names = [x for x in self.p["hold_learning"] if x]
+            if not names:
+                return True
             h = cal.hold = _Hold(names, time.monotonic())
             self.counters.set("calibration", f"holding learning on {names}")
             self.get_logger().info(f"calibration: setting learning false on {names} first (hold_learning)")
@@ -664,8 +663,8 @@ class ExternalTorqueNode(Node):
             return
         self._held = {self._full_name(x): x for x in h.held}
         failed = ", ".join(f"{x} ({why})" for x, why in h.failed)
-        self._hold_warning = f"learning not held on {failed}" if failed and not note else None
-        self.counters.set("hold", self._hold_summary(h) + note)
+        self._hold_warning = f"learning not held on {failed}" if failed else None
+        self.counters.set("hold", self._hold_summary(h))
 
     def _on_hold_reply(self, h: "_Hold", name: str, fut) -> None:
         try:
@@ -885,7 +884,7 @@ class ExternalTorqueNode(Node):
                                        f"{[x for x in joints if x] or 'no joint'}, dropped on {dropped} (its"
                                        " threshold there above the estimate's alone)"))
                 self.p.set("residual_joints", joints)
-            self.p.set("thresholds", thr)
+            thresholds_set = self.p.set("thresholds", thr).successful
             if whitening is not None:
                 for name, value in zip(_WHITENING_PARAMS, whitening):
                     if not self.p.set(name, value).successful:
@@ -898,8 +897,8 @@ class ExternalTorqueNode(Node):
             self.counters.set("calibration", "done")
             with self._lock:
                 self._commit_hold(hold_done)
-            if self.calibration_file and list(self.p["thresholds"]) == [float(x) for x in thr]:
-                self._write_calibration(self.calibration_file)     # (not when its thresholds were refused)
+            if self.calibration_file and thresholds_set:      # (not when its thresholds were refused)
+                self._write_calibration(self.calibration_file)
 
     # ------------------------------------------------------------- housekeeping
     def _diagnostics(self) -> None:
