@@ -128,7 +128,8 @@ def test_realdata_on_a_urdf_robot(tmp_path, capsys):
     effort limits; the GMM and the RBFN improve on the identification on every joint (as
     the Panda's --quick test asserts)."""
     from adaptive_dynamics.experiments import realdata
-    assert realdata.main(["--out", str(tmp_path), "--quick", "--robots", UR5, "--learners", "gmm,rbfn"]) == 0
+    assert realdata.main(["--out", str(tmp_path), "--quick", "--part", "offline", "--robots", UR5,
+                          "--learners", "gmm,rbfn"]) == 0
     res = _last_json(capsys)
     lim = RobotModel(UR5).effort_limit
     panda = RobotModel("panda").effort_limit
