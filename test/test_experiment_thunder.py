@@ -67,10 +67,11 @@ def test_thunder_quick_on_a_urdf_arm(tmp_path, capsys):
     """Another arm (the UR5's URDF): a 1 kg tool on its last link, the bare link as the
     start, a start pose from which the path stays within the limits (the trajectory node
     checks it again in the headline graph); the node over DDS still reproduces the core,
-    adaptation still beats the fixed model, the tool's mass is found."""
+    adaptation still beats the fixed model, the tool's mass is found (the project's law: the paper's
+    mode is the Panda test's)."""
     from test_any_robot import UR5
     out = tmp_path / "ur5"
-    assert thunder.main(["--out", str(out), "--quick", "--robot", UR5]) == 0
+    assert thunder.main(["--out", str(out), "--quick", "--robot", UR5, "--mode", "project"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["robot"] == "ur5_robot" and res["adapted_link"] == res["com_frame"] == "wrist_3_link"
     assert "paper_estimate" not in res["table8"] and res["table8"]["true"]["mass"] == pytest.approx(

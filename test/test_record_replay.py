@@ -44,12 +44,11 @@ def _ns(stamp) -> int:
 
 @pytest.fixture(scope="module")
 def sim_bag(tmp_path_factory):
-    """2 s of lockstep sim time recorded by the graph's own recorder (record:=true).
-    (``exit_when_idle`` raised from build_graph's 2 s: on a loaded 2-core VM the loop can
-    stall for longer, and the recorder would close the bag mid-run.)"""
+    """2 s of lockstep sim time recorded by the graph's own recorder (record:=true; it closes
+    the bag once idle *and* the joint_states publisher is gone, so a stalled loop does not
+    end the recording)."""
     bag = tmp_path_factory.mktemp("rec") / "bag"
-    g = GraphProcess(build_graph("sim", robot="panda", duration=2.0, record=True, bag=str(bag),
-                                 overrides={"recorder": {"exit_when_idle": 6.0}}), echo=False)
+    g = GraphProcess(build_graph("sim", robot="panda", duration=2.0, record=True, bag=str(bag)), echo=False)
     rc, why = g.wait(timeout=120)
     assert rc == 0, (why, {k: v[-10:] for k, v in g.logs.items()})
     return bag

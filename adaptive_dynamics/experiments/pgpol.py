@@ -213,9 +213,12 @@ PROJECT_PRIORS = ("rbd", "mean")
 PAPER_LEARNER: dict[str, Any] = {"raw": True, "change": PAPER_CHANGE, "fusion": "scaled", "scale_on": "window",
                                  "update_samples": "latest"}
 #: the payload run: pick-and-place at this speed, the payload attached at the start of the
-#: dwell at waypoint PAYLOAD_WAYPOINT (a pick point, at rest) of cycle 2 (quick: of cycle 1)
+#: dwell at waypoint PAYLOAD_WAYPOINT (a pick point, at rest) of cycle 2 (quick: of cycle 1, the
+#: run ending QUICK_PAYLOAD_TAIL_S [s] later -- shorter than the change test's warm-up: the quick
+#: run checks the attachment and the learner's updates, the full one the detection)
 PAYLOAD_SPEED = 0.5
 PAYLOAD_WAYPOINT = 6
+QUICK_PAYLOAD_TAIL_S = 1.5
 #: the offline GP: one sparse GP on the training run
 OFFLINE_GP = {"n_points": 3000, "n_inducing": 100, "max_iter": 100, "groups": "joint"}
 #: ``--offline-gp paper``: the paper's size (15,000 points, 1,500 inducing inputs), one GP for
@@ -1071,8 +1074,8 @@ def payload_run(R: Runner, change: dict, label: str) -> tuple[dict, dict]:
     speed = PAYLOAD_SPEED
     cyc = per / speed
     slot = (pp["move_time"] + pp["dwell_time"]) / speed
-    t_p = (0.0 if R.quick else cyc) + (PAYLOAD_WAYPOINT + (2 if R.quick else 0)) * slot
-    duration = t_p + (3.0 if R.quick else 2 * cyc)
+    t_p = (0.0 if R.quick else cyc) + PAYLOAD_WAYPOINT * slot
+    duration = t_p + (QUICK_PAYLOAD_TAIL_S if R.quick else 2 * cyc)
     W = pick_place_waypoints(R.robot)
     mass = robot_settings(R.robot)["payload_mass"]
     spec = {"duration": round(duration, 3),
