@@ -13,8 +13,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 
 from adaptive_dynamics.control.adaptive import AdaptiveController
-from adaptive_dynamics.control.contact import (ContactDetector, ThresholdCalibration, calibrate_residual_joints,
-                                              calibrate_whitening)
+from adaptive_dynamics.control.contact import (ContactDetector, ThresholdCalibration, calibrate_change,
+                                              calibrate_residual_joints, calibrate_whitening)
 from adaptive_dynamics.control.momentum_observer import EstimateLayout, MomentumObserver, observer_model
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.external_torque import ExternalTorqueNode
@@ -158,6 +158,10 @@ def test_external_torque_calibration_contact_and_bad_states(ros):
     np.testing.assert_allclose(node.p["whitening_slow"], w.slow, rtol=1e-6)
     np.testing.assert_allclose(node.p["whitened_thresholds"], thr_z, rtol=1e-6)
     assert node.detector.whitening is not None
+    # ... and d's (change_window, the default): calibrate_change on the same states
+    thr_d = calibrate_change(ref[:cal.count], Ms[:cal.count], w, node.p["change_window"], "max", margin=1.5)
+    np.testing.assert_allclose(node.p["change_thresholds"], thr_d, rtol=1e-6)
+    assert node.detector.change_window == node.p["change_window"] and node.detector.change_thresholds is not None
     node._diagnostics()
     assert node.counters["whitening"] == "on"
     # no contact in free motion; the push (> 10 x the thresholds) flags both joints within ms
@@ -181,7 +185,8 @@ def test_external_torque_calibration_contact_and_bad_states(ros):
 
 def test_whitening_off_and_set_live(ros):
     """whiten false: a calibration sets the thresholds only (r alone); the whitening's
-    three parameters set live switch z on, [0] switches it off; a bad set is refused."""
+    three parameters set live switch z on, [0] switches it off; a bad set is refused;
+    change_thresholds set live switch d on (change_window, change_hold live; window 0 off)."""
     model = RobotModel(ROBOT)
     S, Q, V, TAU = simulate(model, 150, seed=4)
     node = ros.add(ExternalTorqueNode, robot=ROBOT, calibrate=0.1, whiten=False, publish_wrench=False)
@@ -199,6 +204,14 @@ def test_whitening_off_and_set_live(ros):
                                                                                    [3.0, 4.0])
     bad = node.set_parameters([Parameter("whitened_thresholds", value=[3.0, 0.0])])[0]
     assert not bad.successful and np.allclose(node.detector.whitened_thresholds, [3.0, 4.0])
+    # d: its thresholds set live switch it on (the whitening's white part), change_window 0 off
+    assert node.detector.change_thresholds is None
+    assert node.set_parameters([Parameter("change_thresholds", value=[2.0, 2.5])])[0].successful
+    assert np.allclose(node.detector.change_thresholds, [2.0, 2.5]) and node.detector.change_window == 10
+    assert node.set_parameters([Parameter("change_window", value=4), Parameter("change_hold", value=7)])[0].successful
+    assert node.detector.change_window == 4 and node.detector.change_hold == 7
+    assert node.set_parameters([Parameter("change_window", value=0)])[0].successful
+    assert node.detector.change_thresholds is None
     assert node.set_parameters([Parameter("whitening_white", value=[0.0])])[0].successful
     assert node.detector.whitening is None
 
@@ -366,7 +379,7 @@ def test_calibration_under_the_learner_std(ros):
     F[:, 1] = 0.4 * np.sin(20.0 * T)                           # wrong on joint 2
     D = np.column_stack([0.05 + 0.05 * np.abs(np.sin(5.0 * T)), np.full(len(T), 0.3)])
     node = ros.add(ExternalTorqueNode, robot=ROBOT, use_residual=True, use_residual_std=True, uncertainty_gain=2.0,
-                   calibrate=0.2, min_samples=2, publish_wrench=False)
+                   calibrate=0.2, min_samples=2, publish_wrench=False, change_window=0)   # (r's term: d off)
     probe = Probe(ros, names)
     assert ros.spin_until(lambda: probe.state.get_subscription_count() > 0
                           and probe.residual_std.get_subscription_count() > 0
@@ -607,7 +620,7 @@ def test_a_calibration_holds_learning_first(ros):
 
 def test_calibration_file_keeps_the_calibration(ros, tmp_path):
     """calibration_file: a calibration writes what it set (thresholds, residual_joints, the
-    whitening) and what it holds for (joints, model, residual) under the node's name,
+    whitening, d's thresholds) and what it holds for (joints, model, residual, d's window) under the node's name,
     keeping the file's other sections; a node started with it is calibrated alike (same
     thresholds, same z), values given at launch winning.  A corrupt file, one of other
     joints or another model, or one without the node's section leaves the node
@@ -630,7 +643,9 @@ def test_calibration_file_keeps_the_calibration(ros, tmp_path):
     assert node.counters["calibration_file"] == f"{path} (written)"
     kept = load_param_file(str(path), node.get_fully_qualified_name())
     assert set(kept) == {"thresholds", "residual_joints", "whitening_white", "whitening_slow", "whitened_thresholds",
-                         "calibration_joints", "calibration_model", "calibration_residual"}
+                         "change_thresholds", "calibration_joints", "calibration_model", "calibration_residual",
+                         "calibration_change_window"}
+    assert kept["calibration_change_window"] == node.p["change_window"] and len(kept["change_thresholds"]) == 2
     assert kept["calibration_joints"] == list(model.joint_names) and kept["calibration_model"] == "urdf"
     np.testing.assert_array_equal(kept["thresholds"], node.p["thresholds"])
     assert yaml.safe_load(path.read_text())["/someone_else"] == {"ros__parameters": {"gains": [10.0]}}
@@ -638,6 +653,12 @@ def test_calibration_file_keeps_the_calibration(ros, tmp_path):
     assert again.counters["calibration_file"] == f"{path} (read)" and again.detector.configured
     np.testing.assert_array_equal(again.detector.thresholds, node.detector.thresholds)
     np.testing.assert_array_equal(again.detector.whitened_thresholds, node.detector.whitened_thresholds)
+    np.testing.assert_array_equal(again.detector.change_thresholds, node.detector.change_thresholds)
+    # d's thresholds are their window's: another window reads the rest, not them
+    other_window = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[40.0], calibration_file=str(path),
+                           change_window=node.p["change_window"] + 5)
+    assert other_window.detector.configured and other_window.detector.whitening is not None
+    assert other_window.detector.change_thresholds is None and list(other_window.p["change_thresholds"]) == [0.0]
     M = model.mass_matrix(Q[-1])
     np.testing.assert_allclose(again.detector.whitening.transform(TAU[-1], M),
                                node.detector.whitening.transform(TAU[-1], M), rtol=1e-12)

@@ -62,6 +62,22 @@ Cholesky factor, and the inverse of the inertia spreads a torque on one joint ov
 others): the joints reported are r's -- those above their thresholds and, while z
 flags, the joint whose ``|r_i|`` is nearest its threshold.
 
+The change of the estimate
+--------------------------
+A model error is slow (what a learned model leaves: 0.5-2 Hz), a contact a step; z's
+thresholds must cover the slow error too, and where the noise model conditions one joint
+on the others (``z_i`` given ``r_1..r_(i-1)``) a small slow error weighs heavily.  Over a
+short window of ``D`` samples (``change_window``) the slow error hardly changes while a
+push's rise shows whole: the detector can also watch the change of r whitened by the
+white part alone, ``d_k = L_w(q_k)^-1 (r_k - r_(k-D))``, ``L_w L_w^T = M diag(w^2) M``
+(:meth:`NoiseWhitening.white_part`) -- the velocity noise's coupling through ``M(q)``
+taken out as in z, without the slow part that z must carry.  A step of height ``T`` gives
+``r_k - r_(k-D) = T (1 - exp(-K_O t))`` for ``t <= D dt``, then decays: ``d`` flags a
+contact's onset (and its end), not its duration, so a contact ``d`` flags stays flagged
+for ``change_hold`` samples, by when r or z has risen above its own thresholds.
+:func:`calibrate_change` calibrates per-component thresholds on ``d`` over the same
+free-motion samples (consecutive: ``d`` needs r ``D`` samples back), with the debounce.
+
 Decision (per sample)
 ---------------------
 A joint enters contact after ``min_samples`` consecutive samples above its threshold
@@ -70,7 +86,9 @@ leaves it when ``|r_i|`` falls below ``release * threshold_i`` (hysteresis, 0 < 
 <= 1); with a whitening, ``|z_i|`` alike beside it (above: the joint nearest its r
 threshold is reported).  The contact flag is "any joint in contact"; :attr:`ContactDetector.contacts`
 counts its rising edges.  Without thresholds (:attr:`ContactDetector.configured` False)
-there is never a contact.
+there is never a contact.  With a change statistic, ``|d_i|`` alike (its own debounce and
+hysteresis; a rise holds the contact ``change_hold`` samples; the joint nearest its r
+threshold is reported).
 """
 from __future__ import annotations
 
@@ -82,11 +100,16 @@ import numpy as np
 from ..validation import as_vector, per_joint
 
 __all__ = ["ContactDetector", "ThresholdCalibration", "CALIBRATION_METHODS", "calibrate_residual_joints",
-           "NoiseWhitening", "calibrate_whitening", "WHITENING_WINDOW"]
+           "NoiseWhitening", "calibrate_whitening", "WHITENING_WINDOW", "calibrate_change", "change_samples",
+           "CHANGE_WINDOW", "CHANGE_HOLD"]
 
 CALIBRATION_METHODS = ("max", "std")
 #: samples r is averaged over for the slow part of the noise model (:meth:`NoiseWhitening.from_samples`)
 WHITENING_WINDOW = 20
+#: samples back the change statistic d compares r with (module docstring; at 1 kHz: 10 ms)
+CHANGE_WINDOW = 10
+#: samples a contact the change statistic flags stays flagged (at 1 kHz: 50 ms, by when r or z has risen)
+CHANGE_HOLD = 50
 
 
 class ThresholdCalibration:
@@ -247,6 +270,15 @@ class NoiseWhitening:
         R = np.asarray(R, dtype=float)
         return np.linalg.solve(self._factor(Ms), R[..., None])[..., 0]
 
+    def white_part(self) -> "NoiseWhitening":
+        """The noise model of r's change over a few samples: the white part alone (the slow
+        part hardly changes over them).  A joint without a white part gets 1e-6 of the
+        largest (the factor stays regular)."""
+        top = float(np.max(self.white))
+        if not top > 0:
+            raise ValueError("the noise model has no white part: no change statistic")
+        return NoiseWhitening(np.maximum(self.white, 1e-6 * top), np.zeros(self.n))
+
     @classmethod
     def from_samples(cls, R, Ms, window: int = WHITENING_WINDOW) -> "NoiseWhitening":
         """The noise model of free-motion samples (module docstring): ``R`` K x n, ``Ms``
@@ -278,6 +310,32 @@ def calibrate_whitening(R, Ms, method: str = "max", *, min_samples: int = 1, mar
     Z = w.transform_many(R, Ms)
     cal = ThresholdCalibration.from_samples(np.arange(len(Z), dtype=float), Z, min_samples=min_samples)
     return w, cal.thresholds(method, margin=margin, k=k, floor=floor)
+
+
+def change_samples(R, Ms, whitening: NoiseWhitening, window: int = CHANGE_WINDOW) -> np.ndarray:
+    """The change statistic of K consecutive samples (module docstring): ``d_k = L_w(q_k)^-1
+    (r_k - r_(k-D))``, ``L_w`` the white part of ``whitening``; rows before ``window`` are
+    0 (no r that far back).  ``R`` K x n, ``Ms`` K x n x n (the inertia at each sample)."""
+    R, Ms = np.asarray(R, dtype=float), np.asarray(Ms, dtype=float)
+    window = int(window)
+    if window < 1:
+        raise ValueError(f"the change window must be >= 1 samples, got {window!r}")
+    out = np.zeros_like(R)
+    if len(R) > window:
+        out[window:] = whitening.white_part().transform_many(R[window:] - R[:-window], Ms[window:])
+    return out
+
+
+def calibrate_change(R, Ms, whitening: NoiseWhitening, window: int = CHANGE_WINDOW, method: str = "max", *,
+                     min_samples: int = 1, margin: float = 1.5, k: float = 5.0, floor=1e-9) -> np.ndarray:
+    """Per-component thresholds on the change statistic ``d`` over K consecutive free-motion
+    samples (``R``, ``Ms`` as :func:`calibrate_whitening`'s; the first ``window`` have no d),
+    :meth:`ThresholdCalibration.thresholds`'s ``method``, ``margin``, ``k``, ``floor``."""
+    D = change_samples(R, Ms, whitening, window)[int(window):]
+    if len(D) < max(int(min_samples), 2):
+        raise ValueError(f"{len(R)} samples: the change statistic needs more than {int(window) + 1}")
+    cal = ThresholdCalibration.from_samples(np.arange(len(D), dtype=float), D, min_samples=min_samples)
+    return cal.thresholds(method, margin=margin, k=k, floor=floor)
 
 
 class ContactDetector:
@@ -325,6 +383,18 @@ class ContactDetector:
         self.z = np.zeros(self.n)
         self._z_active = np.zeros(self.n, dtype=bool)
         self._z_above = np.zeros(self.n, dtype=int)
+        #: the change statistic's thresholds, window and hold (samples), or None (:meth:`set_change`)
+        self.change_thresholds = None
+        self.change_window = CHANGE_WINDOW
+        self.change_hold = CHANGE_HOLD
+        self._white = None
+        #: the last sample's change statistic (zeros when not watched)
+        self.d = np.zeros(self.n)
+        self._d_active = np.zeros(self.n, dtype=bool)
+        self._d_above = np.zeros(self.n, dtype=int)
+        self._d_hold = 0
+        self._ring = np.zeros((CHANGE_WINDOW, self.n))     # the last change_window r's, a ring
+        self._count = 0
 
     @property
     def configured(self) -> bool:
@@ -348,6 +418,8 @@ class ContactDetector:
             self._z_active[:] = False
             self._z_above[:] = 0
             self.z = np.zeros(self.n)
+            self._white = None
+            self._reset_change()
             return
         if whitening.n != self.n:
             raise ValueError(f"the whitening has {whitening.n} joints, the detector {self.n}")
@@ -357,6 +429,33 @@ class ContactDetector:
         self.whitening, self.whitened_thresholds = whitening, thr
         self._z_active[:] = False        # the debounce and hysteresis start over under the new model
         self._z_above[:] = 0
+        self._white = None
+        self._reset_change()
+
+    def set_change(self, thresholds=None, window: int = CHANGE_WINDOW, hold: int = CHANGE_HOLD) -> None:
+        """Watch the change statistic ``d`` (module docstring) beside r and z: its thresholds
+        (> 0, per joint), the window D and the hold [samples]; None: not watched.  Uses the
+        whitening's white part (:meth:`set_whitening` first)."""
+        if thresholds is None:
+            self.change_thresholds = None
+            self._reset_change()
+            return
+        thr = per_joint(thresholds, self.n, "change thresholds", one_for_all=True)
+        if not np.all(thr > 0):
+            raise ValueError(f"change thresholds must be > 0, got {thr.tolist()}")
+        window, hold = int(window), int(hold)
+        if window < 1 or hold < 0:
+            raise ValueError(f"the change window must be >= 1 and the hold >= 0 samples, got {window}, {hold}")
+        self.change_thresholds, self.change_window, self.change_hold = thr, window, hold
+        self._reset_change()
+
+    def _reset_change(self) -> None:
+        self._d_active[:] = False
+        self._d_above[:] = 0
+        self._d_hold = 0
+        self._ring = np.zeros((self.change_window, self.n))
+        self._count = 0
+        self.d = np.zeros(self.n)
 
     def reset(self) -> None:
         self.active[:] = False
@@ -364,6 +463,7 @@ class ContactDetector:
         self._above[:] = 0
         self._z_active[:] = False
         self._z_above[:] = 0
+        self._reset_change()
         self.contact = False
 
     def uncertainty(self, std=None) -> np.ndarray:
@@ -380,8 +480,10 @@ class ContactDetector:
             return np.full(self.n, np.inf)
         return self.thresholds + self.uncertainty(std)
 
-    def update(self, r, std=None, inertia=None, z=None):
+    def update(self, r, std=None, inertia=None, z=None, d=None):
         """``(contact, joints)`` after the sample ``r`` (``joints``: a bool per joint, a copy).
+        ``d``: the change statistic already computed (:func:`change_samples`), with
+        :meth:`set_change`; else the detector computes it from the r's it kept and ``inertia``.
         ``inertia``: ``M(q)`` at the sample (n x n, positive definite: the URDF's plus the
         drives') -- with a whitening (:meth:`set_whitening`), ``z`` is watched beside r; without it, r alone (``z``: the
         whitened estimate already computed, :meth:`NoiseWhitening.transform_many`, instead
@@ -404,11 +506,52 @@ class ContactDetector:
             self._z_active[:] = False
             self._z_above[:] = 0
             self.z = np.zeros(self.n)
+        if self._change_on(d, inertia):
+            self._update_change(r, a, thr, inertia, d)
+        elif self.change_thresholds is not None:
+            self._reset_change()
         was = self.contact
         self.contact = bool(self.active.any())
         if self.contact and not was:
             self.contacts += 1
         return self.contact, self.active.copy()
+
+    def _change_on(self, d, inertia) -> bool:
+        return (self.change_thresholds is not None and self.whitening is not None and self.thresholds is not None
+                and (d is not None or inertia is not None))
+
+    def _update_change(self, r, a, thr, inertia, d) -> None:
+        """One sample of the change statistic: d (given, or from the r ``change_window``
+        samples back), its debounce, hysteresis and hold; the joint nearest its r threshold
+        reported while it flags."""
+        if d is None:
+            i = self._count % self.change_window       # the slot of the r change_window samples back
+            if self._count >= self.change_window:
+                if self._white is None:
+                    self._white = self.whitening.white_part()
+                self.d = self._white.transform(r - self._ring[i], inertia)
+            else:
+                self.d = np.zeros(self.n)
+            self._ring[i] = r
+            self._count += 1
+        else:
+            self.d = as_vector(d, self.n, "d")
+        ad, thd = np.abs(self.d), self.change_thresholds
+        self._d_above = np.where(ad > thd, self._d_above + 1, 0)
+        was = self._d_active.any()
+        self._d_active = (self._d_above >= self.min_samples) | (self._d_active & (ad > self.release * thd))
+        if self._d_active.any() and not was:
+            self._d_hold = self.change_hold
+        elif self._d_hold > 0:
+            self._d_hold -= 1
+        if self._d_active.any() or self._d_hold > 0:
+            self.active[int(np.argmax(a / thr))] = True
+
+    @property
+    def change_contact(self) -> bool:
+        """The change statistic flags a contact (a component above its threshold, debounced,
+        with hysteresis; or within the hold after it rose)."""
+        return bool(self._d_active.any() or self._d_hold > 0)
 
     @property
     def z_contact(self) -> bool:

@@ -120,7 +120,8 @@ from typing import Optional
 import numpy as np
 
 from ..control.adaptive import AdaptiveController
-from ..control.contact import ContactDetector, ThresholdCalibration, calibrate_residual_joints, calibrate_whitening
+from ..control.contact import (CHANGE_HOLD, CHANGE_WINDOW, ContactDetector, ThresholdCalibration, calibrate_change,
+                               calibrate_residual_joints, calibrate_whitening, change_samples)
 from ..control.momentum_observer import MomentumObserver, observer_model, wrench_estimate
 from ..dynamics import RobotModel
 from ..learning import OnlineResidual
@@ -165,11 +166,13 @@ OBSERVER_LEAD_S = 0.5
 #: for as long (``ThresholdCalibration``): the velocity noise reaches r nearly white, a model
 #: error is slow, so 4 ms of delay buy a several-fold lower threshold where noise dominates
 MIN_SAMPLES = 5
-#: what the detector watches (the node's ``whiten``): ``whitened`` -- r and the noise-whitened
-#: estimate z beside it (:class:`~adaptive_dynamics.control.contact.NoiseWhitening`, calibrated on
-#: the same segment) -- or ``r`` alone; the other's figures are kept beside (``other_detector``)
-DETECTOR = "whitened"
-DETECTORS = ("whitened", "r")
+#: what the detector watches (the node's ``whiten`` and ``change_window``): ``change`` -- r, the
+#: noise-whitened estimate z (:class:`~adaptive_dynamics.control.contact.NoiseWhitening`) and its
+#: change over :data:`~adaptive_dynamics.control.contact.CHANGE_WINDOW` samples d, each calibrated
+#: on the same segment --, ``whitened`` (r and z) or ``r`` alone; ``whitened``'s figures are kept
+#: beside (``other_detector``; ``r``'s when the experiment's is ``whitened``)
+DETECTOR = "change"
+DETECTORS = ("change", "whitened", "r")
 #: the residual learner (the node's default kind and defaults); it learns from this sim time
 #: on [s] (the controller adapts from the start): the start's transient -- the arm sagging under
 #: the tool the URDF lacks while the estimate catches up, at the trajectory's rest state --
@@ -434,6 +437,15 @@ def whitening_inertia(run: dict) -> np.ndarray:
     return run["_whitening_inertia"]
 
 
+def detector_settings(run: dict, detector: str) -> dict:
+    """:func:`evaluate`'s keywords for a detector of :data:`DETECTORS`: the whitening's
+    inertia (``change`` and ``whitened``) and the change statistic's window (``change``)."""
+    if detector not in DETECTORS:
+        raise ValueError(f"detector must be one of {list(DETECTORS)}, got {detector!r}")
+    return {"inertia": None if detector == "r" else whitening_inertia(run),
+            "change": CHANGE_WINDOW if detector == "change" else 0}
+
+
 # ----------------------------------------------------------------------------- the figures
 
 def _lowpass(x: np.ndarray, a: float) -> np.ndarray:
@@ -473,7 +485,8 @@ def select_residual(run: dict, R_learned: np.ndarray, R_adapted: np.ndarray,
 
 
 def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, min_samples: int = MIN_SAMPLES,
-             filter_gain: float = 0.0, std=None, uncertainty_gain: float = 0.0, inertia=None) -> dict:
+             filter_gain: float = 0.0, std=None, uncertainty_gain: float = 0.0, inertia=None,
+             change: int = 0) -> dict:
     """One model's figures (module docstring) from its estimates ``R`` (observer gain
     ``gain``, second low pass ``filter_gain``; the detector's and the calibration's
     ``min_samples``).  ``std`` (samples x joints) with ``uncertainty_gain`` k_u: the
@@ -482,7 +495,9 @@ def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, mi
     phase of what the detector compared with.  ``inertia`` (samples x n x n:
     :func:`whitening_inertia`): the detector watches the noise-whitened estimate beside r
     (:class:`~adaptive_dynamics.control.contact.NoiseWhitening`, calibrated on the same
-    segment, the node's ``whiten``); None: r alone."""
+    segment, the node's ``whiten``); None: r alone.  ``change`` > 0 (with ``inertia``): the
+    change statistic d over that many samples beside them (its thresholds calibrated on the
+    same segment, the node's ``change_window``; :data:`~adaptive_dynamics.control.contact.CHANGE_HOLD`)."""
     U = None if std is None or uncertainty_gain == 0 else uncertainty_gain * np.asarray(std)
     decay = 5.0 / gain + (5.0 / filter_gain if filter_gain > 0 else 0.0)   # r's decay after a push [s]
     t, ph, truth = run["t"], run["phases"], run["truth"]
@@ -499,7 +514,7 @@ def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, mi
     held_max = held_cal.max_abs
     det = ContactDetector(thr, joint_names=list(model.joint_names), min_samples=min_samples,
                           uncertainty_gain=uncertainty_gain if U is not None else 0.0)
-    Z = None
+    Z = Dz = None
     if inertia is not None:
         ci = _mask(t, cal_span)
         whitening, thr_z = calibrate_whitening(R[ci], inertia[ci], CALIBRATION["method"], min_samples=min_samples,
@@ -508,14 +523,23 @@ def evaluate(run: dict, R: np.ndarray, model: RobotModel, gain: float = GAIN, mi
         k0 = int(np.searchsorted(t, ph["heldout"][0] - 1e-9))
         Z = np.zeros_like(R)
         Z[k0:] = whitening.transform_many(R[k0:], inertia[k0:])
+        if change:
+            kc = np.flatnonzero(ci)
+            span = slice(kc[0] - change, kc[-1] + 1)   # r change samples before the segment: the observers run
+            thr_d = calibrate_change(R[span], inertia[span], whitening, change, CALIBRATION["method"],
+                                     min_samples=min_samples, margin=CALIBRATION["margin"])
+            det.set_change(thr_d, change, CHANGE_HOLD)
+            Dz = np.zeros_like(R)
+            Dz[k0 - change:] = change_samples(R[k0 - change:], inertia[k0 - change:], whitening, change)
     flags = np.zeros(len(t), dtype=bool)
     joints = np.zeros((len(t), n), dtype=bool)
     zflag = np.zeros(len(t), dtype=bool)
     for k in range(len(t)):
         if t[k] < ph["heldout"][0] - 1e-9:
             continue
-        flags[k], joints[k] = det.update(R[k], None if U is None else std[k], z=None if Z is None else Z[k])
-        zflag[k] = det.z_contact
+        flags[k], joints[k] = det.update(R[k], None if U is None else std[k], z=None if Z is None else Z[k],
+                                         d=None if Dz is None else Dz[k])
+        zflag[k] = det.z_contact or det.change_contact
     fl = flags[held]
     held_alarms = int(fl.sum())
     held_episodes = int(np.sum(np.diff(fl.astype(int)) == 1)) + int(bool(fl.size and fl[0]))
@@ -613,16 +637,16 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
     run["residual_input"] = residual_input
     t0 = time.perf_counter()
     R = observers(run, seed)
-    W = {"whitened": whitening_inertia(run), "r": None}     # the inertia each detector takes
+    kw = detector_settings(run, detector)
     other = "r" if detector == "whitened" else "whitened"     # the other detector, beside
 
     model = RobotModel(robot)
-    every = evaluate(run, R["learned"], model, inertia=W[detector])      # the residual on every joint
+    every = evaluate(run, R["learned"], model, **kw)      # the residual on every joint
     R_every = R["learned"]
     R["learned"], keep = select_residual(run, R["learned"], R["adapted"])
-    res = {name: evaluate(run, R[name], model, inertia=W[detector]) for name in MODELS}
-    floor = evaluate(run, R["true"], model, inertia=W[detector])
-    alt = {name: evaluate(run, R[name], model, inertia=W[other]) for name in ("learned", "true")}
+    res = {name: evaluate(run, R[name], model, **kw) for name in MODELS}
+    floor = evaluate(run, R["true"], model, **kw)
+    alt = {name: evaluate(run, R[name], model, **detector_settings(run, other)) for name in ("learned", "true")}
     log(f"[contact] {label(robot)}: observers and figures in {time.perf_counter() - t0:.1f} s")
     if plots:
         _plot_timeline(run, R, res, out_dir, files)
@@ -655,7 +679,7 @@ def run_robot(robot: str, cfg: dict, seed: int, out_dir: str, files: list, log=p
     for r_ in (*res.values(), floor, every, *alt.values()):
         r_.pop("_flags")
         r_.pop("_thr")
-    uncertainty = uncertainty_table(run, R_every, R["adapted"], model, u["thresholds"], W[detector])
+    uncertainty = uncertainty_table(run, R_every, R["adapted"], model, u["thresholds"], kw)
     other_m = other_motion(run, seed, cfg["other_motion_s"], keep)
     log(f"[contact] {label(robot)}: another motion ({other_m['seconds']:g} s): learned / adapted level"
         f" {max(other_m['learned_vs_adapted_level']):.3g} (worst joint), the learner's support < 1/2 on"
@@ -679,7 +703,7 @@ UNCERTAINTY_GAINS = (0.0, 1.0, 2.0)
 
 
 def uncertainty_table(run: dict, R_every: np.ndarray, R_adapted: np.ndarray, model: RobotModel, urdf_thr,
-                      inertia=None) -> list:
+                      detector_kw: Optional[dict] = None) -> list:
     """The adapted + learned model with the learner's predictive std in its thresholds
     (``base + k_u std``, the node's ``use_residual_std`` and ``uncertainty_gain``; the bases
     and the residual's joints calibrated under that term; the std only where the residual
@@ -693,7 +717,7 @@ def uncertainty_table(run: dict, R_every: np.ndarray, R_adapted: np.ndarray, mod
     rows = []
     for k in UNCERTAINTY_GAINS:
         Rs, keep = select_residual(run, R_every, R_adapted, U=k * std)
-        ev = evaluate(run, Rs, model, std=np.where(keep, std, 0.0), uncertainty_gain=k, inertia=inertia)
+        ev = evaluate(run, Rs, model, std=np.where(keep, std, 0.0), uncertainty_gain=k, **(detector_kw or {}))
         rows.append({"uncertainty_gain": k, "residual_joints": [j for j, m in zip(model.joint_names, keep) if m],
                      "threshold_vs_urdf": _ratio(ev["effective_thresholds_median"], urdf_thr),
                      "threshold_vs_urdf_max": round(max(_ratio(ev["effective_thresholds_median"], urdf_thr)), 4),
@@ -709,13 +733,13 @@ SENSITIVITY = {"gains": (30.0, 50.0, 100.0), "filter_gains": (0.0, 100.0), "min_
 
 
 def observer_sensitivity(run: dict, seed: int, model: RobotModel, res: dict, floor: dict,
-                         detector: str = "whitened") -> list:
+                         detector: str = DETECTOR) -> list:
     """The adapted + learned model's threshold ratio to the URDF's and its 10 N detection
     delays, and the simulator's own model's (the floor), for the gains, second low passes
     and debounces of :data:`SENSITIVITY` (the experiment's own setting reuses ``res`` and
     ``floor``; ``detector``: the experiment's, :data:`DETECTOR`)."""
     rows = []
-    W = whitening_inertia(run) if detector == "whitened" else None
+    kw = detector_settings(run, detector)
     for gain in SENSITIVITY["gains"]:
         for kf in SENSITIVITY["filter_gains"]:
             R = None
@@ -724,9 +748,9 @@ def observer_sensitivity(run: dict, seed: int, model: RobotModel, res: dict, flo
                     ev = {"urdf": res["urdf"], "learned": res["learned"], "true": floor}
                 else:
                     R = R if R is not None else observers(run, seed, gain, ("urdf", "adapted", "learned", "true"), kf)
-                    ev = {k: evaluate(run, R[k], model, gain, m, kf, inertia=W) for k in ("urdf", "true")}
+                    ev = {k: evaluate(run, R[k], model, gain, m, kf, **kw) for k in ("urdf", "true")}
                     ev["learned"] = evaluate(run, select_residual(run, R["learned"], R["adapted"], m)[0], model,
-                                             gain, m, kf, inertia=W)
+                                             gain, m, kf, **kw)
                 rows.append({"gain": gain, "filter_gain": kf, "min_samples": m,
                              "threshold_vs_urdf_max": round(max(_ratio(ev["learned"]["thresholds"],
                                                                        ev["urdf"]["thresholds"])), 4),

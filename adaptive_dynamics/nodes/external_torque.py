@@ -31,8 +31,9 @@ from rclpy.qos import qos_profile_parameter_events
 from sensor_msgs.msg import JointState
 
 from ..control.adaptive_setup import friction_model
-from ..control.contact import (CALIBRATION_METHODS, WHITENING_WINDOW, ContactDetector, NoiseWhitening,
-                               ThresholdCalibration, calibrate_residual_joints, calibrate_whitening)
+from ..control.contact import (CALIBRATION_METHODS, CHANGE_HOLD, CHANGE_WINDOW, WHITENING_WINDOW, ContactDetector,
+                               NoiseWhitening, ThresholdCalibration, calibrate_change, calibrate_residual_joints,
+                               calibrate_whitening)
 from ..control.momentum_observer import (TORQUE_TIMINGS, EstimateLayout, MomentumObserver, damped_transpose_pinv,
                                          observer_model)
 from ..ros.arrays import VectorBuffer, vector_from_msg
@@ -87,13 +88,14 @@ def _whitening_check(n, what: str):
 
 #: the live parameters a running calibration is taken under (a change cancels it)
 _CALIBRATION_INPUTS = ("use_residual", "residual_select", "residual_joints", "uncertainty_gain", "model_std",
-                       "min_samples", "calibration_margin", "calibration_method", "whiten", "whitening_window")
+                       "min_samples", "calibration_margin", "calibration_method", "whiten", "whitening_window",
+                       "change_window")
 #: the most states waiting for their residual (residual_wait) before the oldest is taken without
 MAX_PENDING = 2000
 #: the most states a calibration keeps for the whitening (r and M(q) of each; the first ones)
 WHITENING_MAX_SAMPLES = 50_000
 #: the whitening's parameters (set together by a calibration)
-_WHITENING_PARAMS = ("whitening_white", "whitening_slow", "whitened_thresholds")
+_WHITENING_PARAMS = ("whitening_white", "whitening_slow", "whitened_thresholds", "change_thresholds")
 #: what a calibration sets, the parameters calibration_file keeps
 CALIBRATED_PARAMS = ("thresholds", "residual_joints", *_WHITENING_PARAMS)
 #: a calibration chooses residual_joints only when the residual came with at least this share of its states
@@ -269,6 +271,16 @@ def monitor_specs(n: int | None = None, names=None) -> list[ParamSpec]:
         ParamSpec("whitening_window", WHITENING_WINDOW, "states r is averaged over for the noise model's slow"
                   f" part (a calibration with whiten keeps r and M(q) of its first {WHITENING_MAX_SAMPLES} states)",
                   min=2, max=10000),
+        ParamSpec("change_window", CHANGE_WINDOW, "with whiten: the detector also watches the change of r over"
+                  " this many states, d = L_w(q)^-1 (r_k - r_(k-change_window)), L_w L_w^T = M(q)"
+                  " diag(whitening_white^2) M(q): a model error is slow, a contact a step -- d sees a push's onset"
+                  " through a model error that raises z's thresholds; a calibration sets change_thresholds; 0 = off",
+                  min=0, max=10000),
+        ParamSpec("change_hold", CHANGE_HOLD, "states a contact d flagged stays flagged (d marks the onset; r"
+                  " or z rises above its threshold meanwhile)", min=0, max=1000000),
+        ParamSpec("change_thresholds", [0.0], "thresholds on |d| (no unit), n values (> 0); [0] = none; set by a"
+                  " calibration with whiten and change_window > 0 (for that window)", type="float[]", min=0.0,
+                  validator=_whitening_check(n, "thresholds")),
         ParamSpec("release", 0.8, "a joint leaves contact below release x its threshold (hysteresis)",
                   min=0.01, max=1.0),
         ParamSpec("min_samples", 1, "consecutive samples above the threshold before a joint is in contact",
@@ -346,7 +358,7 @@ class ExternalTorqueNode(Node):
         for name in ("uncertainty_gain", "model_std", "release", "min_samples"):
             self.p.on_change(name, self._on_detector_param)
         self.p.on_change("thresholds", self._on_thresholds)
-        for name in _WHITENING_PARAMS:
+        for name in (*_WHITENING_PARAMS, "change_window", "change_hold"):
             self.p.on_change(name, lambda _n, _v: self._set_whitening())
         self.p.on_change("residual_joints", lambda _n, v: self._set_residual_joints(v))
         self.p.on_change("calibrate", lambda _n, v: self._start_calibration(v))
@@ -414,8 +426,15 @@ class ExternalTorqueNode(Node):
                     raise ValueError(f"it holds a calibration for {key.split('_', 1)[1]} {values[key]!r}, this node"
                                      f" has {want!r}")
             params = []
+            window = values.get("calibration_change_window")
+            skip = set()
+            if "change_thresholds" in values and window is not None and int(window) != self.p["change_window"]:
+                skip.add("change_thresholds")      # d's thresholds are its window's
+                self.get_logger().warning(f"calibration_file {path}: change_thresholds were calibrated for"
+                                          f" change_window {window}, this node has {self.p['change_window']}:"
+                                          " not used (the next calibration sets them)")
             for name in CALIBRATED_PARAMS:
-                if name in values and name not in given:
+                if name in values and name not in given and name not in skip:
                     spec = self.p.spec(name)
                     params.append(Parameter(name, spec.ros_type, spec.coerce(values[name])))
             if not params and not given:
@@ -442,6 +461,7 @@ class ExternalTorqueNode(Node):
         values = {name: [str(x) if name == "residual_joints" else float(x) for x in self.p[name]]
                   for name in CALIBRATED_PARAMS}
         values.update(self._calibration_context())
+        values["calibration_change_window"] = int(self.p["change_window"])
         key = self.get_fully_qualified_name()
         head = (f"# external_torque calibration_file: each node's section written after its calibration, read at"
                 f" start\n# last: {key}, {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}\n")
@@ -490,10 +510,11 @@ class ExternalTorqueNode(Node):
 
     def _set_whitening(self) -> None:
         """whitening_white, whitening_slow, whitened_thresholds -> the detector's whitening
-        (none while one is [0])."""
+        (none while one is [0]); change_thresholds, change_window, change_hold -> its change
+        statistic (none while the thresholds are [0] or the window 0)."""
         vals = [np.asarray(self.p[name], dtype=float) for name in _WHITENING_PARAMS]
         with self._lock:
-            if any(v.size != self.n for v in vals):   # [0] (none) or a calibration midway
+            if any(v.size != self.n for v in vals[:3]):   # [0] (none) or a calibration midway
                 self.detector.set_whitening(None)
                 return
             try:
@@ -501,6 +522,17 @@ class ExternalTorqueNode(Node):
             except ValueError as exc:
                 self.detector.set_whitening(None)
                 self.get_logger().warning(f"whitening off: {exc}")
+                return
+            window = int(self.p["change_window"])
+            if vals[3].size != self.n or window == 0:
+                self.detector.set_change(None)
+                return
+            try:
+                self.detector.whitening.white_part()
+                self.detector.set_change(vals[3], window, int(self.p["change_hold"]))
+            except ValueError as exc:
+                self.detector.set_change(None)
+                self.get_logger().warning(f"change statistic off: {exc}")
 
     def _set_residual_joints(self, value) -> None:
         """``residual_joints`` (validated: ['all'], [''] or joint names) -> the observer's
@@ -579,24 +611,33 @@ class ExternalTorqueNode(Node):
         return np.maximum(thr, 1e-9).tolist(), joints, self._finish_whitening(cal, mask)
 
     def _finish_whitening(self, cal: "_Calibration", mask) -> tuple | None:
-        """The noise model and z's thresholds over the calibration's states (r of each
-        joint with or without the residual, as ``mask`` chose); none (``[0]`` x 3) without
-        ``whiten``: a whitening calibrated under other thresholds would be stale."""
+        """The noise model, z's thresholds and d's (change_window > 0) over the calibration's
+        states (r of each joint with or without the residual, as ``mask`` chose); none
+        (``[0]`` x 4) without ``whiten``: a whitening calibrated under other thresholds would
+        be stale."""
+        none = [0.0], [0.0], [0.0], [0.0]
         if cal.samples is None:
-            return [0.0], [0.0], [0.0]
+            return none
         r_with, r_without, inertia = (np.asarray(x) for x in cal.samples)
         p = self.p
+        R = np.where(mask, r_with, r_without)
+        kw = {"min_samples": p["min_samples"], "margin": p["calibration_margin"], "k": p["calibration_k"]}
         try:
-            w, thr_z = calibrate_whitening(np.where(mask, r_with, r_without), inertia, p["calibration_method"],
-                                           min_samples=p["min_samples"], margin=p["calibration_margin"],
-                                           k=p["calibration_k"], window=p["whitening_window"])
+            w, thr_z = calibrate_whitening(R, inertia, p["calibration_method"], window=p["whitening_window"], **kw)
         except ValueError as exc:
             self.get_logger().warning(f"calibration: no whitening ({exc}); the detector watches r alone")
-            return [0.0], [0.0], [0.0]
+            return none
+        thr_d = [0.0]
+        if p["change_window"] > 0:
+            try:
+                thr_d = np.maximum(calibrate_change(R, inertia, w, p["change_window"], p["calibration_method"],
+                                                    **kw), 1e-9).tolist()
+            except ValueError as exc:
+                self.get_logger().warning(f"calibration: no change statistic ({exc})")
         if len(r_with) < cal.cals[0].count:
             self.get_logger().warning(f"calibration: the whitening took the first {len(r_with)} states of"
                                       f" {cal.cals[0].count}")
-        return w.white.tolist(), w.slow.tolist(), np.maximum(thr_z, 1e-9).tolist()
+        return w.white.tolist(), w.slow.tolist(), np.maximum(thr_z, 1e-9).tolist(), thr_d
 
     # ------------------------------------------------------------- hold_learning
     def _full_name(self, name: str) -> str:
@@ -892,7 +933,9 @@ class ExternalTorqueNode(Node):
                 if len(whitening[0]) == self.n:
                     self.get_logger().info(f"calibrated the whitening: white {np.round(whitening[0], 4).tolist()},"
                                            f" slow {np.round(whitening[1], 4).tolist()} N m, thresholds on |z|"
-                                           f" {np.round(whitening[2], 3).tolist()}")
+                                           f" {np.round(whitening[2], 3).tolist()}" + (
+                                               f", on |d| {np.round(whitening[3], 3).tolist()}"
+                                               if len(whitening[3]) == self.n else ""))
             self.p.set("calibrate", 0.0)
             self.counters.set("calibration", "done")
             with self._lock:
@@ -909,6 +952,8 @@ class ExternalTorqueNode(Node):
                 "contacts": d.contacts, "in_contact": ",".join(d.joints_in_contact()) or "none",
                 "thresholds": np.round(d.effective_thresholds(), 4).tolist() if d.configured else "none",
                 "whitening": ("on" if d.whitening is not None else "off") if self.p["whiten"] else "off (whiten false)",
+                "change": ("off (change_window 0)" if self.p["change_window"] == 0 else
+                           f"on ({d.change_window} states)" if d.change_thresholds is not None else "off"),
                 "max_abs_external_torque": np.round(peak, 4).tolist()})
         st = self.counters.status()
         why = None
