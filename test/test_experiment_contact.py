@@ -37,8 +37,8 @@ def test_contact_quick(tmp_path, capsys):
     assert res["config"]["learner"] == "joint_local"
     assert res["config"]["parametric_torque"] == res["config"]["residual_input"] == "state"
     assert res["config"]["estimate_armature"] == 0.0
-    # the graph's Coulomb shape (config/panda.yaml's friction_smoothing) and the whitened detector
-    assert res["config"]["friction_smoothing"] == {"panda": 0.03} and res["config"]["detector"] == "whitened"
+    # the graph's Coulomb shape (config/panda.yaml's friction_smoothing) and the detector on r, z and d
+    assert res["config"]["friction_smoothing"] == {"panda": 0.03} and res["config"]["detector"] == "change"
     with pytest.raises(SystemExit):
         contact.main(["--out", str(out), "--quick", "--learner", "no_such_learner"])
     with pytest.raises(SystemExit):
@@ -84,9 +84,10 @@ def test_contact_quick(tmp_path, capsys):
     assert unc[0]["residual_joints"] == r["residual_joints"]
     assert all(max(u["threshold_vs_urdf"]) < 1.0 for u in unc)
     assert [u["uncertainty_gain"] for u in res["uncertainty"]] == list(contact.UNCERTAINTY_GAINS)
-    # z beside r only adds alarms (r's thresholds are the same): no push later than with r alone
+    # d beside r and z only adds alarms (r's and z's thresholds are the same): no push later than
+    # with r and z alone
     other = r["other_detector"]
-    assert other["detector"] == "r" and res["other_detector"]["detector"] == "r"
+    assert other["detector"] == "whitened" and res["other_detector"]["detector"] == "whitened"
     mine, alone = r["models"]["learned"]["detection_delay_ms_10n"], other["learned"]["detection_delay_ms_10n"]
     assert all(b is None or (a is not None and a <= b) for a, b in zip(mine, alone)), (mine, alone)
     if other["true"]["detection_delay_ms_10n_max"] is not None:

@@ -5,7 +5,8 @@ The cores: :mod:`~adaptive_dynamics.control.momentum_observer`,
 :mod:`~adaptive_dynamics.control.contact` (the ``external_torque`` node's).
 
 ``adaptive-dynamics experiment contact --out DIR [--quick] [--robots panda,iiwa14] [--seeds 0,1,2] [--learner KIND]
-[--parametric-torque state|law] [--residual-input state|reference] [--detector whitened|r] [--friction-smoothing EPS]``
+[--parametric-torque state|law] [--residual-input state|reference] [--detector change|whitened|r]
+[--friction-smoothing EPS]``
 
 Per robot (the Panda and the iiwa 14), one run in process, deterministic (the plant and
 the cores, no DDS; :func:`simulate`):
@@ -55,11 +56,11 @@ what the sensor noise alone leaves).  For each:
 
 * per-joint thresholds calibrated on the calibration segment (``calibration_method: max``,
   margin 1.5: the node's defaults, over :data:`MIN_SAMPLES` consecutive samples as the
-  detector's debounce) -- on r and, with :data:`DETECTOR` ``whitened`` (the node's
-  ``whiten``, ``--detector``), on the noise-whitened estimate z beside it, its noise model
-  calibrated on the same segment with the URDF's inertia plus the drives' -- and the false alarms they
-  give on the held-out segment (and between the pushes); the other detector's delays and
-  pushes beside (``other_detector``);
+  detector's debounce) -- on r and, with :data:`DETECTOR` ``change`` (the node's ``whiten``
+  and ``change_window``, ``--detector``), on the noise-whitened estimate z and on its change
+  over 10 samples d beside it, the noise model calibrated on the same segment with the
+  URDF's inertia plus the drives' -- and the false alarms they give on the held-out segment
+  (and between the pushes); r and z alone (``whitened``) beside (``other_detector``);
 * per push: detected (while it acts, a joint flagged -- or z's flag on -- that was not at
   its start: a flag left on by the last push is no detection of this one), the detection
   delay (from its first step to that sample), the joints flagged; the smallest push
@@ -1021,8 +1022,9 @@ def main(argv=None) -> int:
                     help="what the learner's target subtracts (the adaptive controller's parametric_torque): state"
                     " (default): the estimate at the learner's input | law: the control law's Slotine-Li torque")
     ap.add_argument("--detector", default=DETECTOR, choices=list(DETECTORS),
-                    help="what the contact detector watches (external_torque's whiten): whitened (default): r and"
-                    " the noise-whitened estimate beside it | r: r alone")
+                    help="what the contact detector watches (external_torque's whiten and change_window): change"
+                    " (default): r, the noise-whitened estimate z and its change over 10 samples d | whitened: r"
+                    " and z | r: r alone")
     ap.add_argument("--friction-smoothing", type=float, default=None, metavar="EPS",
                     help="the estimate's Coulomb column tanh(qd / EPS) [rad/s], 0 = sgn(qd) (the papers'); default:"
                     " the robot's parameter file's friction_smoothing, as the graph takes it")
