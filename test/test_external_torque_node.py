@@ -158,8 +158,12 @@ def test_external_torque_calibration_contact_and_bad_states(ros):
     np.testing.assert_allclose(node.p["whitening_slow"], w.slow, rtol=1e-6)
     np.testing.assert_allclose(node.p["whitened_thresholds"], thr_z, rtol=1e-6)
     assert node.detector.whitening is not None
-    # ... and d's (change_window, the default): calibrate_change on the same states
-    thr_d = calibrate_change(ref[:cal.count], Ms[:cal.count], w, node.p["change_window"], "max", margin=1.5)
+    # ... and d's (change_window, the default): calibrate_change on the same states, where d is
+    # watched -- not in the first 3 / K_O (r rising from 0 to the model's level) nor window states after
+    D = node.p["change_window"]
+    first = ((S - S[0]) * 1e-9 <= 3.0 / 60.0)[:cal.count]
+    valid = ~np.convolve(first.astype(int), np.ones(D, int))[:cal.count].astype(bool)
+    thr_d = calibrate_change(ref[:cal.count], Ms[:cal.count], w, D, "max", margin=1.5, valid=valid)
     np.testing.assert_allclose(node.p["change_thresholds"], thr_d, rtol=1e-6)
     assert node.detector.change_window == node.p["change_window"] and node.detector.change_thresholds is not None
     node._diagnostics()
@@ -186,7 +190,8 @@ def test_external_torque_calibration_contact_and_bad_states(ros):
 def test_whitening_off_and_set_live(ros):
     """whiten false: a calibration sets the thresholds only (r alone); the whitening's
     three parameters set live switch z on, [0] switches it off; a bad set is refused;
-    change_thresholds set live switch d on (change_window, change_hold live; window 0 off)."""
+    change_thresholds set live switch d on (change_hold live; another change_window sets
+    them back to [0]: they were calibrated for the window; 0 off)."""
     model = RobotModel(ROBOT)
     S, Q, V, TAU = simulate(model, 150, seed=4)
     node = ros.add(ExternalTorqueNode, robot=ROBOT, calibrate=0.1, whiten=False, publish_wrench=False)
@@ -208,8 +213,15 @@ def test_whitening_off_and_set_live(ros):
     assert node.detector.change_thresholds is None
     assert node.set_parameters([Parameter("change_thresholds", value=[2.0, 2.5])])[0].successful
     assert np.allclose(node.detector.change_thresholds, [2.0, 2.5]) and node.detector.change_window == 10
-    assert node.set_parameters([Parameter("change_window", value=4), Parameter("change_hold", value=7)])[0].successful
-    assert node.detector.change_window == 4 and node.detector.change_hold == 7
+    assert node.set_parameters([Parameter("change_hold", value=7)])[0].successful
+    assert node.detector.change_hold == 7 and np.allclose(node.detector.change_thresholds, [2.0, 2.5])
+    # another window: the thresholds were another's -- d off, change_thresholds back to [0] with the next state
+    assert node.set_parameters([Parameter("change_window", value=4)])[0].successful
+    assert node.detector.change_thresholds is None
+    probe.send(S[-1] + 1_000_000, Q[-1], V[-1], TAU[-1])
+    assert ros.spin_until(lambda: list(node.p["change_thresholds"]) == [0.0], timeout=10.0)
+    assert node.set_parameters([Parameter("change_thresholds", value=[2.0, 2.5])])[0].successful
+    assert node.detector.change_window == 4 and node.detector.change_thresholds is not None
     assert node.set_parameters([Parameter("change_window", value=0)])[0].successful
     assert node.detector.change_thresholds is None
     assert node.set_parameters([Parameter("whitening_white", value=[0.0])])[0].successful
@@ -687,6 +699,63 @@ def test_calibration_file_keeps_the_calibration(ros, tmp_path):
     assert (tmp_path / "garbage.yaml.unreadable").read_text() == "a: [1, 2\n"
     np.testing.assert_array_equal(load_param_file(str(tmp_path / "garbage.yaml"),
                                                   n4.get_fully_qualified_name())["thresholds"], n4.p["thresholds"])
+
+
+def test_the_change_statistic_waits_while_the_residual_comes_and_goes(ros):
+    """A residual that skips states moves r by the model's change, not the arm's: d is not
+    watched from the switch until 3 / K_O after it (``change_suspended``; from the first
+    state alike: r rises from 0), and the calibration's thresholds on d are
+    calibrate_change's over the states where it is -- the core's r fed the same residuals
+    (zero where none came)."""
+    model = RobotModel(ROBOT)
+    names = model.joint_names
+
+    def ripple(q):
+        return 0.3 * np.sin(3.0 * q)
+
+    S, Q, V, TAU = simulate(model, 400, friction=lambda q, v: ripple(q), seed=8)
+    F = np.array([ripple(q) for q in Q])
+    gap = set(range(100, 130))      # 30 states without a residual: the last one covers 10 ms (residual_staleness)
+    node = ros.add(ExternalTorqueNode, robot=ROBOT, gains=[60.0], use_residual=True, residual_select=False,
+                   residual_joints=["all"], residual_wait=0.0, calibrate=0.3, min_samples=2, publish_wrench=False)
+    probe = Probe(ros, names)
+    connected(ros, node, probe)
+    assert ros.spin_until(lambda: probe.residual.get_subscription_count() > 0, timeout=10.0)
+
+    def residual(k):
+        if k not in gap:
+            probe.residual.publish(joint_state_msg(int(S[k]), names, effort=F[k]))
+            assert ros.spin_until(lambda: int(S[k]) in node.residuals, timeout=10.0)
+
+    feed(ros, node, probe, S, Q, V, TAU, before=residual)
+    T = (S - S[0]) * 1e-9
+    missing = np.array([k in gap and T[k] - T[99] > node.p["residual_staleness"] + 1e-12 for k in range(len(S))])
+    off, on = np.flatnonzero(missing)[[0, -1]] + [0, 1]            # the residual went, came back
+    settle = 3.0 / 60.0
+    suspended = (T <= settle + 1e-12) | \
+                ((T >= T[off] - 1e-12) & (T <= T[off] + settle + 1e-12)) | \
+                ((T >= T[on] - 1e-12) & (T <= T[on] + settle + 1e-12))     # (from the first state: r rises)
+    assert node.counters["residual_missing"] == int(missing.sum()) == 20
+    assert node.counters["change_suspended"] == int(suspended.sum())
+    # the calibration (its first 0.3 s): d's thresholds where the detector watches d
+    held = np.array([F[99] if k in gap else F[k] for k in range(len(S))])    # what the node took
+    R = MomentumObserver(model, gains=60.0).run(T, Q, V, TAU, np.where(missing[:, None], 0.0, held))
+    K = int(np.flatnonzero(T >= 0.3 - 1e-12)[0]) + 1
+    Ms = np.array([model.mass_matrix(q) for q in Q[:K]])
+    w, _ = calibrate_whitening(R[:K], Ms, "max", min_samples=2, margin=1.5)
+    D = node.p["change_window"]
+    valid = ~np.convolve(suspended[:K].astype(int), np.ones(D, int))[:K].astype(bool)   # d watched again D states on
+    thr_d = calibrate_change(R[:K], Ms, w, D, "max", min_samples=2, margin=1.5, valid=valid)
+    np.testing.assert_allclose(node.p["change_thresholds"], thr_d, rtol=1e-6)
+    everywhere = calibrate_change(R[:K], Ms, w, D, "max", min_samples=2, margin=1.5)
+    assert np.all(everywhere >= thr_d - 1e-12) and np.any(everywhere > 1.2 * thr_d)   # the switch's own change
+    # residual_joints set (r steps between its two estimates): the next states wait alike
+    before = node.counters["change_suspended"]
+    assert node.set_parameters([Parameter("residual_joints", value=[names[0]])])[0].successful
+    probe.residual.publish(joint_state_msg(int(S[-1]) + 1_000_000, names, effort=F[-1]))
+    probe.send(S[-1] + 1_000_000, Q[-1], V[-1], TAU[-1])
+    assert ros.spin_until(lambda: node.counters["states"] == len(S) + 1, timeout=10.0)
+    assert node.counters["change_suspended"] == before + 1
 
 
 def test_calibrate_after_lets_the_start_pass(ros):

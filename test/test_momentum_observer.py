@@ -614,6 +614,18 @@ def test_change_statistic_against_its_definition(panda):
     for k in range(K):
         det.update(R[k], inertia=Ms[k])
         np.testing.assert_allclose(det.d, Dz[k], rtol=1e-9, atol=1e-12)
+    # where the detector does not watch d (the model switched within its window): "max" takes
+    # d as 0 there, "std" the valid samples alone
+    valid = np.ones(K, dtype=bool)
+    valid[200:240] = False
+    Dv = np.where(valid[:, None], Dz, 0.0)
+    ref = ThresholdCalibration.from_samples(np.arange(K - D), Dv[D:], min_samples=3).thresholds("max", margin=1.5)
+    np.testing.assert_allclose(calibrate_change(R, Ms, w, D, "max", min_samples=3, valid=valid), ref, rtol=1e-12)
+    ok = valid & (np.arange(K) >= D)
+    ref = ThresholdCalibration.from_samples(np.arange(ok.sum()), Dz[ok]).thresholds("std", k=4.0)
+    np.testing.assert_allclose(calibrate_change(R, Ms, w, D, "std", k=4.0, valid=valid), ref, rtol=1e-12)
+    with pytest.raises(ValueError, match="one flag per sample"):
+        calibrate_change(R, Ms, w, D, valid=valid[:-1])
     with pytest.raises(ValueError, match="more than"):
         calibrate_change(R[:D + 1], Ms[:D + 1], w, D, min_samples=3)
     with pytest.raises(ValueError, match="> 0"):
@@ -661,3 +673,48 @@ def test_change_statistic_flags_a_push_through_a_slow_model_error(panda):
     assert delays["r+z+d"] < 0.5 * delays["r+z"], delays
     k0 = np.flatnonzero(on["r+z+d"])[0]
     assert on["r+z+d"][k0:k0 + 50].all(), "the hold did not keep the contact"
+
+
+def test_the_change_statistic_starts_contacts_and_holds_them():
+    """d starts a contact and holds it change_hold samples; it does not flag the contact's
+    end (r going back the way it came), nor extend a contact r flags, nor flag that one's
+    end; restart_change makes d 0 until window new samples came."""
+    w = NoiseWhitening([1.0, 1.0], [0.0, 0.0])
+    M = np.eye(2)
+    D, hold = 3, 6
+
+    def detector():
+        det = ContactDetector([10.0, 10.0], min_samples=1)
+        det.set_whitening(w, [100.0, 100.0])      # z never flags
+        det.set_change([1.0, 1.0], D, hold)
+        return det
+
+    def run(det, rs):
+        return np.array([det.update(r, inertia=M)[0] for r in rs])
+
+    # a small push (r below its thresholds): d's onset, held; its end (r going back) is no contact
+    det = detector()
+    rs = [np.zeros(2)] * 10 + [np.array([2.0, 0.0])] * 20 + [np.zeros(2)] * 20
+    flags = run(det, rs)
+    assert flags[10:10 + hold].all() and not flags[:10].any() and not flags[10 + hold:].any()
+    assert det.contacts == 1
+    # a second push the same way starts a new contact (the end consumed the onset)
+    flags = run(det, [np.zeros(2)] * 10 + [np.array([2.0, 0.0])] * 10)
+    assert flags[10:10 + hold].all() and det.contacts == 2
+    # a push r flags: d rising with it does not extend the contact, nor start one at its end
+    det = detector()
+    rs = [np.zeros(2)] * 10 + [np.array([12.0, 0.0])] * 20 + [np.zeros(2)] * 20
+    flags = run(det, rs)
+    assert flags[10:30].all() and not flags[30:].any() and det.contacts == 1
+    # ... while a push another way, later, is a contact of its own
+    flags = run(det, [np.zeros(2)] * 10 + [np.array([0.0, -2.0])] * 10)
+    assert flags[10:10 + hold].all() and det.contacts == 2
+    # restart_change: d is 0 until D new samples came
+    det = detector()
+    run(det, [np.zeros(2)] * 5)
+    det.restart_change()
+    for k in range(D):
+        det.update([5.0, 0.0], inertia=M)
+        assert not det.d.any(), k
+    det.update([6.0, 0.0], inertia=M)
+    np.testing.assert_allclose(det.d, [1.0, 0.0])

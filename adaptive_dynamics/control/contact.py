@@ -72,9 +72,14 @@ push's rise shows whole: the detector can also watch the change of r whitened by
 white part alone, ``d_k = L_w(q_k)^-1 (r_k - r_(k-D))``, ``L_w L_w^T = M diag(w^2) M``
 (:meth:`NoiseWhitening.white_part`) -- the velocity noise's coupling through ``M(q)``
 taken out as in z, without the slow part that z must carry.  A step of height ``T`` gives
-``r_k - r_(k-D) = T (1 - exp(-K_O t))`` for ``t <= D dt``, then decays: ``d`` flags a
-contact's onset (and its end), not its duration, so a contact ``d`` flags stays flagged
-for ``change_hold`` samples, by when r or z has risen above its own thresholds.
+``r_k - r_(k-D) = T (1 - exp(-K_O t))`` for ``t <= D dt``, then decays: ``d`` marks a
+contact's onset (and its end), not its duration.  So ``d`` *starts* a contact -- a rise
+of d while neither r nor z flags -- and holds it ``change_hold`` samples, by when r or z has risen
+above its own thresholds; it never extends a contact (a rise while r or z flags only
+records its direction), and the next rise nearly opposite to the last onset's (cosine
+below -0.7: r going back) is that contact's end, not a new one.  Where the model r is computed
+with changed within the window (a residual that came or went), the caller restarts d
+(:meth:`ContactDetector.restart_change`: 0 until ``D`` new samples came).
 :func:`calibrate_change` calibrates per-component thresholds on ``d`` over the same
 free-motion samples (consecutive: ``d`` needs r ``D`` samples back), with the debounce.
 
@@ -87,8 +92,8 @@ leaves it when ``|r_i|`` falls below ``release * threshold_i`` (hysteresis, 0 < 
 threshold is reported).  The contact flag is "any joint in contact"; :attr:`ContactDetector.contacts`
 counts its rising edges.  Without thresholds (:attr:`ContactDetector.configured` False)
 there is never a contact.  With a change statistic, ``|d_i|`` alike (its own debounce and
-hysteresis; a rise holds the contact ``change_hold`` samples; the joint nearest its r
-threshold is reported).
+hysteresis; a rise while there is no contact starts one and holds it ``change_hold``
+samples; the joint nearest its r threshold is reported).
 """
 from __future__ import annotations
 
@@ -110,6 +115,8 @@ WHITENING_WINDOW = 20
 CHANGE_WINDOW = 10
 #: samples a contact the change statistic flags stays flagged (at 1 kHz: 50 ms, by when r or z has risen)
 CHANGE_HOLD = 50
+#: a rise of d this close to the opposite of the one that started a contact (cosine) is that contact's end
+END_COSINE = 0.7
 
 
 class ThresholdCalibration:
@@ -327,13 +334,23 @@ def change_samples(R, Ms, whitening: NoiseWhitening, window: int = CHANGE_WINDOW
 
 
 def calibrate_change(R, Ms, whitening: NoiseWhitening, window: int = CHANGE_WINDOW, method: str = "max", *,
-                     min_samples: int = 1, margin: float = 1.5, k: float = 5.0, floor=1e-9) -> np.ndarray:
+                     min_samples: int = 1, margin: float = 1.5, k: float = 5.0, floor=1e-9, valid=None) -> np.ndarray:
     """Per-component thresholds on the change statistic ``d`` over K consecutive free-motion
     samples (``R``, ``Ms`` as :func:`calibrate_whitening`'s; the first ``window`` have no d),
-    :meth:`ThresholdCalibration.thresholds`'s ``method``, ``margin``, ``k``, ``floor``."""
-    D = change_samples(R, Ms, whitening, window)[int(window):]
-    if len(D) < max(int(min_samples), 2):
-        raise ValueError(f"{len(R)} samples: the change statistic needs more than {int(window) + 1}")
+    :meth:`ThresholdCalibration.thresholds`'s ``method``, ``margin``, ``k``, ``floor``.
+    ``valid`` (K bools, or None: all): the samples where the detector watches d (not where
+    the model switched within its window): ``"max"`` takes d as 0 elsewhere (the debounce's
+    runs stay consecutive), ``"std"`` the valid samples alone."""
+    window = int(window)
+    D = change_samples(R, Ms, whitening, window)
+    ok = np.ones(len(D), dtype=bool) if valid is None else np.array(valid, dtype=bool).reshape(-1)   # (a copy)
+    if ok.size != len(D):
+        raise ValueError(f"valid must have one flag per sample ({len(D)}), got {ok.size}")
+    ok[:window] = False
+    if ok.sum() < max(int(min_samples), 2):
+        raise ValueError(f"{len(R)} samples ({int(ok.sum())} with d): the change statistic needs more than"
+                         f" {window + 1}")
+    D = np.where(ok[:, None], D, 0.0)[window:] if method == "max" else D[ok]
     cal = ThresholdCalibration.from_samples(np.arange(len(D), dtype=float), D, min_samples=min_samples)
     return cal.thresholds(method, margin=margin, k=k, floor=floor)
 
@@ -393,6 +410,7 @@ class ContactDetector:
         self._d_active = np.zeros(self.n, dtype=bool)
         self._d_above = np.zeros(self.n, dtype=int)
         self._d_hold = 0
+        self._d_onset = None               # d at the onset of the contact it started (its end goes back)
         self._ring = np.zeros((CHANGE_WINDOW, self.n))     # the last change_window r's, a ring
         self._count = 0
 
@@ -449,10 +467,18 @@ class ContactDetector:
         self.change_thresholds, self.change_window, self.change_hold = thr, window, hold
         self._reset_change()
 
+    def restart_change(self) -> None:
+        """Forget the r's kept for d (d is 0 until ``change_window`` new ones came): the model
+        r is computed with changed within the window (a residual that came or went), so r's
+        change there is the model's, not the arm's.  A contact d flagged keeps its hold."""
+        self._count = 0
+        self.d = np.zeros(self.n)
+
     def _reset_change(self) -> None:
         self._d_active[:] = False
         self._d_above[:] = 0
         self._d_hold = 0
+        self._d_onset = None
         self._ring = np.zeros((self.change_window, self.n))
         self._count = 0
         self.d = np.zeros(self.n)
@@ -540,18 +566,27 @@ class ContactDetector:
         self._d_above = np.where(ad > thd, self._d_above + 1, 0)
         was = self._d_active.any()
         self._d_active = (self._d_above >= self.min_samples) | (self._d_active & (ad > self.release * thd))
-        if self._d_active.any() and not was:
-            self._d_hold = self.change_hold
-        elif self._d_hold > 0:
+        if self._d_hold > 0:
             self._d_hold -= 1
-        if self._d_active.any() or self._d_hold > 0:
+        # d starts a contact -- its onset --, it does not extend one nor flag one's end: a rise
+        # nearly opposite to the last onset's is that contact's end; a rise while r or z flags
+        # (or d holds) only records its direction
+        if self._d_active.any() and not was:
+            onset = self._d_onset
+            if onset is not None and float(np.dot(self.d, onset)) < -END_COSINE * float(
+                    np.linalg.norm(self.d) * np.linalg.norm(onset)):
+                self._d_onset = None
+            else:
+                if not self.contact and not self.active.any():
+                    self._d_hold = self.change_hold
+                self._d_onset = self.d.copy()
+        if self._d_hold > 0:
             self.active[int(np.argmax(a / thr))] = True
 
     @property
     def change_contact(self) -> bool:
-        """The change statistic flags a contact (a component above its threshold, debounced,
-        with hysteresis; or within the hold after it rose)."""
-        return bool(self._d_active.any() or self._d_hold > 0)
+        """The change statistic holds a contact it started (module docstring)."""
+        return self._d_hold > 0
 
     @property
     def z_contact(self) -> bool:

@@ -98,6 +98,8 @@ WHITENING_MAX_SAMPLES = 50_000
 _WHITENING_PARAMS = ("whitening_white", "whitening_slow", "whitened_thresholds", "change_thresholds")
 #: what a calibration sets, the parameters calibration_file keeps
 CALIBRATED_PARAMS = ("thresholds", "residual_joints", *_WHITENING_PARAMS)
+#: observer time constants (1 / K_O) d is not watched after the residual came or went (r settles to 5 %)
+CHANGE_SETTLE = 3.0
 #: a calibration chooses residual_joints only when the residual came with at least this share of its states
 RESIDUAL_COVERAGE = 0.9
 #: stamp time [s] a calibration lets pass once hold_learning's nodes acknowledged (the estimate, the
@@ -131,7 +133,7 @@ class _Calibration:
 
     def __init__(self, cals: list, seconds: float, whiten: bool = False, after: float = 0.0):
         self.cals, self.seconds, self.with_residual = cals, seconds, 0
-        self.samples = ([], [], []) if whiten else None
+        self.samples = ([], [], [], []) if whiten else None     # r with, r without, M(q), d suspended
         #: states (stamp time [s]) let pass before the first one taken; the first state's time
         self.after, self.t_first = float(after), None
         #: hold_learning (a _Hold once the calibration reached it; None: not yet or no nodes)
@@ -312,6 +314,8 @@ class ExternalTorqueNode(Node):
                                           "residual_rejected", "residual_std_rejected", "nonfinite_output"))
         self.log_throttle = Throttle(1.0)
         self._lock = threading.RLock()
+        self._last_stamp = None              # stamp [ns] of the last state taken
+        self._change_settle_until = None     # stamp [ns] until which d is not watched (the model changed)
         # ---- the cores
         fixed = friction_model(model, p["friction_model_file"]) if p["friction_model_file"] else None
         # the drives' inertia: added to the URDF's M; not to the adaptive estimate's (the controller's
@@ -339,13 +343,17 @@ class ExternalTorqueNode(Node):
         self.residuals = VectorBuffer(4096)
         self.residual_stds = VectorBuffer(4096)
         self._origin = None          # stamp [ns] of the first state: t = (stamp - origin) * 1e-9
-        self._last_stamp = None
         self._pending = collections.deque()   # (stamp, q, v, tau, wall t) waiting for their residual
         self._estimate_stamp = None
         self._calibration = None     # _Calibration while one runs
         self._last_std = None        # the last learner std received (stands in for a missing one)
         self._calibrate_reset = False
         self._peak = np.zeros(n)     # max |r| since the last diagnostics
+        self._residual_present = None        # whether the last state had its residual (use_residual)
+        self._change_suspended = False       # d not watched at the last state
+        self._suspended_since_report = 0     # states d was not watched at since the last diagnostics
+        self._change_reset = False           # change_thresholds back to [0] with the next state
+        self._states_at_report = 0
         self._hold_clients = {}      # hold_learning: node name -> AsyncParameterClient
         self._held = {}              # the last calibration's held nodes: fully qualified name -> given name
         self._hold_warning = None    # a hold that failed, or learning resumed on a held node (stale thresholds)
@@ -358,8 +366,9 @@ class ExternalTorqueNode(Node):
         for name in ("uncertainty_gain", "model_std", "release", "min_samples"):
             self.p.on_change(name, self._on_detector_param)
         self.p.on_change("thresholds", self._on_thresholds)
-        for name in (*_WHITENING_PARAMS, "change_window", "change_hold"):
+        for name in (*_WHITENING_PARAMS, "change_hold"):
             self.p.on_change(name, lambda _n, _v: self._set_whitening())
+        self.p.on_change("change_window", self._on_change_window)
         self.p.on_change("residual_joints", lambda _n, v: self._set_residual_joints(v))
         self.p.on_change("calibrate", lambda _n, v: self._start_calibration(v))
         for name in _CALIBRATION_INPUTS:   # a running calibration is taken under these: a change cancels it
@@ -428,11 +437,12 @@ class ExternalTorqueNode(Node):
             params = []
             window = values.get("calibration_change_window")
             skip = set()
-            if "change_thresholds" in values and window is not None and int(window) != self.p["change_window"]:
+            if "change_thresholds" in values and (window is None or int(window) != self.p["change_window"]):
                 skip.add("change_thresholds")      # d's thresholds are its window's
                 self.get_logger().warning(f"calibration_file {path}: change_thresholds were calibrated for"
-                                          f" change_window {window}, this node has {self.p['change_window']}:"
-                                          " not used (the next calibration sets them)")
+                                          f" change_window {window if window is not None else '(not said)'}, this"
+                                          f" node has {self.p['change_window']}: not used (the next calibration"
+                                          " sets them)")
             for name in CALIBRATED_PARAMS:
                 if name in values and name not in given and name not in skip:
                     spec = self.p.spec(name)
@@ -534,6 +544,17 @@ class ExternalTorqueNode(Node):
                 self.detector.set_change(None)
                 self.get_logger().warning(f"change statistic off: {exc}")
 
+    def _on_change_window(self, _name, value) -> None:
+        """change_thresholds hold for the window they were calibrated with: another window
+        switches d off and sets them back to [0] (with the next state; calibrate again)."""
+        with self._lock:
+            self.detector.set_change(None)
+            stale = np.asarray(self.p["change_thresholds"], dtype=float).size == self.n
+            self._change_reset = stale
+        if stale:
+            self.get_logger().warning(f"change_window {value}: change_thresholds were calibrated for another window"
+                                      " -- d is off until the next calibration")
+
     def _set_residual_joints(self, value) -> None:
         """``residual_joints`` (validated: ['all'], [''] or joint names) -> the observer's
         residual mask."""
@@ -541,6 +562,7 @@ class ExternalTorqueNode(Node):
         mask = np.ones(self.n, dtype=bool) if names == ["all"] else np.isin(self.names, names)
         with self._lock:
             self.observer.set_residual_mask(mask)
+            self._suspend_change(None)           # r steps between its two estimates
 
     def _on_observer_param(self, _name, _value) -> None:
         with self._lock:
@@ -618,7 +640,7 @@ class ExternalTorqueNode(Node):
         none = [0.0], [0.0], [0.0], [0.0]
         if cal.samples is None:
             return none
-        r_with, r_without, inertia = (np.asarray(x) for x in cal.samples)
+        r_with, r_without, inertia, suspended = (np.asarray(x) for x in cal.samples)
         p = self.p
         R = np.where(mask, r_with, r_without)
         kw = {"min_samples": p["min_samples"], "margin": p["calibration_margin"], "k": p["calibration_k"]}
@@ -630,7 +652,9 @@ class ExternalTorqueNode(Node):
         thr_d = [0.0]
         if p["change_window"] > 0:
             try:
-                thr_d = np.maximum(calibrate_change(R, inertia, w, p["change_window"], p["calibration_method"],
+                window = p["change_window"]      # d where the detector watches it: no suspended state in its window
+                valid = ~np.convolve(suspended.astype(int), np.ones(window, int))[:len(suspended)].astype(bool)
+                thr_d = np.maximum(calibrate_change(R, inertia, w, window, p["calibration_method"], valid=valid,
                                                     **kw), 1e-9).tolist()
             except ValueError as exc:
                 self.get_logger().warning(f"calibration: no change statistic ({exc})")
@@ -781,6 +805,7 @@ class ExternalTorqueNode(Node):
                 return
             self._estimate_stamp = stamp
             self.observer.set_parameters(pi)
+            self._suspend_change(None)           # the model changed: r moves to its new level
         self.counters.inc("estimates_applied")
         self.counters.set("model", "estimate")
 
@@ -805,6 +830,42 @@ class ExternalTorqueNode(Node):
         if r is None and self.residual_topic == "residual/state":
             r = self.residuals.nearest(stamp, stal)
         return r
+
+    def _settle_ns(self) -> int:
+        """CHANGE_SETTLE time constants of the observer (1 / min K_O, plus 1 / min K_F with
+        the second low pass) [ns]: how long r takes to settle after a change of the model."""
+        t = CHANGE_SETTLE / float(np.min(self.p["gains"]))
+        kf = np.asarray(self.p["filter_gains"], dtype=float)
+        if np.any(kf > 0):
+            t += CHANGE_SETTLE / float(np.min(kf[kf > 0]))
+        return int(t * 1e9)
+
+    def _suspend_change(self, stamp) -> None:
+        """(Under the lock.)  The model r is computed with changed at ``stamp`` (None: the
+        last state's): d is not watched until r has settled (:meth:`_settle_ns`)."""
+        stamp = self._last_stamp if stamp is None else stamp
+        if stamp is None:          # before the first state: the first state suspends it anyway
+            return
+        until = int(stamp) + self._settle_ns()
+        self._change_settle_until = until if self._change_settle_until is None else max(until,
+                                                                                        self._change_settle_until)
+
+    def _watch_change(self, stamp: int, residual) -> None:
+        """d compares r with r change_window states back under the same model: from the
+        first state (r rising from 0 to the model's level), a residual that comes or goes
+        (a learner that skips states, use_residual switched), a new estimate or
+        residual_joints on, r moves by the model's change and settles with the observer's
+        time constants -- d is not watched meanwhile (``change_suspended`` counts the states,
+        the calibration leaves them out)."""
+        present = bool(self.p["use_residual"]) and residual is not None
+        if present != self._residual_present or self._residual_present is None:
+            self._suspend_change(stamp)
+            self._residual_present = present
+        self._change_suspended = self._change_settle_until is not None and stamp <= self._change_settle_until
+        if self._change_suspended:
+            self.detector.restart_change()
+            self.counters.inc("change_suspended")
+            self._suspended_since_report += 1
 
     def _drain(self) -> None:
         """Take the waiting states in order: each once the residual stream has reached it
@@ -848,6 +909,7 @@ class ExternalTorqueNode(Node):
                     else:
                         self._last_std = std
             raw_std = std
+            self._watch_change(stamp, residual)
             gaps = self.observer.gaps
             try:
                 r = self.observer.update((stamp - self._origin) * 1e-9, q, v, tau, residual)
@@ -860,6 +922,7 @@ class ExternalTorqueNode(Node):
             r_with, r_without = ob.r_with_residual, ob.r_without_residual
             if not (np.isfinite(r_with).all() and np.isfinite(r_without).all()):   # never publish NaN: start over
                 ob.reset()
+                self._suspend_change(stamp)      # r restarts from 0
                 self.counters.inc("nonfinite_output")
                 return
             if std is not None:   # the learner's std only where its residual is used (residual_joints)
@@ -881,7 +944,7 @@ class ExternalTorqueNode(Node):
             if cal is not None:
                 cals = cal.cals
                 if keep:
-                    for store, x in zip(cal.samples, (r_with, r_without, inertia)):
+                    for store, x in zip(cal.samples, (r_with, r_without, inertia, self._change_suspended)):
                         store.append(x)
                 t_cal = (stamp - self._origin) * 1e-9
                 d = self.detector   # the bases are calibrated under the uncertainty term they will sit below
@@ -916,6 +979,9 @@ class ExternalTorqueNode(Node):
         if self._calibrate_reset:
             self._calibrate_reset = False
             self.p.set("calibrate", 0.0)
+        if self._change_reset:
+            self._change_reset = False
+            self.p.set("change_thresholds", [0.0])
         if done is not None:
             thr, joints, whitening = done
             self.get_logger().info(f"calibrated contact thresholds {np.round(thr, 4).tolist()} N m")
@@ -948,12 +1014,16 @@ class ExternalTorqueNode(Node):
         with self._lock:
             peak, self._peak = self._peak, np.zeros(self.n)
             d = self.detector
+            states = self.counters["states"]
+            suspended = self._suspended_since_report / max(states - self._states_at_report, 1)
+            self._suspended_since_report, self._states_at_report = 0, states
             self.counters.update({
                 "contacts": d.contacts, "in_contact": ",".join(d.joints_in_contact()) or "none",
                 "thresholds": np.round(d.effective_thresholds(), 4).tolist() if d.configured else "none",
                 "whitening": ("on" if d.whitening is not None else "off") if self.p["whiten"] else "off (whiten false)",
                 "change": ("off (change_window 0)" if self.p["change_window"] == 0 else
-                           f"on ({d.change_window} states)" if d.change_thresholds is not None else "off"),
+                           f"on ({d.change_window} states; not watched on {suspended:.0%} of the states since the"
+                           " last report: the model changed)" if d.change_thresholds is not None else "off"),
                 "max_abs_external_torque": np.round(peak, 4).tolist()})
         st = self.counters.status()
         why = None
