@@ -520,20 +520,25 @@ def test_noise_whitening_model_and_transform(panda):
         w.transform(R[0], np.full((n, n), np.nan))
 
 
+def noisy_push(model, push, step, gains, friction=None):
+    """3 s of :func:`simulate` with the torque ``push`` from ``step`` [s] on, seen through
+    0.003 rad/s of velocity and 0.05 N m of torque-sensor noise by the observer on the
+    model: ``(t, r, M(q) per sample)``."""
+    s = simulate(model, 3.0, ext=lambda t, q: push if t >= step - 1e-9 else np.zeros(model.n), friction=friction)
+    rng = np.random.default_rng(11)
+    v = s["v"] + 0.003 * rng.standard_normal(s["v"].shape)
+    tau = s["tau"] + 0.05 * rng.standard_normal(s["tau"].shape)
+    R = MomentumObserver(model, gains=gains).run(s["t"], s["q"], v, tau)
+    return s["t"], R, np.array([model.mass_matrix(q) for q in s["q"]])
+
+
 def test_whitened_detection_sees_a_push_sooner(panda):
     """On pinocchio's forward dynamics with velocity and torque-sensor noise: an elbow-like
     push (joints 1-3, 0.5-1 N m) -- the detector calibrated on free motion (r alone, and r
     with z beside: calibrate_whitening on the same samples) has no alarm on its segment nor
     before the push, and flags the push sooner with z."""
     step = 2.6
-    push = np.array([0.6, -1.0, 0.5, 0.0, 0.0, 0.0, 0.0])
-    s = simulate(panda, 3.0, ext=lambda t, q: push if t >= step - 1e-9 else np.zeros(panda.n))
-    rng = np.random.default_rng(11)
-    v = s["v"] + 0.003 * rng.standard_normal(s["v"].shape)
-    tau = s["tau"] + 0.05 * rng.standard_normal(s["tau"].shape)
-    R = MomentumObserver(panda, gains=30.0).run(s["t"], s["q"], v, tau)
-    Ms = np.array([panda.mass_matrix(q) for q in s["q"]])
-    t = s["t"]
+    t, R, Ms = noisy_push(panda, np.array([0.6, -1.0, 0.5, 0.0, 0.0, 0.0, 0.0]), step, 30.0)
     cal = (t >= 0.3) & (t < 2.3)
     m = 5
     c = ThresholdCalibration(panda.n, min_samples=m)
@@ -643,16 +648,9 @@ def test_change_statistic_flags_a_push_through_a_slow_model_error(panda):
     with d beside r and z; d flags it several-fold sooner than r and z alone, and holds
     the contact change_hold samples after it rose."""
     step = 2.6
-    push = np.array([1.2, -2.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     fr = np.array([0.8, 0.8, 0.5, 0.5, 0.3, 0.2, 0.2])
-    s = simulate(panda, 3.0, ext=lambda t, q: push if t >= step - 1e-9 else np.zeros(panda.n),
-                 friction=lambda v: fr * (0.5 * v + np.tanh(v / 0.1)))
-    rng = np.random.default_rng(11)
-    v = s["v"] + 0.003 * rng.standard_normal(s["v"].shape)
-    tau = s["tau"] + 0.05 * rng.standard_normal(s["tau"].shape)
-    R = MomentumObserver(panda, gains=50.0).run(s["t"], s["q"], v, tau)
-    Ms = np.array([panda.mass_matrix(q) for q in s["q"]])
-    t = s["t"]
+    t, R, Ms = noisy_push(panda, np.array([1.2, -2.0, 1.0, 0.0, 0.0, 0.0, 0.0]), step, 50.0,
+                          friction=lambda v: fr * (0.5 * v + np.tanh(v / 0.1)))
     cal = (t >= 0.3) & (t < 2.3)
     m, D = 5, 10
     c = ThresholdCalibration.from_samples(t[cal], R[cal], min_samples=m)

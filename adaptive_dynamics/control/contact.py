@@ -436,8 +436,7 @@ class ContactDetector:
             self._z_active[:] = False
             self._z_above[:] = 0
             self.z = np.zeros(self.n)
-            self._white = None
-            self._reset_change()
+            self.set_change(None)           # d takes the whitening's white part
             return
         if whitening.n != self.n:
             raise ValueError(f"the whitening has {whitening.n} joints, the detector {self.n}")
@@ -447,23 +446,30 @@ class ContactDetector:
         self.whitening, self.whitened_thresholds = whitening, thr
         self._z_active[:] = False        # the debounce and hysteresis start over under the new model
         self._z_above[:] = 0
-        self._white = None
-        self._reset_change()
+        if self.change_thresholds is not None:   # d under the new model's white part (or off without one)
+            try:
+                self.set_change(self.change_thresholds, self.change_window, self.change_hold)
+            except ValueError:
+                self.set_change(None)
 
     def set_change(self, thresholds=None, window: int = CHANGE_WINDOW, hold: int = CHANGE_HOLD) -> None:
         """Watch the change statistic ``d`` (module docstring) beside r and z: its thresholds
         (> 0, per joint), the window D and the hold [samples]; None: not watched.  Uses the
-        whitening's white part (:meth:`set_whitening` first)."""
+        whitening's white part (:meth:`set_whitening` first; ValueError without a whitening
+        or its white part)."""
         if thresholds is None:
-            self.change_thresholds = None
+            self.change_thresholds = self._white = None
             self._reset_change()
             return
+        if self.whitening is None:
+            raise ValueError("the change statistic needs the whitening (set_whitening first)")
         thr = per_joint(thresholds, self.n, "change thresholds", one_for_all=True)
         if not np.all(thr > 0):
             raise ValueError(f"change thresholds must be > 0, got {thr.tolist()}")
         window, hold = int(window), int(hold)
         if window < 1 or hold < 0:
             raise ValueError(f"the change window must be >= 1 and the hold >= 0 samples, got {window}, {hold}")
+        self._white = self.whitening.white_part()
         self.change_thresholds, self.change_window, self.change_hold = thr, window, hold
         self._reset_change()
 
@@ -517,15 +523,12 @@ class ContactDetector:
         r = as_vector(r, self.n, "r")
         a = np.abs(r)
         thr = self.effective_thresholds(std)
-        above = a > thr
-        self._above = np.where(above, self._above + 1, 0)
-        self._r_active = (self._above >= self.min_samples) | (self._r_active & (a > self.release * thr))
+        self._above, self._r_active = self._debounce(a, thr, self._above, self._r_active)
         self.active = self._r_active.copy()
         if self.whitening is not None and (inertia is not None or z is not None) and self.thresholds is not None:
             self.z = self.whitening.transform(r, inertia) if z is None else as_vector(z, self.n, "z")
-            az, thz = np.abs(self.z), self.whitened_thresholds
-            self._z_above = np.where(az > thz, self._z_above + 1, 0)
-            self._z_active = (self._z_above >= self.min_samples) | (self._z_active & (az > self.release * thz))
+            self._z_above, self._z_active = self._debounce(np.abs(self.z), self.whitened_thresholds,
+                                                           self._z_above, self._z_active)
             if self._z_active.any():    # z says there is a contact, r where: the joint nearest its threshold
                 self.active[int(np.argmax(a / thr))] = True
         else:                           # z not watched this sample
@@ -542,6 +545,13 @@ class ContactDetector:
             self.contacts += 1
         return self.contact, self.active.copy()
 
+    def _debounce(self, level, thresholds, above, active) -> tuple:
+        """One sample of a statistic's decision (module docstring): ``(above, active)`` --
+        the run of samples above the thresholds, and active after ``min_samples`` of them
+        until the level falls below ``release`` x the thresholds."""
+        above = np.where(level > thresholds, above + 1, 0)
+        return above, (above >= self.min_samples) | (active & (level > self.release * thresholds))
+
     def _change_on(self, d, inertia) -> bool:
         return (self.change_thresholds is not None and self.whitening is not None and self.thresholds is not None
                 and (d is not None or inertia is not None))
@@ -553,8 +563,6 @@ class ContactDetector:
         if d is None:
             i = self._count % self.change_window       # the slot of the r change_window samples back
             if self._count >= self.change_window:
-                if self._white is None:
-                    self._white = self.whitening.white_part()
                 self.d = self._white.transform(r - self._ring[i], inertia)
             else:
                 self.d = np.zeros(self.n)
@@ -562,10 +570,9 @@ class ContactDetector:
             self._count += 1
         else:
             self.d = as_vector(d, self.n, "d")
-        ad, thd = np.abs(self.d), self.change_thresholds
-        self._d_above = np.where(ad > thd, self._d_above + 1, 0)
         was = self._d_active.any()
-        self._d_active = (self._d_above >= self.min_samples) | (self._d_active & (ad > self.release * thd))
+        self._d_above, self._d_active = self._debounce(np.abs(self.d), self.change_thresholds,
+                                                       self._d_above, self._d_active)
         if self._d_hold > 0:
             self._d_hold -= 1
         # d starts a contact -- its onset --, it does not extend one nor flag one's end: a rise

@@ -351,9 +351,8 @@ class ExternalTorqueNode(Node):
         self._peak = np.zeros(n)     # max |r| since the last diagnostics
         self._residual_present = None        # whether the last state had its residual (use_residual)
         self._change_suspended = False       # d not watched at the last state
-        self._suspended_since_report = 0     # states d was not watched at since the last diagnostics
         self._change_reset = False           # change_thresholds back to [0] with the next state
-        self._states_at_report = 0
+        self._at_report = (0, 0)             # the states and change_suspended counters at the last diagnostics
         self._hold_clients = {}      # hold_learning: node name -> AsyncParameterClient
         self._held = {}              # the last calibration's held nodes: fully qualified name -> given name
         self._hold_warning = None    # a hold that failed, or learning resumed on a held node (stale thresholds)
@@ -538,7 +537,6 @@ class ExternalTorqueNode(Node):
                 self.detector.set_change(None)
                 return
             try:
-                self.detector.whitening.white_part()
                 self.detector.set_change(vals[3], window, int(self.p["change_hold"]))
             except ValueError as exc:
                 self.detector.set_change(None)
@@ -865,7 +863,6 @@ class ExternalTorqueNode(Node):
         if self._change_suspended:
             self.detector.restart_change()
             self.counters.inc("change_suspended")
-            self._suspended_since_report += 1
 
     def _drain(self) -> None:
         """Take the waiting states in order: each once the residual stream has reached it
@@ -1014,9 +1011,9 @@ class ExternalTorqueNode(Node):
         with self._lock:
             peak, self._peak = self._peak, np.zeros(self.n)
             d = self.detector
-            states = self.counters["states"]
-            suspended = self._suspended_since_report / max(states - self._states_at_report, 1)
-            self._suspended_since_report, self._states_at_report = 0, states
+            states, held = self.counters["states"], self.counters["change_suspended"]
+            suspended = (held - self._at_report[1]) / max(states - self._at_report[0], 1)
+            self._at_report = (states, held)
             self.counters.update({
                 "contacts": d.contacts, "in_contact": ",".join(d.joints_in_contact()) or "none",
                 "thresholds": np.round(d.effective_thresholds(), 4).tolist() if d.configured else "none",
