@@ -22,6 +22,7 @@ same orderly shutdown runs instead of the process vanishing and orphaning its no
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -33,53 +34,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .scenarios import NodeSpec
+from .scenarios import NodeSpec, command_line
 
 # stop order: the loop's driver first, the recorder last
 _STOP_RANK = {"mujoco_bridge": 0, "trajectory": 1, "controller": 1, "recorder": 9}
-
-
-def _override_file(spec: NodeSpec, workdir: str) -> str:
-    """The node's explicit parameters as one more ROS 2 parameter file, in ``workdir``.
-
-    rcl gives ``--params-file`` values precedence over ``-p`` ones, so explicit
-    overrides go in a file placed after the configuration files (later files win).
-    """
-    import yaml
-    fd, path = tempfile.mkstemp(prefix=f"ad_{spec.name}_", suffix=".yaml", dir=workdir)
-    with os.fdopen(fd, "w") as fh:
-        key = f"/{spec.namespace.strip('/')}/{spec.name}" if spec.namespace else spec.name
-        yaml.safe_dump({key: {"ros__parameters": dict(spec.params)}}, fh)
-    return path
-
-
-_process_dir: str | None = None
-
-
-def _default_workdir() -> str:
-    """For :func:`command_line` called on its own (no launch to own the files): one
-    private directory per process, removed when the process exits."""
-    global _process_dir
-    if _process_dir is None or not os.path.isdir(_process_dir):
-        _process_dir = tempfile.mkdtemp(prefix="ad_cmdline_")
-        atexit.register(shutil.rmtree, _process_dir, True)
-    return _process_dir
-
-
-def command_line(spec: NodeSpec, workdir: str | None = None) -> list[str]:
-    """The node's command line; a parameter override file, if needed, is written into
-    ``workdir`` (a :class:`GraphProcess` passes its private directory; without one, a
-    per-process directory removed at exit)."""
-    cmd = [sys.executable, "-m", spec.module, "--ros-args", "-r", f"__node:={spec.name}"]
-    if spec.namespace:
-        cmd += ["-r", f"__ns:=/{spec.namespace.strip('/')}"]
-    for f in spec.param_files:
-        cmd += ["--params-file", f]
-    if spec.params:
-        cmd += ["--params-file", _override_file(spec, workdir or _default_workdir())]
-    for a, b in spec.remappings:
-        cmd += ["-r", f"{a}:={b}"]
-    return cmd
 
 
 #: s a node stopped before the drainers (the recorder) has to end on its SIGINT
@@ -297,8 +255,27 @@ class RunResult:
     logs: dict
 
 
+#: how :func:`run_to_end` runs a graph: a process per node, or every node in this process
+GRAPH_KINDS = ("processes", "inprocess")
+_graph_kind = ["processes"]
+
+
+@contextlib.contextmanager
+def graph_kind(kind: str):
+    """Within it, :func:`run_to_end` runs graphs as ``kind`` (:data:`GRAPH_KINDS`) unless
+    told otherwise: an experiment's ``--graph`` for every graph it runs."""
+    if kind not in GRAPH_KINDS:
+        raise ValueError(f"graph {kind!r}: one of {GRAPH_KINDS}")
+    _graph_kind.append(kind)
+    try:
+        yield kind
+    finally:
+        _graph_kind.pop()
+
+
 def run_to_end(nodes: list[NodeSpec], *, timeout: float | None, companions=(), echo: bool = False,
-               timeout_ok: bool = False, what: str = "the graph failed", tail: int = 12) -> RunResult:
+               timeout_ok: bool = False, what: str = "the graph failed", tail: int = 12,
+               graph: str | None = None) -> RunResult:
     """The one way experiments, the demo and the benches run a graph: start ``nodes``,
     wait (up to ``timeout`` wall s) for the required node to finish, stop everything.
 
@@ -307,11 +284,21 @@ def run_to_end(nodes: list[NodeSpec], *, timeout: float | None, companions=(), e
     is called once the processes are started (if they have it), ``close()`` always at the
     end, and ``problems()`` (a list of strings) after a clean end.  :class:`GraphFailed`
     (with the nodes' last ``tail`` log lines) when the graph failed or timed out (a timeout
-    is the planned end with ``timeout_ok``) or a companion reports a problem."""
+    is the planned end with ``timeout_ok``) or a companion reports a problem.
+    ``graph``: ``processes`` (:class:`GraphProcess`) or ``inprocess``
+    (:class:`~adaptive_dynamics.inprocess.InProcessGraph`: the same nodes and arguments on
+    threads of this process, each in its own rclpy context); None: :func:`graph_kind`'s."""
+    graph = graph or _graph_kind[-1]
+    if graph not in GRAPH_KINDS:
+        raise ValueError(f"graph {graph!r}: one of {GRAPH_KINDS}")
+    kind, graph = graph, None
     t0 = time.monotonic()
-    graph = None
     try:
-        graph = GraphProcess(nodes, echo=echo)
+        if kind == "inprocess":
+            from .inprocess import InProcessGraph  # lazy: rclpy is only loaded for a graph in this process
+            graph = InProcessGraph(nodes, echo=echo)
+        else:
+            graph = GraphProcess(nodes, echo=echo)
         for c in companions:
             if hasattr(c, "attach"):
                 c.attach(graph)

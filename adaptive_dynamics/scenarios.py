@@ -10,7 +10,11 @@ Parameter files are ROS 2 parameter YAMLs under ``config/``; later files win:
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +67,50 @@ class NodeSpec:
     @property
     def module(self) -> str:
         return f"adaptive_dynamics.nodes.{self.executable}"
+
+
+def _override_file(spec: NodeSpec, workdir: str) -> str:
+    """The node's explicit parameters as one more ROS 2 parameter file, in ``workdir``.
+
+    rcl gives ``--params-file`` values precedence over ``-p`` ones, so explicit
+    overrides go in a file placed after the configuration files (later files win).
+    """
+    import yaml
+    fd, path = tempfile.mkstemp(prefix=f"ad_{spec.name}_", suffix=".yaml", dir=workdir)
+    with os.fdopen(fd, "w") as fh:
+        key = f"/{spec.namespace.strip('/')}/{spec.name}" if spec.namespace else spec.name
+        yaml.safe_dump({key: {"ros__parameters": dict(spec.params)}}, fh)
+    return path
+
+
+_process_dir: str | None = None
+
+
+def _default_workdir() -> str:
+    """For :func:`command_line` called on its own (no launch to own the files): one
+    private directory per process, removed when the process exits."""
+    global _process_dir
+    if _process_dir is None or not os.path.isdir(_process_dir):
+        _process_dir = tempfile.mkdtemp(prefix="ad_cmdline_")
+        atexit.register(shutil.rmtree, _process_dir, True)
+    return _process_dir
+
+
+def command_line(spec: NodeSpec, workdir: str | None = None) -> list[str]:
+    """The node's command line; a parameter override file, if needed, is written into
+    ``workdir`` (a :class:`GraphProcess` passes its private directory; without one, a
+    per-process directory removed at exit)."""
+    cmd = [sys.executable, "-m", spec.module, "--ros-args", "-r", f"__node:={spec.name}"]
+    if spec.namespace:
+        cmd += ["-r", f"__ns:=/{spec.namespace.strip('/')}"]
+    for f in spec.param_files:
+        cmd += ["--params-file", f]
+    if spec.params:
+        cmd += ["--params-file", _override_file(spec, workdir or _default_workdir())]
+    for a, b in spec.remappings:
+        cmd += ["-r", f"{a}:={b}"]
+    return cmd
+
 
 
 def config_path(name: str) -> str:

@@ -1,10 +1,13 @@
 """End to end over real DDS: mujoco_bridge + trajectory + computed-torque controller
-(+ recorder) in lockstep as separate processes, started by the pip launcher.
+(+ recorder) in lockstep as separate processes, started by the pip launcher -- and the
+same graph in one process (:class:`~adaptive_dynamics.inprocess.InProcessGraph`, what the
+experiments' quick runs use).
 
 Asserts: the graph ends by itself after 10 s of sim time; the MCAP bag is complete
 (one joint_states and one command per step, checked with an independent reader,
 ``mcap`` + ``mcap-ros2-support``); tracking error below a bound derived from the
-unmodelled friction; identical results on a second run (lockstep determinism).
+unmodelled friction; identical results on the second run, in process (lockstep
+determinism: the same nodes on the same inputs, however they are hosted).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from mcap_ros2.reader import read_ros2_messages
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.scenarios import build_graph, config_path
 from adaptive_dynamics.ros.params import load_param_file
+from adaptive_dynamics.inprocess import InProcessGraph
 from adaptive_dynamics.launcher import GraphProcess
 from adaptive_dynamics.robots import friction
 
@@ -24,12 +28,12 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 DURATION = 10.0
 
 
-def run_loop(tmp_path, tag):
+def run_loop(tmp_path, tag, graph=GraphProcess):
     bag = tmp_path / f"bag_{tag}"
     stats = tmp_path / f"stats_{tag}.json"
     nodes = build_graph("sim", robot="panda", controller="computed_torque", duration=DURATION, record=True,
                         bag=str(bag), overrides={"mujoco_bridge": {"stats_file": str(stats)}})
-    g = GraphProcess(nodes, echo=False)
+    g = graph(nodes, echo=False)
     rc, why = g.wait(timeout=240)
     assert rc == 0, (why, {k: v[-15:] for k, v in g.logs.items()})
     return bag, json.loads(stats.read_text())
@@ -62,7 +66,7 @@ def read_bag(bag):
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("loop")
-    return [run_loop(tmp, "a"), run_loop(tmp, "b")]
+    return [run_loop(tmp, "a"), run_loop(tmp, "b", InProcessGraph)]
 
 
 def test_bag_complete_and_readable_by_independent_reader(two_runs):
@@ -101,7 +105,9 @@ def test_tracking_error_bound(two_runs):
     assert np.all(rmse < bound), (rmse, bound)
 
 
-def test_lockstep_is_deterministic(two_runs):
+def test_lockstep_is_deterministic_in_processes_and_in_process(two_runs):
+    """The same code path on the same inputs: bit-identical states, whether each node is a
+    process or a thread of one."""
     (bag_a, _), (bag_b, _) = two_runs
     _, sa, _ = read_bag(bag_a)
     _, sb, _ = read_bag(bag_b)

@@ -1,7 +1,7 @@
-"""`experiment arms --quick` through the user's path (demo's graph as processes over DDS) on
-one light, one medium and one heavy arm of example-robot-data, each with a payload sized to
-it; and `demo` with a gain set the plant cannot take: the watchdog trips, says why, and
-no torque is NaN."""
+"""`experiment arms --quick` through the user's graph (demo's nodes, parameter files and DDS
+topics; here on threads of the test's process) on one light, one medium and one heavy arm
+of example-robot-data, each with a payload sized to it; and `demo` (processes) with a gain
+set the plant cannot take: the watchdog trips, says why, and no torque is NaN."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from adaptive_dynamics.experiments.arms import QUICK_ARMS, TARGETS, robots_dir
+from adaptive_dynamics.experiments.arms import ARMS, QUICK_ARMS, TARGETS, main, robots_dir
 
 EXE = os.path.join(os.path.dirname(sys.executable), "adaptive-dynamics")
 try:
@@ -27,21 +27,33 @@ def env(tmp_path):
     return e
 
 
-def test_arms_quick_meets_its_targets(tmp_path, env):
+@pytest.mark.parametrize("arm", QUICK_ARMS)
+def test_arms_quick_meets_its_targets(arm, tmp_path, capsys, monkeypatch):
+    """`experiment arms --quick`, one arm a test, its graph in this process (the same nodes,
+    parameter files and DDS topics as `demo --robot <URDF>` starts as processes)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))   # the generated files, made anew
     out = tmp_path / "arms"
-    r = subprocess.run([EXE, "experiment", "arms", "--quick", "--out", str(out)], capture_output=True, text=True,
-                       timeout=900, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert [a["arm"] for a in res["arms"]] == list(QUICK_ARMS)
-    weights = {a["arm"]: max(a["effort_limit"]) for a in res["arms"]}
-    assert weights["so101"] <= 10 < weights["xarm7"] < weights["ur10"]        # light, medium, heavy
-    for a in res["arms"]:
-        assert a["payload"]["mass_kg"] > 0 and len(a["rmse_rad"]) == a["dof"]
-        assert os.path.isfile(out / f"arm_{a['arm']}.png")
+    assert main(["--quick", "--arms", arm, "--graph", "inprocess", "--out", str(out)]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (a,) = res["arms"]
+    assert a["arm"] == arm, a
+    assert a["payload"]["mass_kg"] > 0 and len(a["rmse_rad"]) == a["dof"]
+    assert os.path.isfile(out / f"arm_{a['arm']}.png")
     for key, bound in TARGETS.items():
         assert res[key] <= bound, (key, res[key], res["arms"])
     assert res["targets_met"] is True and json.load(open(out / "arms.json"))["targets_met"] is True
+
+
+def test_the_quick_arms_are_light_medium_and_heavy():
+    """QUICK_ARMS spans the arms: the strongest joint of the first <= 10 N m < the second's < the third's."""
+    from adaptive_dynamics.dynamics import RobotModel
+    from adaptive_dynamics.robot_setup import resolve_robot
+    weights = {}
+    for label, rel, joints, ee in ARMS:
+        if label in QUICK_ARMS:
+            spec = resolve_robot(os.path.join(ERD, rel), joints=joints, ee_frame=ee)
+            weights[label] = float(max(RobotModel(spec.urdf, ee_frame=spec.ee_frame).effort_limit))
+    assert weights["so101"] <= 10 < weights["xarm7"] < weights["ur10"], weights
 
 
 def test_demo_with_unstable_gains_trips_the_watchdog(tmp_path, env):

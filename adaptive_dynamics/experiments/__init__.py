@@ -38,6 +38,17 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
 }
 
 
+def add_graph_argument(ap) -> None:
+    """``--graph processes|inprocess`` for an experiment that runs node graphs (see
+    :func:`~adaptive_dynamics.launcher.run_to_end`); its ``main`` runs within
+    ``launcher.graph_kind(args.graph)``."""
+    from ..launcher import GRAPH_KINDS  # lazy: listing the experiments imports no launcher
+    ap.add_argument("--graph", choices=GRAPH_KINDS, default="processes",
+                    help="how the node graphs run: a process per node (default, as `launch` does) or every node"
+                         " on a thread of this process, each in its own rclpy context (same nodes, parameters and"
+                         " DDS topics, no interpreter start per node: the tests' quick runs)")
+
+
 def save_plot(fig, out_dir: str, name: str, files: list) -> str:
     """Write ``fig`` as ``out_dir/name`` (PNG, 110 dpi), close it and append the path to
     ``files`` (the experiment's list of written plots); returns the path."""

@@ -43,12 +43,13 @@ from ..control.gains import working_configuration
 from ..dynamics import RobotModel
 from ..dynamics.continuous import working_range
 from ..evaluation.bags import controller_saturation, watchdog_trips
-from ..launcher import run_to_end
+from ..launcher import graph_kind, run_to_end
 from ..robot_setup import controller_gains, resolve_robot
 from ..robots import armature, friction
 from ..scenarios import build_graph, parse_overrides
 from ..trajectories import ACCELERATION_LIMIT, ModifiedFourier
 from . import save_plot, write_result
+from . import add_graph_argument
 from .closed_loop_regions import tracking
 
 #: (label, URDF path under example-robot-data's robots/, joints to keep or None = all moving joints,
@@ -337,7 +338,13 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                     help="parameter override for every arm's graph, as for launch (YAML value)")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the nodes' output")
+    add_graph_argument(ap)
     args = ap.parse_args(argv)
+    with graph_kind(args.graph):
+        return _main(args, ap)
+
+
+def _main(args, ap) -> int:
     os.makedirs(args.out, exist_ok=True)
     names = [a[0] for a in ARMS]
     chosen = args.arms.split(",") if args.arms else (list(QUICK_ARMS) if args.quick else names)

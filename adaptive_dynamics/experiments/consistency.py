@@ -95,6 +95,8 @@ from adaptive_dynamics.learning import IncrementalGMM, RBFNetwork
 from adaptive_dynamics.sim.plant import MujocoPlant
 from adaptive_dynamics.trajectories import ModifiedFourier
 from . import consistency_online as co, save_plot, write_result
+from . import add_graph_argument
+from ..launcher import graph_kind
 from .robot_choice import add_robot_args, chosen_robots, is_shipped, label
 
 TARGET_RATIO = 0.15
@@ -399,7 +401,13 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="parallel robot processes (default: CPU count)")
     ap.add_argument("--no-sweep", dest="sweep", action="store_false",
                     help="skip the robustness runs (seeds 1, 2 and amplitudes 0.15, 0.2 rad; never with --quick)")
+    add_graph_argument(ap)
     args = ap.parse_args(argv)
+    with graph_kind(args.graph):
+        return _main(args, ap)
+
+
+def _main(args, ap) -> int:
     args.robots = args.robots or ("panda" if args.quick else "panda,iiwa14")
     robots = chosen_robots(args)
     if not args.amplitude > 0:

@@ -159,7 +159,7 @@ from ..dynamics import RobotModel
 from ..dynamics.identification import identify, prepare
 from ..evaluation.streams import read_streams
 from ..files import json_default
-from ..launcher import run_to_end
+from ..launcher import graph_kind, run_to_end
 from ..learning import make_learner
 from ..learning.pgpol import CHANGE_DEFAULTS, CHANGE_PAPER, ChangeTest
 from ..learning.snapshot import encode_snapshot, read_header, write_snapshot_file
@@ -168,6 +168,7 @@ from ..ros.qos import LATCHED_QOS
 from ..scenarios import build_graph
 from ..trajectories import ACCELERATION_LIMIT, CartesianTrajectory, square_circle
 from . import save_plot, write_result
+from . import add_graph_argument
 from .clock_follower import ClockFollower
 from .robot_choice import add_robot_args, chosen_robots, gains, is_shipped, label, task_configuration
 
@@ -1349,7 +1350,13 @@ def main(argv=None) -> int:
                          % (OFFLINE_GP["n_points"], OFFLINE_GP["n_inducing"], OFFLINE_GP["max_iter"]))
     ap.add_argument("--keep-bags", action="store_true", help="keep every run's bag in --out")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the nodes' logs")
+    add_graph_argument(ap)
     args = ap.parse_args(argv)
+    with graph_kind(args.graph):
+        return _main(args, ap)
+
+
+def _main(args, ap) -> int:
     robot = chosen_robots(args, allowed=ROBOTS)
     if len(robot) != 1:
         ap.error("--robot takes one robot")

@@ -91,6 +91,8 @@ from ..robots import friction
 from ..sim.plant import MujocoPlant, RealityConfig
 from ..trajectories import ModifiedFourier
 from . import closed_loop_regions as cl, save_plot, write_result
+from . import add_graph_argument
+from ..launcher import graph_kind
 from .proxies import REALITY, proxy_reality, torque_bias
 from .robot_choice import add_robot_args, chosen_robots, gains, is_shipped, label
 
@@ -426,7 +428,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     add_robot_args(ap, ",".join(PROXIES), extra_help="; each is one proxy (the iiwa 14: the second proxy's"
                    " friction law and payload change)")
+    add_graph_argument(ap)
     args = ap.parse_args(argv)
+    with graph_kind(args.graph):
+        return _main(args, ap)
+
+
+def _main(args, ap) -> int:
     robots = chosen_robots(args)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()

@@ -65,7 +65,7 @@ from ..control.gains import default_gains
 from ..dynamics import RobotModel
 from ..dynamics.inertial import from_mass_com_inertia, inertia_matrix
 from ..evaluation.streams import read_streams
-from ..launcher import run_to_end
+from ..launcher import graph_kind, run_to_end
 from ..robot_setup import resolve_robot
 from ..robots import armature, paper_config, ROBOT_NAMES
 from ..ros.task_references import quaternion_to_matrix
@@ -73,6 +73,7 @@ from ..scenarios import build_graph
 from ..sim.plant import MujocoPlant, RealityConfig
 from ..trajectories import ACCELERATION_LIMIT, CartesianTrajectory, lissajous3d
 from . import save_plot, write_result
+from . import add_graph_argument
 from .robot_choice import add_robot_args, chosen_robots, label, task_configuration
 
 ROBOT = "panda"
@@ -461,7 +462,13 @@ def main(argv=None) -> int:
                          " posture pull, exact pseudo-inverse, every link adapted) or both (default): the JSON"
                          " carries project_mode / paper_mode (adaptive and non-adaptive at the middle gains)")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the node graph's output")
+    add_graph_argument(ap)
     args = ap.parse_args(argv)
+    with graph_kind(args.graph):
+        return _main(args, ap)
+
+
+def _main(args, ap) -> int:
     seconds = args.seconds or (QUICK_SECONDS if args.quick else SECONDS)
     if not seconds >= 2 * PATH["period"]:
         raise SystemExit(f"--seconds must be at least two path periods ({2 * PATH['period']:g} s)")

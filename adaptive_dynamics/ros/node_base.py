@@ -37,7 +37,7 @@ STALE = DiagnosticStatus.STALE
 _LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR", STALE: "STALE"}
 
 
-def make_executor(*, multithreaded: bool = False, num_threads: Optional[int] = None):
+def make_executor(*, multithreaded: bool = False, num_threads: Optional[int] = None, context=None):
     """The executor for a node process.
 
     ``AD_EXECUTOR=single|multi|events`` selects it; the default is rclpy's
@@ -48,14 +48,31 @@ def make_executor(*, multithreaded: bool = False, num_threads: Optional[int] = N
     import os
     choice = os.environ.get("AD_EXECUTOR", "multi" if multithreaded else "single")
     if choice == "multi":
-        return MultiThreadedExecutor(num_threads=num_threads)
+        return MultiThreadedExecutor(num_threads=num_threads, context=context)
     if choice == "events":
         try:
             from rclpy.experimental import EventsExecutor
-            return EventsExecutor()
+            return EventsExecutor(context=context)
         except ImportError:  # pragma: no cover - older rclpy
             pass
-    return SingleThreadedExecutor()
+    return SingleThreadedExecutor(context=context)
+
+
+#: a thread that runs a node of an in-process graph (:mod:`adaptive_dynamics.inprocess`) sets
+#: ``context`` here: :func:`run_node` then runs in that rclpy context, without signal handlers
+_thread_graph = threading.local()
+
+
+@contextlib.contextmanager
+def node_context(context):
+    """Within it, :func:`run_node` on this thread initialises and runs in ``context`` (an
+    ``rclpy.context.Context`` of its own, no signal handlers) instead of rclpy's default
+    one: what an in-process graph's node threads do."""
+    _thread_graph.context = context
+    try:
+        yield context
+    finally:
+        _thread_graph.context = None
 
 
 def run_node(node_cls, args: Optional[Sequence[str]] = None, *, multithreaded: bool = False,
@@ -65,19 +82,28 @@ def run_node(node_cls, args: Optional[Sequence[str]] = None, *, multithreaded: b
     ``node_cls`` may also be a list of node classes/factories: they are
     composed in one process on one executor (then ``node_kwargs`` must be
     empty).  ``args`` defaults to ``sys.argv`` (so ``--ros-args -r ... -p ...
-    --params-file ...`` work).  Nodes are created in rclpy's default context.
+    --params-file ...`` work).  Nodes are created in rclpy's default context, or in
+    the thread's own (:func:`node_context`).
     Exceptions other than a shutdown request propagate after cleanup.
     """
     factories = list(node_cls) if isinstance(node_cls, (list, tuple)) else [node_cls]
     if len(factories) > 1 and node_kwargs:
         raise ValueError("node_kwargs only apply to a single node class")
-    rclpy.init(args=list(sys.argv if args is None else args))
+    context = getattr(_thread_graph, "context", None)
+    argv = list(sys.argv if args is None else args)
+    if context is None:
+        rclpy.init(args=argv)
+        ctx_kw: dict = {}
+    else:
+        from rclpy.signals import SignalHandlerOptions
+        rclpy.init(args=argv, context=context, signal_handler_options=SignalHandlerOptions.NO)
+        ctx_kw = {"context": context}
     nodes = []
     executor = None
     try:
         for f in factories:
-            nodes.append(f(**node_kwargs))
-        executor = make_executor(multithreaded=multithreaded, num_threads=num_threads)
+            nodes.append(f(**node_kwargs, **ctx_kw))
+        executor = make_executor(multithreaded=multithreaded, num_threads=num_threads, **ctx_kw)
         for n in nodes:
             executor.add_node(n)
         executor.spin()
@@ -87,7 +113,7 @@ def run_node(node_cls, args: Optional[Sequence[str]] = None, *, multithreaded: b
         # rclpy's SIGTERM/SIGINT handler shuts the context down asynchronously;
         # a spin racing with it can raise RCLError ("context is not valid")
         # while building its wait set.  That is a shutdown, not a failure.
-        if rclpy.ok():
+        if rclpy.ok(**ctx_kw):
             raise
     finally:
         if executor is not None:
@@ -100,7 +126,7 @@ def run_node(node_cls, args: Optional[Sequence[str]] = None, *, multithreaded: b
                 n.destroy_node()
             except Exception:  # the context may already be invalid after a signal
                 pass
-        rclpy.try_shutdown()
+        rclpy.try_shutdown(**ctx_kw)
     return 0
 
 
