@@ -154,7 +154,8 @@ def test_snapshots_flow_and_prediction_uses_the_applied_version(ros, model):
     # prediction applies the newest; its residuals are that snapshot's prediction on the reference
     assert ros.spin_until(lambda: pred.model is not None and pred.model.version == upd.version, timeout=10.0)
     published = decode_snapshot(probe.models[-1].data, max_bytes=None).learner
-    np.testing.assert_allclose(published.predict(X), upd.core.predict(X), rtol=1e-12)
+    # decoded snapshot: caches/factors rebuilt from the stored arrays, BLAS may sum in another order (~n eps)
+    np.testing.assert_allclose(published.predict(X), upd.core.predict(X), rtol=1e-9, atol=1e-12)
     # learning off first, so the next state's sample does not make a new version meanwhile
     v_before = upd.version
     upd.set_parameters(to_parameters({"learning": False}))
@@ -163,10 +164,11 @@ def test_snapshots_flow_and_prediction_uses_the_applied_version(ros, model):
     assert ros.spin_until(lambda: probe.res and to_ns(probe.res[-1].header.stamp) == k_new * DT, timeout=10.0)
     got = by_stamp(probe.res, names)
     # (the stamps already ahead of state N were answered, once, by the version applied then)
-    np.testing.assert_allclose(got[k_new * DT], published.predict(X[k_new]), rtol=1e-12)
+    # the node predicts its stamps as one batch from its own decoded copy: another BLAS summation order (~n eps)
+    np.testing.assert_allclose(got[k_new * DT], published.predict(X[k_new]), rtol=1e-9, atol=1e-12)
     for k in range(N + 1, k_new):
         assert any(np.allclose(got[k * DT], decode_snapshot(m.data, max_bytes=None).learner.predict(X[k]),
-                               rtol=1e-12, atol=0) for m in probe.models), k
+                               rtol=1e-9, atol=1e-12) for m in probe.models), k     # (as above)
     # one residual per reference stamp, in order, never for the past, never NaN
     stamps = [to_ns(m.header.stamp) for m in probe.res]
     assert stamps == sorted(set(stamps)) and stamps[0] == 0
@@ -282,14 +284,16 @@ def test_bad_snapshots_are_refused_and_the_model_stays(ros, model, tmp_path):
     assert ros.spin_until(lambda: len(probe.res) == 6, timeout=10.0)
     got = by_stamp(probe.res, names)
     for k in range(3, 6):
-        np.testing.assert_allclose(got[k * DT], good.predict(X[k]), rtol=1e-12)
+        # the node's decoded copy, its stamps predicted as one batch: another BLAS summation order (~n eps)
+        np.testing.assert_allclose(got[k * DT], good.predict(X[k]), rtol=1e-9, atol=1e-12)
 
     v12 = _trained(model, seed=1)
     offer(encode_snapshot(v12, 12))
     assert pred.model.version == 12 and pred.counters["snapshots_applied"] == 2
     probe.send(6, q[6], v[6], tau[6])
     assert ros.spin_until(lambda: len(probe.res) == 7, timeout=10.0)
-    np.testing.assert_allclose(by_stamp(probe.res, names)[6 * DT], v12.predict(X[6]), rtol=1e-12)
+    # (as above: the node's decoded copy, its stamps predicted as one batch)
+    np.testing.assert_allclose(by_stamp(probe.res, names)[6 * DT], v12.predict(X[6]), rtol=1e-9, atol=1e-12)
     assert ros.spin_until(lambda: pred.counters["model_version"] == 12, timeout=5.0)
 
     # the valid model replaces the refused file on shutdown

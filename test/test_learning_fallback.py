@@ -126,11 +126,12 @@ def test_prior_mean_raw_switch_counters_and_save_load(kind, planar, tmp_path):
     for a in (L, raw):
         b = Learner.load(a.save(tmp_path / f"{kind}_{a.raw}"))
         assert b.raw == a.raw and np.array_equal(np.asarray(b.prior), np.asarray(a.prior))
-        np.testing.assert_allclose(b.predict(Xf[:20]), a.predict(Xf[:20]), rtol=1e-12, atol=1e-12)
+        # reloaded: factors rebuilt from the stored arrays, BLAS may sum in another order (~n eps; atol: var cancels)
+        np.testing.assert_allclose(b.predict(Xf[:20]), a.predict(Xf[:20]), rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(b.predict(X[-20:], return_var=True)[1], a.predict(X[-20:], return_var=True)[1],
-                                   rtol=1e-12)
+                                   rtol=1e-9, atol=1e-12)
         c2 = Learner.from_bytes(a.to_bytes())
-        np.testing.assert_allclose(c2.predict(Xf[:20]), a.predict(Xf[:20]), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(c2.predict(Xf[:20]), a.predict(Xf[:20]), rtol=1e-9, atol=1e-12)  # (as above)
     with pytest.raises(ValueError, match="prior"):
         L.set_prediction(prior="median")
     with pytest.raises(ValueError, match="constant prior"):

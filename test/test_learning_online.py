@@ -248,7 +248,8 @@ def test_save_load_and_mismatch(model, tmp_path):
     path = core.save(tmp_path / "m.npz")
     again = OnlineResidual(model, "gmm", learn_every=1, warmup=50, threaded=False)
     again.load(path)
-    np.testing.assert_allclose(again.predict(X[::9]), core.predict(X[::9]), rtol=1e-12)
+    # reloaded mixture: its factors are recomputed from the stored covariances (BLAS may sum in another order, ~n eps)
+    np.testing.assert_allclose(again.predict(X[::9]), core.predict(X[::9]), rtol=1e-9, atol=1e-12)
     with pytest.raises(ValueError, match="holds a 'gmm' learner"):
         OnlineResidual(model, "rbfn", threaded=False).load(path)
     with pytest.raises(ValueError, match="x = \\(q, qd, qdd\\)"):

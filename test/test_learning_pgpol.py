@@ -295,7 +295,8 @@ def test_save_load_continues_identically(tmp_path):
         L.partial_fit(X[k:k + 6], Y[k:k + 6])
     R = Learner.load(L.save(tmp_path / "pgpol"))
     assert type(R) is PGPOL and R.get_config() == L.get_config()
-    np.testing.assert_array_equal(R.predict(X[240:300], return_var=True)[0], L.predict(X[240:300]))
+    # reloaded: the members' factors are rebuilt from the stored arrays (BLAS may sum in another order, ~n eps)
+    np.testing.assert_allclose(R.predict(X[240:300], return_var=True)[0], L.predict(X[240:300]), rtol=1e-9, atol=1e-10)
     assert (R.n_refits, R.database_points, R.nmse) == (L.n_refits, L.database_points, L.nmse)
     for A in (L, R):
         for k in range(240, 300, 6):
@@ -342,7 +343,8 @@ def test_saved_model_is_the_model_in_use_after_a_consistency_shift(kind, cfg):
     L.apply_parameter_update(np.random.default_rng(5).normal(0, 0.2, model.n_params), model)
     Xq = np.vstack([X[::7], X[::11] + 0.3])
     R = Learner.from_bytes(L.to_bytes())
-    np.testing.assert_array_equal(R.predict(Xq), L.predict(Xq))
+    # reloaded: each GP refactorised from its stored arrays, BLAS may sum in another order (~n eps; a refit: far more)
+    np.testing.assert_allclose(R.predict(Xq), L.predict(Xq), rtol=1e-9, atol=1e-10)
     for A in (L, R):
         for k in range(120, 148, 4):
             A.hint(X[k + 1])

@@ -141,7 +141,8 @@ def test_learns_by_stamp_and_name_publishes_ahead_and_switches(ros, model):
     k_new = N + (int(LEAD * 1e9) // DT)
     assert ros.spin_until(lambda: to_ns(probe.res[-1].header.stamp) == k_new * DT, timeout=10.0)
     got = by_stamp(probe.res, names)
-    np.testing.assert_allclose(got[k_new * DT][0], node.core.predict(X[k_new]), rtol=1e-12)
+    # the node predicts the stamps up to its lead as one batch: another BLAS summation order (~n eps)
+    np.testing.assert_allclose(got[k_new * DT][0], node.core.predict(X[k_new]), rtol=1e-9, atol=1e-12)
     node.set_parameters(to_parameters({"output": False}))
     probe.send(N + 1, q[N + 1], v[N + 1], tau[N + 1], pt[N + 1], cmd[N + 1])
     assert ros.spin_until(lambda: to_ns(probe.mon[-1].header.stamp) >= (k_new + 1) * DT if probe.mon else False,
@@ -149,7 +150,8 @@ def test_learns_by_stamp_and_name_publishes_ahead_and_switches(ros, model):
     ros.spin_for(0.2)
     got, mon = by_stamp(probe.res, names), by_stamp(probe.mon, names)
     assert np.all(got[(k_new + 1) * DT][0] == 0.0)
-    np.testing.assert_allclose(mon[(k_new + 1) * DT][0], node.core.predict(X[k_new + 1]), rtol=1e-12)
+    # (as above: predicted in the node's batch of stamps, another BLAS summation order)
+    np.testing.assert_allclose(mon[(k_new + 1) * DT][0], node.core.predict(X[k_new + 1]), rtol=1e-9, atol=1e-12)
     assert node.core.counters["samples_offered"] == N   # learning off: nothing more offered
 
     # a jump ahead (a late start, a stall): no residuals for the instants skipped
@@ -203,7 +205,8 @@ def test_bad_input_is_rejected_and_counted(ros, model, tmp_path):
     assert res.success and path.exists(), res.message
     again = ros.add(ResidualLearnerNode, robot=ROBOT, learner="gmm", model_file=str(path))
     assert again.core.ready
-    np.testing.assert_allclose(again.core.predict(X), before, rtol=1e-12)
+    # reloaded mixture: factors recomputed from the stored covariances, BLAS may sum in another order (~n eps)
+    np.testing.assert_allclose(again.core.predict(X), before, rtol=1e-9, atol=1e-12)
     # and on shutdown
     path.unlink()
     ros.executor.remove_node(node)

@@ -142,7 +142,8 @@ def test_closed_loop_tracks_refits_without_stall_and_persists(ros, tmp_path):
     again = _scqp(ros, state_file=str(state_file), gp_max_points=3000, auto_start_episode=False)
     assert again.session.episode == 2 and again.ctrl.residual.n_points == expected
     assert again.ctrl.residual.pending >= pending
-    np.testing.assert_array_equal(again.ctrl.residual.predict(*probe_x)[0], e_before)
+    # reloaded GP: refactorised from the state file's arrays, BLAS may sum in another order (~n eps)
+    np.testing.assert_allclose(again.ctrl.residual.predict(*probe_x)[0], e_before, rtol=1e-9, atol=1e-12)
     for k, v in gains.items():
         assert np.abs(getattr(again.ctrl.mrac, k) - v).max() < 0.05 * max(1.0, np.abs(v).max()), k
     assert again.counters.as_dict()["state_file"].startswith("loaded")
