@@ -3,7 +3,7 @@
 same graph in one process (:class:`~adaptive_dynamics.inprocess.InProcessGraph`, what the
 experiments' quick runs use).
 
-Asserts: the graph ends by itself after 10 s of sim time; the MCAP bag is complete
+Asserts: the graph ends by itself after 5 s of sim time; the MCAP bag is complete
 (one joint_states and one command per step, checked with an independent reader,
 ``mcap`` + ``mcap-ros2-support``); tracking error below a bound derived from the
 unmodelled friction; identical results on the second run, in process (lockstep
@@ -25,7 +25,7 @@ from adaptive_dynamics.launcher import GraphProcess
 from adaptive_dynamics.robots import friction
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
-DURATION = 10.0
+DURATION = 5.0
 
 
 def run_loop(tmp_path, tag, graph=GraphProcess):
