@@ -5,8 +5,22 @@ with a per-run ROS_DOMAIN_ID, so parallel runs never cross-talk.
 """
 from __future__ import annotations
 
+import os
 import time
 import uuid
+
+# BLAS on one thread, in this process and the graphs' node processes it starts (they inherit
+# the environment): the suite's matrices are tiny, and a threaded OpenBLAS on the loaded 2-core
+# host spins its second thread against the other tests' processes -- test_learning_pgpol's
+# change-statistics test took 31 s with it, 4.8 s without.  The package's own learners set
+# the same (learning.online._one_blas_thread) once one is made, so before this the thread
+# count of every later test depended on the order the tests ran in.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+try:   # numpy already imported by a plugin: its BLAS is loaded, limit it as well
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(1)
+except ImportError:  # pragma: no cover - threadpoolctl is scikit-learn's dependency
+    pass
 
 import pytest
 
