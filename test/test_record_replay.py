@@ -1,7 +1,8 @@
 """Recording and replay plumbing over real DDS (`adaptive-dynamics record` / `replay`).
 
-* A lockstep sim graph (bridge + trajectory + controller + recorder, separate
-  processes) records 2 s of sim time; ``replay --rate 5`` republishes it while a
+* A lockstep sim graph (bridge + trajectory + controller + recorder, on threads of this
+  process, each node in its own rclpy context: what is replayed is the bag) records 2 s of
+  sim time; ``replay --rate 5`` republishes it while a
   subscriber in this process (reliable, KEEP_ALL) takes ``joint_states`` and
   ``/clock``: every message arrives, in order, byte-identical to the bag and equal
   field by field to what the independent reader (``mcap`` + ``mcap-ros2-support``)
@@ -9,8 +10,8 @@
   takes bag time / 5 of wall time.
 * ``replay --fast`` of a bag without ``/clock`` delivers everything in order and
   generates a monotonic 100 Hz ``/clock`` over the bag's span.
-* ``record`` against a running graph (one run stopped by ``--duration``, one by
-  SIGTERM) leaves a closed, readable bag (metadata.yaml, counts > 0, contiguous
+* ``record`` (its own process) against a running graph (in this process; one run
+  stopped by ``--duration``, one by SIGTERM) leaves a closed, readable bag (metadata.yaml, counts > 0, contiguous
   lockstep states).
 * Bad arguments exit with code 2 and say why.
 """
@@ -30,8 +31,9 @@ from mcap_ros2.decoder import DecoderFactory
 
 from adaptive_dynamics import cli
 from adaptive_dynamics.evaluation.bags import BagWriter, bag_info, read_raw
+from adaptive_dynamics.inprocess import InProcessGraph
 from adaptive_dynamics.scenarios import build_graph
-from adaptive_dynamics.launcher import GraphProcess
+from adaptive_dynamics.launcher import run_to_end
 
 pytestmark = [pytest.mark.ros, pytest.mark.filterwarnings("ignore::DeprecationWarning:lark.*")]
 EXE = os.path.join(os.path.dirname(sys.executable), "adaptive-dynamics")
@@ -46,11 +48,13 @@ def _ns(stamp) -> int:
 def sim_bag(tmp_path_factory):
     """2 s of lockstep sim time recorded by the graph's own recorder (record:=true; it closes
     the bag once idle *and* the joint_states publisher is gone, so a stalled loop does not
-    end the recording)."""
+    end the recording).  The graph in this process (run_to_end's ``inprocess``: the same
+    nodes and parameters over DDS, no interpreter start per node -- 6 s here, 7-15 s as
+    processes); a failed graph raises GraphFailed with the nodes' tracebacks."""
     bag = tmp_path_factory.mktemp("rec") / "bag"
-    g = GraphProcess(build_graph("sim", robot="panda", duration=2.0, record=True, bag=str(bag)), echo=False)
-    rc, why = g.wait(timeout=120)
-    assert rc == 0, (why, {k: v[-10:] for k, v in g.logs.items()})
+    res = run_to_end(build_graph("sim", robot="panda", duration=2.0, record=True, bag=str(bag)), timeout=120,
+                     graph="inprocess")
+    assert res.code == 0, res.why
     return bag
 
 
@@ -170,15 +174,26 @@ def test_replay_fast_with_generated_clock(sim_bag, ros, tmp_path):
     assert clk[0] == states[0][2] and clk[-1] >= states[-1][2] - 10_000_000
 
 
-def test_record_on_running_graph(tmp_path):
-    """`record` joins a running lockstep graph; stopped by --duration and by SIGTERM."""
-    g = GraphProcess(build_graph("sim", robot="panda", duration=0.0), echo=False)
+def test_record_on_running_graph(ros, tmp_path):
+    """`record` joins a running lockstep graph; stopped by --duration and by SIGTERM.  The
+    recorders are processes (the CLI as a user runs it), the graph runs in this process
+    (InProcessGraph: its nodes over DDS as processes would be, without their start-up)."""
+    from rosgraph_msgs.msg import Clock
+
+    from adaptive_dynamics.ros.qos import CLOCK_QOS
+
+    ticks = []
+    watch = ros.node("clock_watch")
+    sub = watch.create_subscription(Clock, "/clock", ticks.append, CLOCK_QOS)
+    g = InProcessGraph(build_graph("sim", robot="panda", duration=0.0), echo=False)
     rec_a = rec_b = None
     try:
-        deadline = time.monotonic() + 60  # the loop runs once the bridge logs "started"
-        while not any("started after" in ln for ln in g.logs["mujoco_bridge"]) and time.monotonic() < deadline:
-            assert all(p.poll() is None for p in g.procs.values()), {k: v[-10:] for k, v in g.logs.items()}
-            time.sleep(0.1)
+        deadline = time.monotonic() + 60  # the loop runs once the bridge publishes /clock
+        while not ticks and time.monotonic() < deadline:
+            assert all(t.is_alive() for t in g.threads.values()), g.logs
+            ros.executor.spin_once(timeout_sec=0.05)
+        watch.destroy_subscription(sub)
+        assert ticks, "the graph's loop did not start within 60 s"
         rec_a = subprocess.Popen([EXE, "record", "--out", str(tmp_path / "a"), "--duration", "4"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         rec_b = subprocess.Popen([EXE, "record", "--out", str(tmp_path / "b"), "--topics", "joint_states",
@@ -189,7 +204,7 @@ def test_record_on_running_graph(tmp_path):
         outs = [out_a, rec_b.communicate(timeout=60)]
         for p, (out, err) in zip((rec_a, rec_b), outs):
             assert p.returncode == 0, err[-3000:]
-        assert all(p.poll() is None for p in g.procs.values()), "the graph died while being recorded"
+        assert all(t.is_alive() for t in g.threads.values()), ("the graph died while being recorded", g.logs)
     finally:
         for p in (rec_a, rec_b):
             if p is not None and p.poll() is None:
