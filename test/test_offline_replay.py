@@ -116,6 +116,12 @@ def bag(sim, tmp_path_factory):
     return write_bag(sim, tmp_path_factory.mktemp("offline") / "bag")
 
 
+@pytest.fixture(scope="module")
+def gp_replay(bag, tmp_path_factory):
+    """``replay --learner gp`` on the bag, once: its own test and PGPOL's reference."""
+    return evaluate_learner(bag, "gp", out_dir=tmp_path_factory.mktemp("gp"), plot=False)
+
+
 @pytest.mark.parametrize("kind", ["gmm", "rbfn"])
 def test_learner_learns_the_friction_residual(bag, kind, tmp_path):
     res = evaluate_learner(bag, kind, out_dir=tmp_path)
@@ -137,7 +143,7 @@ def test_learner_learns_the_friction_residual(bag, kind, tmp_path):
 
 
 
-def test_replay_with_the_sliding_window_gp(bag, tmp_path):
+def test_replay_with_the_sliding_window_gp(gp_replay):
     """``replay --learner gp``: the exact GP on a FIFO window of the stream (fixed
     hyperparameters, no database) learns the residual, less well than the GMM/RBFN that
     keep every region they have seen.  (Its default length scale, one standard deviation
@@ -147,20 +153,21 @@ def test_replay_with_the_sliding_window_gp(bag, tmp_path):
     is partly pulled back to zero here, where sqrt(21) standard deviations and no
     fall-back did 4x better on this bag's smooth residual and extrapolated the realistic
     proxy's up to 1.9x worse than none.)"""
-    res = evaluate_learner(bag, "gp", out_dir=tmp_path, plot=False)
+    res = gp_replay
     assert res["learner"] == "gp" and res["samples"]["learned"] == 2000
     last = np.array([res["nmse_last_window"][j] for j in res["joints"]])
     zero = np.array([res["nmse_zero_predictor"][j] for j in res["joints"]])
     assert np.isfinite(last).all() and last.mean() < 0.75 * zero.mean() and last.min() < 0.25, (last, zero)
 
 
-def test_replay_with_pgpol(bag, tmp_path):
+def test_replay_with_pgpol(bag, gp_replay, tmp_path):
     """``replay --learner pgpol --block 10``: the drifting sparse GPs with the database
-    (kNN of the newest sample) beat the exact GP's plain window on the same stream.  One
-    learner call is one PGPOL update, so the block stays below the smallest window."""
+    (kNN of the newest sample) beat the exact GP's plain window on the same stream (the
+    gp_replay fixture's run).  One learner call is one PGPOL update, so the block stays
+    below the smallest window."""
     res = evaluate_learner(bag, "pgpol", out_dir=tmp_path, plot=False, block=10,
                            learner_config={"windows": [40, 120], "n_inducing": 15, "max_iter": 5})
-    gp = evaluate_learner(bag, "gp", out_dir=tmp_path, plot=False)
+    gp = gp_replay
     assert res["learner"] == "pgpol" and res["samples"]["learned"] == 2000
     last = np.array([res["nmse_last_window"][j] for j in res["joints"]])
     ref = np.array([gp["nmse_last_window"][j] for j in gp["joints"]])
