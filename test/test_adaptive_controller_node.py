@@ -119,6 +119,20 @@ def test_composite_learns_in_the_loop_and_publishes_every_update(ros):
     assert list(got[-1].name) == node.core.parameter_names
 
 
+def test_learning_until_freezes_the_estimate_at_that_stamp(ros):
+    """learning_until: the estimate adapts on the states stamped before it, never after --
+    at the same state in every run (a SetParameters call lands when it lands)."""
+    node = make_node(ros, learning_until=0.3)
+    loop = Loop(ros, node, seconds=1.0)
+    loop.run(300)                                   # states 0 .. 299 ms: all before the freeze
+    moved = node.core.theta.copy()
+    updates = node.core.updates
+    assert updates > 250 and node.p["learning"] is True
+    loop.run(200)                                   # 300 .. 499 ms: at or after it
+    assert node.core.updates == updates
+    np.testing.assert_array_equal(node.core.theta, moved)   # not one more update: the very same array
+
+
 def test_live_tuning_law_switch_and_nan_state(ros):
     node = make_node(ros)
     loop = Loop(ros, node, seconds=1.0)

@@ -254,3 +254,99 @@ def test_save_load_and_mismatch(model, tmp_path):
         OnlineResidual(model, "rbfn", threaded=False).load(path)
     with pytest.raises(ValueError, match="x = \\(q, qd, qdd\\)"):
         OnlineResidual(RobotModel("panda"), "gmm", threaded=False).load(path)
+
+
+# ------------------------------------------------------------------------------ lockstep
+MS = 1_000_000
+
+
+def lockstep_feed(core, X, Y, updates, order_seed=None):
+    """Stamp k ms for sample k; the update of ``updates[k]`` is stamped (k - 1) ms (it was
+    published with the state before sample k: learnt after sample k - 1, before sample k).
+    ``order_seed``: the items of every 4 consecutive stamps arrive shuffled (other
+    publishers), well within the 5-state margin.  Each state is advanced to once, in
+    order, when the first item of its stamp comes (the stream's states come in order)."""
+    items = []
+    for k, (x, y) in enumerate(zip(X, Y)):
+        if k in updates:
+            items.append(("u", (k - 1) * MS, updates[k]))
+        items.append(("s", k * MS, (x, y)))
+    if order_seed is not None:
+        rng = np.random.default_rng(order_seed)
+        chunks = [items[i:i + 4] for i in range(0, len(items), 4)]
+        items = [it for c in chunks for it in rng.permutation(np.array(c, dtype=object)).tolist()]
+    newest = -1
+    for kind, stamp, payload in items:
+        if kind == "u":
+            core.add_parameter_update(payload, stamp=stamp)
+        else:
+            core.add_sample(*payload, stamp=stamp)
+        while newest < stamp // MS:   # the states up to this one have come
+            newest += 1
+            core.advance(newest * MS)
+
+
+@pytest.mark.parametrize("kind,cfg", [("gmm", {"max_components": 16}), ("rbfn", {"n_basis": 64, "width": 0.4})])
+def test_lockstep_learns_the_plain_learners_model_in_stamp_order(model, kind, cfg):
+    """Items arriving out of order (within the margin) are learnt in stamp order, the
+    update exactly between its samples: the plain learner's model (as the threaded core's)."""
+    X, Y = stream(model)
+    d = dpi_for(model)
+    cut = 400
+    ref = manual(model, kind, X, Y, 100, cut, d, cfg)
+    Xt = X[::7] + 0.01
+    core = OnlineResidual(model, kind, cfg, learn_every=1, block_size=37, warmup=100, lockstep=True)
+    assert core._thread is None
+    lockstep_feed(core, X, Y, {cut: d}, order_seed=0)
+    assert core.flush()
+    c = core.diagnostics()
+    assert c["samples_learned"] == len(X) and c["transforms_applied"] == 1 and c["lockstep_late"] == 0
+    np.testing.assert_allclose(core.predict(Xt), ref.predict(Xt), rtol=1e-7, atol=1e-9 * np.abs(ref.predict(Xt)).max())
+
+
+def test_lockstep_what_is_learnt_by_a_stamp_depends_on_the_stream_alone(model):
+    """Whatever the arrival order and however often the stream advances, the model after
+    the stream reached a stamp is the same: the same blocks learnt in the same order
+    (bit-identical: the very same computation); it holds every whole block of the samples
+    stamped at least the margin (5 states) before, and nothing newer."""
+    X, Y = stream(model, N=500)
+    d = dpi_for(model)
+    cfg = {"max_components": 16}
+    cores = []
+    for seed in (None, 1, 2):
+        core = OnlineResidual(model, "gmm", cfg, learn_every=1, block_size=40, warmup=60, lockstep=True)
+        lockstep_feed(core, X[:300], Y[:300], {150: d}, order_seed=seed)
+        cores.append(core)
+    # due: stamps <= 294 ms -> 295 samples; whole blocks of 40 (the warm-up's 60 among them): 280
+    for core in cores:
+        assert core.counters["samples_learned"] == 280, core.counters
+    for core in cores[1:]:
+        np.testing.assert_array_equal(core.predict(X[::9]), cores[0].predict(X[::9]))
+
+
+def test_lockstep_late_items_learning_off_and_flush(model):
+    X, Y = stream(model, N=200)
+    cfg = {"n_basis": 64, "width": 0.4}
+    core = OnlineResidual(model, "rbfn", cfg, learn_every=1, block_size=20, warmup=40, lockstep=True)
+    for k in range(100):
+        core.add_sample(X[k], Y[k], stamp=k * MS)
+        core.advance(k * MS)                            # at 99 ms: stamps <= 94 ms due, 95: 4 blocks of 20
+    assert core.counters["samples_learned"] == 80 and core.ready
+    core.add_sample(X[100], Y[100], stamp=50 * MS)      # its stamp was handed on already: late
+    assert core.counters["lockstep_late"] == 1
+    core.advance(100 * MS)                              # handed on now (95..95 ms + the late one)
+    assert core.counters["samples_queued"] == 97
+    core.learning = False      # a freeze: the 17 queued are discarded, 96-99 ms not taken, updates applied at once
+    assert core.add_parameter_update(dpi_for(model), stamp=101 * MS) is True
+    for k in range(101, 108):
+        core.advance(k * MS)                            # up to 102 ms handed on
+    assert core.counters["transforms_applied"] == 1 and core.counters["samples_discarded"] == 17
+    core.learning = True
+    for k in range(101, 120):
+        core.add_sample(X[k], Y[k], stamp=(k + 10) * MS)
+    assert core.flush()                                 # everything still waiting is learnt
+    assert core.counters["samples_queued"] == 116 and core.diagnostics()["queue"] == 0
+    with pytest.raises(ValueError, match="stamp"):
+        core.add_sample(X[0], Y[0])
+    with pytest.raises(ValueError, match="whole blocks"):
+        OnlineResidual(model, "rbfn", cfg, lockstep=True, update_samples="latest")

@@ -303,3 +303,45 @@ def test_state_residual_is_the_prediction_at_each_measured_state(ros, model):
     assert ros.spin_until(lambda: node.counters["state_residual_no_reference"] == 1, timeout=10.0)
     ros.spin_for(0.2)
     assert to_ns(got[-1].header.stamp) == 64 * DT
+
+
+def test_learns_in_lockstep_until_a_stamp(ros, model):
+    """learn_in_lockstep: the samples and the update are learnt on the stream's thread in
+    stamp order, whole blocks of block_size once 5 newer states have come -- the core fed the
+    same stamped stream in-process gives the same model at every state; learning_until: nothing stamped at or after it is learnt, the block before it is."""
+    until_k = 200
+    node = ros.add(ResidualLearnerNode, robot=ROBOT, learner="rbfn", learner_config=CFG, warmup=50,
+                   learn_decimation=2, block_size=16, prediction_lead=LEAD, learn_in_lockstep=True,
+                   learning_until=until_k * DT * 1e-9)
+    assert node.core.lockstep and node.core._thread is None
+    probe = Probe(ros, model.joint_names)
+    names = model.joint_names
+    Q, QD, QDD, q, v, tau, pt = motion(model)
+    cmd = tau - 0.3
+    probe.ref.publish(reference_batch_msg(0, DT, names, Q, QD, QDD))
+    assert ros.spin_until(lambda: len(node.refs) == len(Q) and probe.state.get_subscription_count() > 0
+                          and probe.ptorque.get_subscription_count() > 0 and probe.cmd.get_subscription_count() > 0,
+                          timeout=10.0)
+    ref_core = OnlineResidual(model, "rbfn", {"n_basis": 64, "width": 0.4}, learn_every=2, warmup=50, block_size=16,
+                              lockstep=True, learn_until_ns=until_k * DT)
+    d = 0.02 * np.abs(model.parameters) * np.cos(np.arange(model.n_params))
+    for k in range(N):
+        if k == 150:   # published with state 149's stamp: learnt after sample 149, before 150
+            probe.update.publish(joint_state_msg(149 * DT, model.parameter_names, q=d))
+            assert ros.spin_until(lambda: node.core.counters["updates_received"] + len(node.core._due) > 0
+                                  and any(it[1] == 1 for it in node.core._due), timeout=10.0)
+            ref_core.add_parameter_update(d, stamp=149 * DT)
+        probe.send(k, q[k], v[k], tau[k], pt[k], cmd[k])
+        ref_core.add_sample(np.concatenate([q[k], v[k], QDD[k]]), cmd[k] - pt[k], stamp=k * DT)
+        ref_core.advance(k * DT)
+        assert ros.spin_until(lambda: node.samples.newest_stamp == k * DT, timeout=10.0)
+        # what the node has learnt by this state is what the in-process core has: whole blocks
+        assert ros.spin_until(lambda: node.core.counters["samples_learned"] == ref_core.counters["samples_learned"],
+                              timeout=10.0), (k, node.core.counters, ref_core.counters)
+    assert ros.spin_until(lambda: node.core.counters["samples_after_until"] == N - until_k, timeout=10.0)
+    c = node.core.diagnostics()
+    # samples 0..199 before the freeze, every 2nd queued: 100, all learnt (the last part-block too)
+    assert c["samples_learned"] == until_k // 2 and c["samples_after_until"] == N - until_k
+    assert c["transforms_applied"] == 1 and c["lockstep_late"] == 0
+    X = np.hstack([Q, QD, QDD])
+    np.testing.assert_allclose(node.core.predict(X), ref_core.predict(X), rtol=1e-9, atol=1e-12)   # same blocks

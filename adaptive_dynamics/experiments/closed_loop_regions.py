@@ -80,6 +80,10 @@ REALITIES = ("config", "proxy")
 #: the controller (lockstep) waits up to this many wall s for the residual stamped for each
 #: state, so that no cycle runs without it on a loaded machine (as ``experiment pgpol``)
 RESIDUAL_WAIT = 0.25
+#: a learner that learns in lockstep (``learn_in_lockstep``) holds the loop for each block's fit:
+#: then the controller waits this long for a state's residual and the bridge this long for its
+#: command [wall s], so that no cycle runs without them however loaded the machine is
+LOCKSTEP_RESIDUAL_WAIT, LOCKSTEP_TIMEOUT = 5.0, 10.0
 TARGETS = {"learned_region_vs_no_residual_max": 0.5, "new_region_vs_no_residual_max": 1.05}
 RECORDED = ["joint_states", "reference", "residual_learner/prediction"]
 
@@ -112,10 +116,22 @@ def bridge_reality(robot: str) -> dict:
 
 
 def _run(robot: str, learner: str, bag: str, duration: float, overrides: dict, freeze_at: float | None,
-         echo: bool, timeout: float) -> dict:
-
+         echo: bool, timeout: float, scheduled: bool = False) -> dict:
+    """One run; ``freeze_at`` [sim s]: learning off there -- set over the nodes' parameter
+    services (what rqt does) or, ``scheduled``, their ``learning_until`` (at the same state
+    on any machine: the lockstep learner's runs)."""
+    if freeze_at is not None and scheduled:
+        overrides = {**overrides, "adaptive_controller": {**overrides.get("adaptive_controller", {}),
+                                                          "learning_until": float(freeze_at)}}
+        if learner != "none":
+            overrides["residual_learner"] = {**overrides.get("residual_learner", {}),
+                                             "learning_until": float(freeze_at)}
     nodes = build_graph("sim", robot=robot, controller="composite", learner=learner, duration=duration,
                         record=True, bag=bag, overrides=overrides)
+    if freeze_at is not None and scheduled:
+        wall = run_to_end(nodes, timeout=timeout, echo=echo, what="the closed loop failed").wall_s
+        return {"wall_s": round(wall, 1), "sim_s": duration, "frozen_at_s": float(freeze_at),
+                "freeze": "learning_until"}
     director = None
     if freeze_at is not None:
         frozen = {"adaptive_controller": {"learning": False}}
@@ -161,13 +177,15 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
     traj_b = {**traj_a, **trajectory_b(robot, seed)}
     bridge = bridge_reality(robot) if reality == "proxy" else {}
     controller = {**CONTROLLER, **(PROXY_CONTROLLER if reality == "proxy" else CONFIG_CONTROLLER)}
+    lockstep = bool((learner_settings or {}).get("learn_in_lockstep"))
+    wait = LOCKSTEP_RESIDUAL_WAIT if lockstep else RESIDUAL_WAIT
     runs, data = {}, {}
     try:
         for res in ("residual", "none"):
             lrn = learner if res == "residual" else "none"
             est = os.path.join(work, f"estimate_{res}.npz")
             files = {"adaptive_controller": {**controller, "estimate_file": est, "autosave_period": 0.0,
-                                             **({"residual_wait": RESIDUAL_WAIT} if lrn != "none" else {})}}
+                                             **({"residual_wait": wait} if lrn != "none" else {})}}
             if lrn != "none":   # the learner's model has the controller's friction columns
                 files["residual_learner"] = {**LEARNER, **(learner_settings or {}), "model_file": os.path.join(work, "learner.npz"),
                                              "friction": controller["friction"]}
@@ -175,9 +193,13 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
                                 "wait_for_publishers": ["reference"]}}
             # A: learn, freeze, evaluate
             bag = os.path.join(work, f"bag_learn_{res}")
+            if lockstep and lrn != "none":
+                bridge_run = {**bridge, "lockstep_timeout": LOCKSTEP_TIMEOUT}
+            else:
+                bridge_run = bridge
             runs[f"learn_{res}"] = _run(robot, lrn, bag, learn_s + eval_s,
-                                        {**files, **rec, "trajectory": dict(traj_a), "mujoco_bridge": bridge},
-                                        learn_s, echo, timeout)
+                                        {**files, **rec, "trajectory": dict(traj_a), "mujoco_bridge": bridge_run},
+                                        learn_s, echo, timeout, scheduled=lockstep)
             for path in [est] + ([files["residual_learner"]["model_file"]] if lrn != "none" else []):
                 if not os.path.exists(path):
                     raise RuntimeError(f"the learning run did not save {path}")
@@ -190,7 +212,8 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
             bag = os.path.join(work, f"bag_new_{res}")
             runs[f"new_{res}"] = _run(robot, lrn, bag, eval_s,
                                       {**frozen, **rec, "trajectory": dict(traj_b),
-                                       "mujoco_bridge": {**bridge, "q0": traj_b["q_center"]}}, None, echo, timeout)
+                                       "mujoco_bridge": {**bridge_run, "q0": traj_b["q_center"]}}, None, echo,
+                                      timeout)
             data[f"new_{res}"] = tracking(bag, names)
     finally:
         if keep_bags:

@@ -111,8 +111,9 @@ WRIST = slice(-3, None)
 FRICTION_TARGET = {"sigmoid_vs_linear_wrist_max": 0.5}
 #: the closed loop's --quick: learning and evaluation [sim s] on a trajectory period of 1 / base_frequency
 CLOSED_LOOP_QUICK = {"learn_s": 8.0, "eval_s": 4.0, "base_frequency": 0.25,
-                     # the node's 10 s warm-up would outlast the 8 s: the learner starts after 2 s
-                     "learner": {"warmup": 400}}
+                     # the node's 10 s warm-up would outlast the 8 s: the learner starts after 2 s;
+                     # it learns in lockstep: the same run learns the same on any machine, under any load
+                     "learner": {"warmup": 400, "learn_in_lockstep": True}}
 
 
 def record(seconds: float, seed: int = 0, robot: str = "panda", *, trajectory_seed=None,

@@ -27,7 +27,17 @@ the residual ``f(x) = tau - Y(x) pi_hat`` of a parametric model that keeps chang
   kept and handed over when the learner is built after the warm-up.
 * The worker thread (``threaded=True``) drains the queue in blocks of up to
   ``block_size`` samples; ``threaded=False`` learns synchronously in :meth:`process`
-  (deterministic runs, tests).  ``update_samples="latest"`` (PGPOL's paper: one current
+  (deterministic runs, tests).
+* **Lockstep** (``lockstep=True``, no worker): samples and parameter updates carry the
+  stamp of their state (``stamp=``) and wait in stamp order (a sample before an update
+  of the same stamp: it was measured against the model before that update); the
+  stream's :meth:`advance` to each state hands on what is stamped at or before the state
+  ``lockstep_margin`` states back and learns on the calling thread each time ``block_size``
+  samples are queued (while learning is off, the updates at once).  What the learner
+  knows at ``t`` is then a function of the streams alone, not of how fast this machine
+  learns beside the loop: a lockstep simulation gives the same model on any machine,
+  under any load (the loop waits for each block's fit).  An item that comes after its
+  stamp was handed on is handed on at the next :meth:`advance` (``lockstep_late``).  ``update_samples="latest"`` (PGPOL's paper: one current
   point per model update) takes only the newest of the samples queued since the last
   update and drops the others (``samples_skipped``); the warm-up still collects every
   queued sample.  With :attr:`learning` off, samples still queued are discarded, not
@@ -50,6 +60,8 @@ off, and :meth:`set_learner` adopts a learner object (kind and sizes checked).
 from __future__ import annotations
 
 import collections
+import heapq
+import itertools
 import threading
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -64,6 +76,22 @@ __all__ = ["OnlineResidual"]
 _SAMPLE, _UPDATE = 0, 1
 #: ``update_samples``: every queued sample, or the newest one per learner update
 UPDATE_SAMPLES = ("all", "latest")
+#: lockstep: a state's sample is handed on once this many newer states have come (its parts --
+#: the command, the parametric torque -- come from other publishers than the state, and one
+#: wake-up of the stream's thread may take a state before a part that came with it)
+LOCKSTEP_MARGIN = 5
+
+
+def _one_blas_thread() -> None:
+    """BLAS on one thread, for the whole process (threadpoolctl; nothing without it): the
+    worker's setting (tiny matrices: a threaded BLAS thrashes a loaded 2-core machine), and
+    what makes a lockstep learner's fits the same from run to run (a multi-threaded BLAS
+    splits its sums by thread timing; a closed loop grows 1e-11 into another run)."""
+    try:
+        from threadpoolctl import threadpool_limits   # optional: scikit-learn's dependency
+    except ImportError:  # pragma: no cover
+        return
+    threadpool_limits(1)
 
 
 class OnlineResidual:
@@ -96,13 +124,22 @@ class OnlineResidual:
         does (:meth:`Learner.set_prediction`): ``"zero"`` for a residual, ``"mean"`` for
         a learner of the torque itself.  A loaded learner keeps its file's prior and
         takes ``raw`` from here.
+    lockstep, lockstep_margin:
+        Learn in stamp order on the stream's own thread (:meth:`advance`; see the module
+        docstring): no worker thread.
+    learn_until_ns:
+        A scheduled freeze: samples stamped at or after it are not learnt
+        (``samples_after_until``); in lockstep the part-block before it is learnt once the
+        stream has passed it (parameter updates are applied as ever).
     """
 
     def __init__(self, model, kind: str = "gmm", config: Optional[Dict[str, Any]] = None, *,
                  learn_every: int = 5, block_size: int = 50, warmup: int = 2000,
                  box: str = "data", box_margin: float = 0.2, acceleration_limit: float = 10.0,
                  queue_limit: int = 20000, learning: bool = True, transform: bool = True,
-                 threaded: bool = True, prior="zero", raw: bool = False, update_samples: str = "all"):
+                 threaded: bool = True, prior="zero", raw: bool = False, update_samples: str = "all",
+                 lockstep: bool = False, lockstep_margin: int = LOCKSTEP_MARGIN,
+                 learn_until_ns: Optional[int] = None):
         if kind not in LEARNERS:
             raise ValueError(f"unknown learner {kind!r}; available: {sorted(LEARNERS)}")
         if box not in ("data", "limits"):
@@ -139,7 +176,7 @@ class OnlineResidual:
         self.counters: Dict[str, Any] = {k: 0 for k in (
             "samples_offered", "samples_queued", "samples_learned", "samples_rejected", "samples_dropped",
             "updates_received", "updates_rejected", "transforms_applied", "updates_ignored",
-            "fit_calls", "fit_errors", "samples_skipped", "samples_discarded")}
+            "fit_calls", "fit_errors", "samples_skipped", "samples_discarded", "lockstep_late", "samples_after_until")}
         self.counters["fit_ms_last"] = 0.0
         self.counters["transform_ms_last"] = 0.0
         self.last_error = ""
@@ -147,7 +184,19 @@ class OnlineResidual:
         self._hint: Optional[np.ndarray] = None
         self._stop = False
         self._thread = None
-        if threaded:
+        self.lockstep = bool(lockstep)
+        self.lockstep_margin = int(lockstep_margin)
+        self._recent = collections.deque(maxlen=self.lockstep_margin + 1)   # lockstep: the newest states
+        self._due: list = []                 # lockstep: (stamp, kind, seq, payload) in stamp order
+        self._seq = itertools.count()
+        self._handed_to: Optional[int] = None   # lockstep: stamps up to this were handed on
+        self._due_samples = 0                # lockstep: samples queued since the last fit
+        self.learn_until_ns = None if learn_until_ns is None else int(learn_until_ns)
+        if lockstep and self.latest_only:
+            raise ValueError("lockstep learns whole blocks: update_samples must be 'all'")
+        if lockstep:
+            _one_blas_thread()
+        if threaded and not self.lockstep:
             self._thread = threading.Thread(target=self._run, name="residual-learner", daemon=True)
             self._thread.start()
 
@@ -156,8 +205,17 @@ class OnlineResidual:
     def ready(self) -> bool:
         return self.learner is not None
 
-    def add_sample(self, x, y) -> bool:
-        """Offer one sample; returns True if it was queued for learning."""
+    def add_sample(self, x, y, stamp: Optional[int] = None) -> bool:
+        """Offer one sample (lockstep: of the state stamped ``stamp``, ns); returns True if
+        it was queued for learning (lockstep: taken to be handed on in stamp order)."""
+        if self.learn_until_ns is not None and stamp is not None and stamp >= self.learn_until_ns:
+            self.counters["samples_after_until"] += 1
+            return False
+        if self.lockstep:
+            return self._hold(stamp, _SAMPLE, (np.array(x, dtype=float), np.array(y, dtype=float)))
+        return self._offer(x, y)
+
+    def _offer(self, x, y) -> bool:
         c = self.counters
         c["samples_offered"] += 1
         if not self.learning:
@@ -182,9 +240,67 @@ class OnlineResidual:
             self._cv.notify()
         return True
 
-    def add_parameter_update(self, delta_pi) -> bool:
-        """The parametric model moved by ``delta_pi`` (full coordinates).  Returns True
-        if it will be applied (transform on), False if ignored (off) or rejected."""
+    def add_parameter_update(self, delta_pi, stamp: Optional[int] = None) -> bool:
+        """The parametric model moved by ``delta_pi`` (full coordinates; lockstep: at the
+        state stamped ``stamp``).  Returns True if it will be applied (transform on),
+        False if ignored (off) or rejected."""
+        if self.lockstep:
+            d = np.asarray(delta_pi, dtype=float).reshape(-1)
+            if d.shape != (self.model.n_params,) or not np.isfinite(d).all():
+                self.counters["updates_received"] += 1
+                self.counters["updates_rejected"] += 1
+                return False
+            self._hold(stamp, _UPDATE, d.copy())
+            return self.transform
+        return self._update(delta_pi)
+
+    def _hold(self, stamp: Optional[int], kind: int, payload) -> bool:
+        if stamp is None:
+            raise ValueError("a lockstep learner takes each sample and update with its state's stamp")
+        with self._cv:
+            if self._handed_to is not None and stamp <= self._handed_to:
+                self.counters["lockstep_late"] += 1
+            heapq.heappush(self._due, (int(stamp), kind, next(self._seq), payload))
+        return True
+
+    def advance(self, stamp: int, complete_to: Optional[int] = None) -> int:
+        """Lockstep: the stream reached the state stamped ``stamp`` (call it once per state,
+        in order): hand on, in stamp order, what is stamped at or before the state
+        ``lockstep_margin`` states back -- and not after ``complete_to``, the stamp up to
+        which every state's sample is whole (the caller's, if it knows) -- plus what came
+        late, and learn on this thread each time ``block_size`` samples are queued (while
+        learning is off, the updates at once).  Returns the items learnt or applied."""
+        if not self.lockstep:
+            return 0
+        self._recent.append(int(stamp))
+        if len(self._recent) <= self.lockstep_margin:
+            return 0
+        cutoff = self._recent[0] if complete_to is None else min(self._recent[0], int(complete_to))
+        updates = 0
+        with self._cv:
+            due = []
+            while self._due and self._due[0][0] <= cutoff:
+                due.append(heapq.heappop(self._due))
+            self._handed_to = cutoff if self._handed_to is None else max(self._handed_to, cutoff)
+        for _stamp, kind, _seq, payload in due:
+            if kind == _SAMPLE:
+                if self._offer(*payload):
+                    self._due_samples += 1
+            else:
+                self._update(payload)
+        if not self.learning:   # the updates now (what is queued is discarded, as ever)
+            self._due_samples = 0
+            return self.process()
+        done = 0
+        while self._due_samples >= self.block_size:   # whole blocks only: the same blocks however
+            done += self.process(max_samples=self.block_size)   # often the stream advances
+            self._due_samples -= self.block_size
+        if self._due_samples and self.learn_until_ns is not None and cutoff >= self.learn_until_ns:
+            self._due_samples = 0   # the stream passed the freeze: no sample comes to fill the block
+            return done + self.process()
+        return done + self.process(max_samples=0)   # the updates before the next sample queued
+
+    def _update(self, delta_pi) -> bool:
         c = self.counters
         c["updates_received"] += 1
         d = np.asarray(delta_pi, dtype=float).reshape(-1)
@@ -232,11 +348,7 @@ class OnlineResidual:
 
     # ----------------------------------------------------------------- worker
     def _run(self) -> None:
-        try:
-            from threadpoolctl import threadpool_limits
-            threadpool_limits(1)   # tiny matrices; threaded BLAS thrashes a loaded 2-core machine
-        except Exception:  # pragma: no cover - threadpoolctl missing
-            pass
+        _one_blas_thread()
         while True:
             with self._cv:
                 while not self._queue and not self._stop:
@@ -250,14 +362,19 @@ class OnlineResidual:
                 self._busy = True
             self.process()
 
-    def process(self, max_items: Optional[int] = None) -> int:
-        """Learn what is queued (on the calling thread); returns the items handled."""
+    def process(self, max_items: Optional[int] = None, max_samples: Optional[int] = None) -> int:
+        """Learn what is queued (on the calling thread); returns the items handled.
+        ``max_samples``: stop before the sample after that many (the updates before it
+        applied; 0: only the updates at the head of the queue)."""
         done = 0
+        samples = 0
         while max_items is None or done < max_items:
             with self._cv:
                 if not self._queue:
                     break
                 kind = self._queue[0][0]
+                if kind == _SAMPLE and max_samples is not None and samples >= max_samples:
+                    break
                 if kind == _UPDATE:
                     item = self._queue.popleft()
                     batch = None
@@ -270,8 +387,10 @@ class OnlineResidual:
                         done += len(batch) - 1
                         batch = batch[-1:]
                     else:
-                        while self._queue and self._queue[0][0] == _SAMPLE and len(batch) < self.block_size:
+                        size = self.block_size if max_samples is None else min(self.block_size, max_samples - samples)
+                        while self._queue and self._queue[0][0] == _SAMPLE and len(batch) < size:
                             batch.append(self._queue.popleft())
+                    samples += len(batch)
             if batch is None:
                 self._apply_update(item[1])
                 done += 1
@@ -373,6 +492,15 @@ class OnlineResidual:
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued has been learnt (True) or ``timeout`` passed."""
         if self._thread is None:
+            if self.lockstep:   # everything still waiting for its stamp's turn, in order
+                with self._cv:
+                    due = [heapq.heappop(self._due) for _ in range(len(self._due))]
+                for _stamp, kind, _seq, payload in due:
+                    if kind == _SAMPLE:
+                        self._offer(*payload)
+                    else:
+                        self._update(payload)
+                self._due_samples = 0
             self.process()
             return True
         deadline = time.monotonic() + timeout
@@ -395,6 +523,9 @@ class OnlineResidual:
         """Forget the learned model and anything queued."""
         with self._cv:
             self._queue.clear()
+            self._due.clear()
+            self._due_samples = 0
+            self._recent.clear()
         with self._fit_lock:
             self.learner = None
             self._warm_X, self._warm_y = [], []
@@ -448,7 +579,7 @@ class OnlineResidual:
 
     def diagnostics(self) -> Dict[str, Any]:
         d = dict(self.counters)
-        d.update(ready=self.ready, learner=self.kind, size=self.size(), queue=len(self._queue),
+        d.update(ready=self.ready, learner=self.kind, size=self.size(), queue=len(self._queue) + len(self._due),
                  learning=self.learning, transform=self.transform,
                  warmup_buffered=sum(len(a) for a in self._warm_X))
         d["raw_prediction"] = self.raw

@@ -94,6 +94,9 @@ def specs() -> list[ParamSpec]:
                   " backstepping: the task-space error norm [m, rad]); 0 = never", min=0.0),
         ParamSpec("learning", True, "adapt the estimate (direct, composite, backstepping; off: the law with"
                   " the estimate held)"),
+        ParamSpec("learning_until", 0.0, "> 0: adapt only on states stamped before this time [s] (a scheduled"
+                  " freeze, at the same state on any machine; learning set off over the parameter service lands"
+                  " when the call does); 0 = no end", min=0.0),
         ParamSpec("feedforward", True, "add feedforward/residual when one is available"),
         ParamSpec("model_input", "state", "where the model term Y pi_hat is evaluated: state (Slotine-Li,"
                   " Y(q, qd, qd_r, qdd_r)) | desired (a pure feed-forward Y(q_d, qd_d, qd_d, qdd_d): PGPOL's"
@@ -347,7 +350,9 @@ class AdaptiveControllerNode(JointControllerShell):
             if ext is None:
                 return None
         ff = self.p["feedforward"]
-        tau = self.session.cycle(law, q, v, ref, qd, qdd, effort, learning=self.p["learning"], regressors=ext,
+        until = self.p["learning_until"]
+        learning = self.p["learning"] and not (until > 0 and stamp >= until * 1e9)
+        tau = self.session.cycle(law, q, v, ref, qd, qdd, effort, learning=learning, regressors=ext,
                                  residual=self._residual(stamp) if ff else None,
                                  residuals_seen=ff and bool(self.residuals))
         if tau is not None:

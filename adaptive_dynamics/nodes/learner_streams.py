@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Callable, Optional
 
 import numpy as np
@@ -44,9 +44,11 @@ from ..ros.references import ReferenceBuffer
 from ..ros.arrays import vector_from_msg
 
 __all__ = ["learner_specs", "output_specs", "stream_specs", "snapshot_bytes_spec", "learner_config", "make_core",
-           "reference_input", "SampleAssembler", "ResidualOutput", "BUFFER", "MAX_SNAPSHOT_BYTES"]
+           "reference_input", "rowwise", "SampleAssembler", "ResidualOutput", "BUFFER", "MAX_SNAPSHOT_BYTES"]
 
 BUFFER = 2000   # states / parametric torques kept for stamp matching
+#: lockstep: a state whose sample is still not whole this many states later is given up
+LOCKSTEP_GIVE_UP = 500
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 
@@ -108,6 +110,15 @@ def learner_specs() -> list[ParamSpec]:
                   min=0.1, read_only=True),
         ParamSpec("queue_limit", 20000, "queued samples beyond this are dropped (counted)", min=1,
                   read_only=True),
+        ParamSpec("learning_until", 0.0, "> 0: learn only the samples stamped before this time [s] (a"
+                  " scheduled freeze, at the same sample on any machine; learning set off over the parameter"
+                  " service lands when the call does); 0 = no end", min=0.0, read_only=True),
+        ParamSpec("learn_in_lockstep", False, "learn on the stream's own thread, in stamp order, a block of"
+                  " block_size samples as soon as 5 states newer than its last sample have come: what the"
+                  " learner knows at each stamp is then a function of the streams alone (a lockstep"
+                  " simulation learns the same on any machine, under any load; the loop waits for each"
+                  " block's fit); false (default): a worker thread learns as fast as the machine lets it,"
+                  " beside the loop (real time)", read_only=True),
         ParamSpec("raw_prediction", False, "predict the learner's raw mean everywhere; false (default): the"
                   " prediction falls back continuously to the prior (zero residual, the mean torque for"
                   " target torque) where the learner's data does not reach (pulled_back_fraction in"
@@ -164,7 +175,26 @@ def make_core(p, model, config: dict, *, transform: Optional[bool] = None, prior
         warmup=p["warmup"], box=p["rbfn_box"], box_margin=p["box_margin"],
         acceleration_limit=p["acceleration_limit"], queue_limit=p["queue_limit"],
         learning=p["learning"], transform=p["transform"] if transform is None else transform,
-        prior=prior, raw=p["raw_prediction"], update_samples=p["update_samples"])
+        prior=prior, raw=p["raw_prediction"], update_samples=p["update_samples"],
+        lockstep=p["learn_in_lockstep"],
+        learn_until_ns=int(p["learning_until"] * 1e9) if p["learning_until"] > 0 else None)
+
+
+def rowwise(predict: Callable):
+    """``predict`` taken one row at a time: a row's prediction then has the same bits
+    whatever else is asked with it (a batch sums in another order, ~1e-16) -- in a lockstep
+    run (``learn_in_lockstep``) the outputs no longer depend on how many reference points
+    happened to be new at a state, and a closed loop that grows 1e-16 into another run
+    stays the same run."""
+    def predict_rows(X, return_var: bool = False):
+        X = np.atleast_2d(np.asarray(X, dtype=float))
+        out = [predict(X[i:i + 1], return_var=return_var) for i in range(len(X))]
+        if any(o is None for o in out):
+            return None
+        if return_var:
+            return np.vstack([o[0] for o in out]), np.vstack([o[1] for o in out])
+        return np.vstack(out)
+    return predict_rows
 
 
 class SampleAssembler:
@@ -212,6 +242,13 @@ class SampleAssembler:
         self._lock = threading.Lock()
         self._states: OrderedDict = OrderedDict()    # stamp -> (q, v, tau measured or None, qdd_measured)
         self._parts: OrderedDict = OrderedDict()     # stamp -> {"pt": parametric torque, "cmd": command}
+        self._waiting: OrderedDict = OrderedDict()   # lockstep: states whose sample is not whole yet
+        self._steps: deque = deque()                  # lockstep: (state stamp, its cutoff) not run yet
+        self.lockstep = bool(getattr(core, "lockstep", False))   # OnlineResidual(lockstep=True)
+        self._margin = int(getattr(core, "lockstep_margin", 0))
+        self._recent: deque = deque(maxlen=self._margin + 1)
+        #: lockstep: called with each state's stamp once its step ran (the node's output)
+        self.on_step: Optional[Callable[[int], None]] = None
         self._last_state = None   # (stamp, v) for acceleration: measured
         self._acc = np.zeros(self.n)
         self._x = np.empty(3 * self.n)
@@ -244,10 +281,42 @@ class SampleAssembler:
             self._states[stamp] = (q.copy(), v.copy(), None if tau is None else tau.copy(), acc)
             while len(self._states) > self.buffer:
                 self._states.popitem(last=False)
+            if self.lockstep and self._needs:
+                self._waiting[stamp] = None
         if self.hint_lead_ns is not None:
             self._hint(stamp)
         self._arrived(stamp, None, None)
+        if self.lockstep:   # its step (learning, the node's output) once what it needs is whole
+            with self._lock:
+                self._recent.append(stamp)
+                cutoff = self._recent[0] if len(self._recent) > self._margin else None
+                self._steps.append((stamp, cutoff))
+            self._run_steps()
         return stamp
+
+    def _run_steps(self) -> None:
+        """Lockstep (``learn_in_lockstep``): each state's step, in order, once every sample
+        it hands on is whole -- those stamped up to the state ``lockstep_margin`` states back
+        (:meth:`OnlineResidual.advance`) -- then ``on_step(stamp)`` (the node publishes its
+        output for that state there).  So what is learnt, and what is predicted with it, at
+        each state is a function of the streams alone, however late this thread takes the
+        parts (a thread behind the loop takes a burst of states before the parts that came
+        with them).  A state still waiting for a part ``LOCKSTEP_GIVE_UP`` states later is
+        given up (``lockstep_incomplete``)."""
+        while True:
+            with self._lock:
+                if not self._steps:
+                    return
+                while len(self._waiting) > LOCKSTEP_GIVE_UP:
+                    self._waiting.popitem(last=False)
+                    self.counters.inc("lockstep_incomplete")
+                stamp, cutoff = self._steps[0]
+                if cutoff is not None and self._waiting and next(iter(self._waiting)) <= cutoff:
+                    return   # a sample it hands on is not whole yet: its parts will run it
+                self._steps.popleft()
+            self.core.advance(stamp)
+            if self.on_step is not None:
+                self.on_step(stamp)
 
     def _arrived(self, stamp: int, part: Optional[str], value) -> None:
         """``part`` of ``stamp`` arrived (None: its state); the sample is learnt once it is whole."""
@@ -264,8 +333,11 @@ class SampleAssembler:
             if stamp not in self._states or any(k not in (parts or ()) for k in self._needs):
                 return
             self._parts.pop(stamp, None)
+            self._waiting.pop(stamp, None)
         parts = parts or {}
         self._learn(stamp, parts.get("pt", self._zeros), parts.get("cmd"))
+        if part is not None and self.lockstep:
+            self._run_steps()   # a step may have waited for this sample
 
     def _hint(self, stamp: int) -> None:
         ahead = self.refs.between(stamp - 1, stamp + int(self.hint_lead_ns))
@@ -337,7 +409,7 @@ class SampleAssembler:
         x = self._x
         x[:n], x[n:2 * n], x[2 * n:] = q, v, acc
         try:
-            self.core.add_sample(x, tau - pt)
+            self.core.add_sample(x, tau - pt, stamp=stamp)
         except ValueError as exc:
             self.reject("sample", exc)
 
@@ -351,11 +423,11 @@ class SampleAssembler:
                 raise ValueError(f"parameter names differ from the model's ({len(msg.name)} vs"
                                  f" {len(self.param_names)}; missing {missing[:4]}, unexpected {extra[:4]};"
                                  f" friction columns need friction:=true)")
-            _, dpi = vector_from_msg(msg, None, "position", where="adaptive/parameter_update")
+            stamp, dpi = vector_from_msg(msg, None, "position", where="adaptive/parameter_update")
         except ValueError as exc:
             self.reject("parameter_update", exc)
             return False
-        return self.core.add_parameter_update(dpi)
+        return self.core.add_parameter_update(dpi, stamp=stamp)
 
 
 class ResidualOutput:

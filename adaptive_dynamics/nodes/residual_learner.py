@@ -25,7 +25,7 @@ from ..ros.references import ReferenceBuffer
 from .housekeeping import Throttle, trigger_save
 from .robot_params import load_robot, robot_specs
 from .learner_streams import (ResidualOutput, SampleAssembler, close_learner, learner_config, learner_specs, make_core,
-                             output_specs, stream_specs)
+                             output_specs, rowwise, stream_specs)
 
 
 def specs() -> list[ParamSpec]:
@@ -73,6 +73,9 @@ class ResidualLearnerNode(Node):
 
         self.output = ResidualOutput(self, self.names, self.refs, self.counters, self._log_error,
                                      monitor_topic="residual_learner/prediction", std=p["publish_std"])
+        # lockstep: each reference point predicted on its own (the same bits however they came)
+        self._predict = rowwise(self.core.predict) if self.core.lockstep else self.core.predict
+        self.samples.on_step = self._output if self.core.lockstep else None
         self.pub_state = (self.create_publisher(JointState, "residual/state", PUBLISHER_STREAM_QOS)
                           if p["state_residual"] else None)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -115,11 +118,15 @@ class ResidualLearnerNode(Node):
 
     def _on_state(self, msg) -> None:
         stamp = self.samples.on_state(msg)
-        if stamp is not None:
-            self.output.publish_until(stamp, stamp + int(self.p["prediction_lead"] * 1e9), self.core.predict,
-                                      output=self.p["output"], monitor_every=self.p["monitor_decimation"])
-            if self.pub_state is not None:
-                self._publish_state_residual(stamp)
+        if stamp is not None and not self.core.lockstep:   # lockstep: once its step ran (on_step)
+            self._output(stamp)
+
+    def _output(self, stamp: int) -> None:
+        """The residuals ahead of the state stamped ``stamp`` (and residual/state for it)."""
+        self.output.publish_until(stamp, stamp + int(self.p["prediction_lead"] * 1e9), self._predict,
+                                  output=self.p["output"], monitor_every=self.p["monitor_decimation"])
+        if self.pub_state is not None:
+            self._publish_state_residual(stamp)
 
     def _publish_state_residual(self, stamp: int) -> None:
         """``residual/state`` for the state stamped ``stamp`` (zeros with ``output`` off or
