@@ -18,8 +18,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from rclpy.parameter import Parameter
-from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
 
 from adaptive_dynamics.control.adaptive import AdaptiveController
 from adaptive_dynamics.dynamics import RobotModel
@@ -27,7 +25,6 @@ from adaptive_dynamics.nodes.adaptive_controller import AdaptiveControllerNode
 from adaptive_dynamics.nodes.mujoco_bridge import MujocoBridgeNode
 from adaptive_dynamics.nodes.trajectory import TrajectoryNode
 from adaptive_dynamics.ros.commands import command_stamp
-from adaptive_dynamics.ros.qos import RELIABLE_STREAM_QOS
 from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
 from task_reference_faults import MS, fed_by_probe, refused_references_drill, rosout, send_state
 from test_node_safety import Probe, param_setter
@@ -56,10 +53,7 @@ def test_closed_loop_tracks_and_estimates_the_tool(ros, tmp_path):
                    cartesian_size=0.2, cartesian_period=4.0, lookahead=0.2, publish_period=0.1)
     ctl = _controller(ros, use_sim_time=True, estimate_file=str(estimate))
     probe = Probe(ros)
-    states, commands = [], []
-    probe.node.create_subscription(JointState, "joint_states", states.append, RELIABLE_STREAM_QOS)
-    probe.node.create_subscription(Float64MultiArray, "effort_controller/commands", commands.append,
-                                   RELIABLE_STREAM_QOS)
+    states, commands = probe.states, probe.commands   # (its reliable joint_states and commands subscriptions)
     model = RobotModel("panda")
     truth = model.get_link_parameters("panda_link7") + \
         MujocoPlant("panda", reality=RealityConfig(payload_enabled=True, **TOOL)).payload_parameters()
