@@ -18,16 +18,17 @@ import pytest
 from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
 
 from adaptive_dynamics.dynamics import RobotModel
 from adaptive_dynamics.nodes.adaptive_controller import AdaptiveControllerNode
 from adaptive_dynamics.ros import joint_state_msg
 from adaptive_dynamics.ros.commands import command_stamp
-from adaptive_dynamics.ros.qos import LATCHED_QOS, RELIABLE_STREAM_QOS
+from adaptive_dynamics.ros.qos import LATCHED_QOS, PUBLISHER_STREAM_QOS, REFERENCE_QOS, RELIABLE_STREAM_QOS
 from adaptive_dynamics.ros.references import reference_batch_msg
 from adaptive_dynamics.sim.plant import MujocoPlant, RealityConfig
 from adaptive_dynamics.trajectories import ModifiedFourier
-from test_node_safety import Probe
 
 pytestmark = pytest.mark.ros
 MS = 1_000_000
@@ -46,12 +47,27 @@ def make_node(ros, **params):
     return ros.add(AdaptiveControllerNode, **base)
 
 
+class LoopProbe:
+    """The test side's node: test_node_safety.Probe's state and reference publishers and
+    commands subscription, without what no test here reads -- its command publisher and
+    its joint_states and /diagnostics subscriptions (the joint_states one took every state
+    the loop itself published: one more callback per step in the executor)."""
+
+    def __init__(self, ros):
+        self.node = ros.node("probe")
+        self.commands = []
+        self.state = self.node.create_publisher(JointState, "joint_states", PUBLISHER_STREAM_QOS)
+        self.ref = self.node.create_publisher(JointTrajectory, "reference", REFERENCE_QOS)
+        self.node.create_subscription(Float64MultiArray, "effort_controller/commands", self.commands.append,
+                                      RELIABLE_STREAM_QOS)
+
+
 class Loop:
     """Plant + reference on the test side; the node answers each state."""
 
     def __init__(self, ros, node, seconds):
         self.ros, self.node = ros, node
-        self.probe = Probe(ros)
+        self.probe = LoopProbe(ros)
         self.ptorque, self.updates = [], []
         self.probe.node.create_subscription(JointState, "adaptive/parametric_torque", self.ptorque.append,
                                             RELIABLE_STREAM_QOS)
