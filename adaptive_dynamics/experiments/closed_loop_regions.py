@@ -41,6 +41,7 @@ over joints and robots.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -157,29 +158,51 @@ def tracking(bag: str, names: list[str], t_from: float = 0.0) -> dict:
     return out
 
 
+#: what a call of :func:`run_robot` runs: the four runs, A's two (learn, freeze, evaluate on A)
+#: or B's two, from what A's left in the same ``work`` directory
+STAGES = ("all", "learn", "new")
+
+
 def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s: float = EVAL_S,
               seed: int = 0, out_dir: str = ".", trajectory: dict | None = None, keep_bags: bool = False,
               echo: bool = False, timeout: float = 3600.0, reality: str = "proxy",
-              learner_settings: dict | None = None) -> dict:
+              learner_settings: dict | None = None, stage: str = "all", work: str | None = None) -> dict:
     """The four runs of one robot; per-joint RMSE, ratios, region figures and traces.
     ``learner_settings``: residual_learner parameters beyond :data:`LEARNER` (the quick
     version's shorter warm-up).
     ``reality``: "proxy" (:func:`bridge_reality`, and :data:`PROXY_CONTROLLER`) or "config"
     (the simulator of ``launch sim``: ``config/<robot>.yaml``'s joint friction;
-    :data:`CONFIG_CONTROLLER`)."""
+    :data:`CONFIG_CONTROLLER`).
+    ``stage`` (:data:`STAGES`): all four runs, or A's (``learn``: the learned region's
+    figures) or B's (``new``: from the estimate, learner and recordings A's left in
+    ``work``; every figure).  ``work``: the directory of the runs' files and bags (kept;
+    default a temporary one, removed unless ``keep_bags``); ``learn`` and ``new`` need it."""
     if reality not in REALITIES:
         raise ValueError(f"reality must be one of {REALITIES}, got {reality!r}")
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+    if stage != "all" and not work:
+        raise ValueError(f"stage {stage!r} needs the work directory A's runs share with B's")
 
     names = robot_config(robot)["joint_names"]
     name = robot_label(robot)
-    work = tempfile.mkdtemp(prefix=f"closed_loop_{name}_")
+    own_work = work is None
+    if own_work:
+        work = tempfile.mkdtemp(prefix=f"closed_loop_{name}_")
+    os.makedirs(work, exist_ok=True)
     traj_a = {"seed": int(seed), **(trajectory or {})}
     traj_b = {**traj_a, **trajectory_b(robot, seed)}
     bridge = bridge_reality(robot) if reality == "proxy" else {}
     controller = {**CONTROLLER, **(PROXY_CONTROLLER if reality == "proxy" else CONFIG_CONTROLLER)}
     lockstep = bool((learner_settings or {}).get("learn_in_lockstep"))
     wait = LOCKSTEP_RESIDUAL_WAIT if lockstep else RESIDUAL_WAIT
+    runs_file = os.path.join(work, "runs_learn.json")
     runs, data = {}, {}
+    if stage == "new":
+        if not os.path.exists(runs_file):
+            raise ValueError(f"{work} holds no learning runs (run stage 'learn' there first)")
+        with open(runs_file, encoding="utf-8") as fh:
+            runs.update(json.load(fh))
     try:
         for res in ("residual", "none"):
             lrn = learner if res == "residual" else "none"
@@ -193,18 +216,18 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
                                 "wait_for_publishers": ["reference"]}}
             # A: learn, freeze, evaluate
             bag = os.path.join(work, f"bag_learn_{res}")
-            if lockstep and lrn != "none":
-                bridge_run = {**bridge, "lockstep_timeout": LOCKSTEP_TIMEOUT}
-            else:
-                bridge_run = bridge
-            runs[f"learn_{res}"] = _run(robot, lrn, bag, learn_s + eval_s,
-                                        {**files, **rec, "trajectory": dict(traj_a), "mujoco_bridge": bridge_run},
-                                        learn_s, echo, timeout, scheduled=lockstep)
-            for path in [est] + ([files["residual_learner"]["model_file"]] if lrn != "none" else []):
-                if not os.path.exists(path):
-                    raise RuntimeError(f"the learning run did not save {path}")
+            bridge_run = {**bridge, "lockstep_timeout": LOCKSTEP_TIMEOUT} if lockstep and lrn != "none" else bridge
+            if stage != "new":
+                runs[f"learn_{res}"] = _run(robot, lrn, bag, learn_s + eval_s,
+                                            {**files, **rec, "trajectory": dict(traj_a), "mujoco_bridge": bridge_run},
+                                            learn_s, echo, timeout, scheduled=lockstep)
+                for path in [est] + ([files["residual_learner"]["model_file"]] if lrn != "none" else []):
+                    if not os.path.exists(path):
+                        raise RuntimeError(f"the learning run did not save {path}")
             data[f"learned_{res}"] = tracking(bag, names, runs[f"learn_{res}"]["frozen_at_s"])
             data[f"learning_{res}"] = tracking(bag, names)
+            if stage == "learn":
+                continue
             # B: from what A left, nothing learned
             frozen = {"adaptive_controller": {**files["adaptive_controller"], "learning": False}}
             if lrn != "none":
@@ -215,31 +238,41 @@ def run_robot(robot: str, learner: str = "gmm", learn_s: float = LEARN_S, eval_s
                                        "mujoco_bridge": {**bridge_run, "q0": traj_b["q_center"]}}, None, echo,
                                       timeout)
             data[f"new_{res}"] = tracking(bag, names)
+        if stage == "learn":
+            with open(runs_file, "w", encoding="utf-8") as fh:
+                json.dump(runs, fh)
     finally:
         if keep_bags:
             shutil.copytree(work, os.path.join(out_dir, f"closed_loop_{name}"), dirs_exist_ok=True)
-        shutil.rmtree(work, ignore_errors=True)
+        if own_work:
+            shutil.rmtree(work, ignore_errors=True)
     learned = data["learned_residual"]["rmse"] / data["learned_none"]["rmse"]
-    new = data["new_residual"]["rmse"] / data["new_none"]["rmse"]
-    a = data["learning_residual"]
-    train_q = a["q"][a["t"] < learn_s]
-    dist = nearest_distance(train_q, data["new_residual"]["q"])
-    # the learner's mean output where it is judged: A after the freeze, all of B
-    f_mean = {k: float(np.mean(np.abs(data[k]["f"][data[k]["t_f"] >= t_from])))
-              for k, t_from in (("learned_residual", learn_s), ("new_residual", 0.0)) if "f" in data[k]}
-    return {
-        "robot": name, "learner": learner, "reality": reality,
+    out = {
+        "robot": name, "learner": learner, "reality": reality, "stage": stage,
         "learner_settings": {**LEARNER, **(learner_settings or {})}, **({"bridge": bridge} if bridge else {}),
         "controller": controller, "trajectory_a": traj_a, "trajectory_b": traj_b,
         "learned_rmse": {"residual": data["learned_residual"]["rmse"].tolist(),
                          "none": data["learned_none"]["rmse"].tolist()},
+        "learned_vs_no_residual": learned.tolist(), "learned_vs_no_residual_max": float(learned.max()),
+        "runs": runs, "traces": data,
+    }
+    # the learner's mean output where it is judged: A after the freeze, all of B
+    f_mean = {k: float(np.mean(np.abs(data[k]["f"][data[k]["t_f"] >= t_from])))
+              for k, t_from in (("learned_residual", learn_s), ("new_residual", 0.0)) if k in data and "f" in data[k]}
+    out["residual_mean_abs_nm"] = f_mean
+    if stage == "learn":
+        return out
+    new = data["new_residual"]["rmse"] / data["new_none"]["rmse"]
+    a = data["learning_residual"]
+    train_q = a["q"][a["t"] < learn_s]
+    dist = nearest_distance(train_q, data["new_residual"]["q"])
+    out.update({
         "new_rmse": {"residual": data["new_residual"]["rmse"].tolist(), "none": data["new_none"]["rmse"].tolist()},
-        "learned_vs_no_residual": learned.tolist(), "new_vs_no_residual": new.tolist(),
-        "learned_vs_no_residual_max": float(learned.max()), "new_vs_no_residual_max": float(new.max()),
+        "new_vs_no_residual": new.tolist(), "new_vs_no_residual_max": float(new.max()),
         "new_region_outside_fraction": float(np.mean(dist > REGION_RADIUS)),
         "new_region_distance_median_rad": float(np.median(dist)),
-        "residual_mean_abs_nm": f_mean, "runs": runs, "traces": data,
-    }
+    })
+    return out
 
 
 def plot(res: dict, out_dir: str, files: list, learn_s: float) -> None:
@@ -289,21 +322,28 @@ def plot(res: dict, out_dir: str, files: list, learn_s: float) -> None:
 
 def run(robots=("panda", "iiwa14"), learner: str = "gmm", learn_s: float = LEARN_S, eval_s: float = EVAL_S,
         seed: int = 0, out_dir: str = ".", trajectory: dict | None = None, keep_bags: bool = False,
-        echo: bool = False, reality: str = "proxy", learner_settings: dict | None = None) -> dict:
-    """Every robot's four runs; the JSON-able summary (traces dropped) and the plots."""
+        echo: bool = False, reality: str = "proxy", learner_settings: dict | None = None,
+        stage: str = "all", work: str | None = None) -> dict:
+    """Every robot's runs (``stage``, ``work``: :func:`run_robot`'s; a robot's work directory
+    is ``work/<robot>``); the JSON-able summary (traces dropped) and the plots (of a stage
+    that has both regions)."""
     files: list = []
     per_robot: dict[str, Any] = {}
     for robot in robots:
         res = run_robot(robot, learner, learn_s, eval_s, seed, out_dir, trajectory, keep_bags, echo,
-                        reality=reality, learner_settings=learner_settings)
-        plot(res, out_dir, files, learn_s)
+                        reality=reality, learner_settings=learner_settings, stage=stage,
+                        work=None if work is None else os.path.join(work, robot_label(robot)))
+        if stage != "learn":
+            plot(res, out_dir, files, learn_s)
         res.pop("traces")
         per_robot[res["robot"]] = res
     summary = {
         "learner": learner, "reality": reality, "learn_s": learn_s, "eval_s": eval_s, "centre_shift": CENTRE_SHIFT,
+        "stage": stage,
         "learned_region_vs_no_residual_max": max(r["learned_vs_no_residual_max"] for r in per_robot.values()),
-        "new_region_vs_no_residual_max": max(r["new_vs_no_residual_max"] for r in per_robot.values()),
+        **({"new_region_vs_no_residual_max": max(r["new_vs_no_residual_max"] for r in per_robot.values())}
+           if stage != "learn" else {}),
         "robots": per_robot, "plots": [os.path.basename(f) for f in files],
     }
-    summary["targets_met"] = {k: bool(summary[k] <= v) for k, v in TARGETS.items()}
+    summary["targets_met"] = {k: bool(summary[k] <= v) for k, v in TARGETS.items() if k in summary}
     return summary

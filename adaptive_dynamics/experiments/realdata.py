@@ -391,9 +391,12 @@ def closed_loop(args, robots) -> tuple:
     learn_s, eval_s = (CLOSED_LOOP_QUICK["learn_s"], CLOSED_LOOP_QUICK["eval_s"]) if args.quick else \
         (args.learn_seconds, args.eval_seconds)
     traj = {"base_frequency": CLOSED_LOOP_QUICK["base_frequency"]} if args.quick else None
+    if args.closed_loop_stage != "all" and not args.closed_loop_work:
+        raise SystemExit(f"--closed-loop-stage {args.closed_loop_stage} needs --closed-loop-work DIR")
     res = cl.run(robots, args.closed_loop_learner, learn_s, eval_s, args.seed, args.out, traj,
                  keep_bags=args.keep_bags, reality=args.closed_loop_reality,
-                 learner_settings=CLOSED_LOOP_QUICK["learner"] if args.quick else None)
+                 learner_settings=CLOSED_LOOP_QUICK["learner"] if args.quick else None,
+                 stage=args.closed_loop_stage, work=args.closed_loop_work)
     files = [os.path.join(args.out, f) for f in res["plots"]]
     return res, files
 
@@ -426,6 +429,12 @@ def main(argv=None) -> int:
                     f" evaluation, on A and on B (default {cl.EVAL_S:g})")
     ap.add_argument("--keep-bags", action="store_true", help="closed loop: keep the recordings and the saved"
                     " estimate / learner in DIR/closed_loop_<robot>")
+    ap.add_argument("--closed-loop-stage", choices=cl.STAGES, default="all",
+                    help="closed loop: all four runs (default), learn (A's two: learn, freeze, evaluate on A; the"
+                         " learned region's figures) or new (B's two, from what a learn stage left in"
+                         " --closed-loop-work; every figure)")
+    ap.add_argument("--closed-loop-work", default=None, metavar="DIR",
+                    help="closed loop: the directory the stages share (estimates, learner, bags; kept)")
     ap.add_argument("--seed", type=int, default=0)
     add_robot_args(ap, ",".join(PROXIES), extra_help="; each is one proxy (the iiwa 14: the second proxy's"
                    " friction law and payload change)")
@@ -454,9 +463,9 @@ def _main(args, ap) -> int:
     if args.part in ("closed_loop", "all"):
         res, f = closed_loop(args, robots)
         files += f
-        targets.update(cl.TARGETS)
+        targets.update({k: v for k, v in cl.TARGETS.items() if k in res})
         met.update(res.pop("targets_met"))
-        out.update({k: res[k] for k in cl.TARGETS})
+        out.update({k: res[k] for k in cl.TARGETS if k in res})
         out["closed_loop"] = {k: v for k, v in res.items() if k not in cl.TARGETS and k != "plots"}
     out.update({"targets": targets, "targets_met": met, "target_met": all(met.values()),
                 "plots": [os.path.basename(f) for f in files], "runtime_s": round(time.perf_counter() - t0, 1)})
