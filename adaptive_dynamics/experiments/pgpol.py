@@ -140,6 +140,7 @@ cycles, database clears and ``data_lag_s``.
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import io
 import json
@@ -783,18 +784,38 @@ SWEEP = {"change_threshold": [1e-3, 1e-2, 3e-2, 0.1, 0.3], "change_horizon": [0,
 
 
 # ============================================================================ the parts
+class RunBudgetSpent(Exception):
+    """``--max-new-runs`` graphs ran: the run named is left to the next invocation."""
+
+
+def _bytes_default(o):
+    if isinstance(o, (bytes, bytearray)):
+        return {"__bytes__": base64.b64encode(bytes(o)).decode("ascii")}
+    return json_default(o)
+
+
+def _bytes_hook(d: dict):
+    return base64.b64decode(d["__bytes__"]) if set(d) == {"__bytes__"} else d
+
+
 class Runner:
     """Runs the graphs of one experiment invocation, keeps their bags (or not) and the
     per-run summaries."""
 
     def __init__(self, robot: str, out_dir: str, *, keep_bags: bool, echo: bool, quick: bool,
-                 reality_kind: str = "unmodelled", max_speed: float = 0.0):
+                 reality_kind: str = "unmodelled", max_speed: float = 0.0, runs_dir: str = "",
+                 max_new_runs: int = 0):
         self.robot, self.out_dir, self.keep, self.echo, self.quick = robot, out_dir, keep_bags, echo, quick
+        #: runs_dir: every run's bag and run record kept there, and a run found there is read
+        #: back instead of run again; max_new_runs > 0: at most that many graphs run here
+        self.runs_dir, self.max_new_runs, self.new_runs = runs_dir, int(max_new_runs), 0
+        if runs_dir:
+            os.makedirs(runs_dir, exist_ok=True)
         self.label = label(robot)
         self.reality = reality(robot, reality_kind)
         self.max_speed = float(max_speed)
         self.names = list(robot_config(robot)["joint_names"])
-        self.bag_root = out_dir if keep_bags else tempfile.mkdtemp(prefix="pgpol_bags_")
+        self.bag_root = runs_dir or (out_dir if keep_bags else tempfile.mkdtemp(prefix="pgpol_bags_"))
         self.files_dir = tempfile.mkdtemp(prefix="pgpol_files_")   # estimate / model files the nodes read
         self.gains = gains(robot)
         self.runs: dict[str, dict] = {}
@@ -802,7 +823,7 @@ class Runner:
         self.payload_times: dict[str, float] = {}
 
     def close(self) -> None:
-        if not self.keep:
+        if not self.keep and not self.runs_dir:
             shutil.rmtree(self.bag_root, ignore_errors=True)
         shutil.rmtree(self.files_dir, ignore_errors=True)
 
@@ -822,12 +843,24 @@ class Runner:
     def run(self, key: str, spec: dict, stream: bool = False) -> dict:
         slug = key.replace(" ", "_").replace("=", "").replace(",", "-")
         bag = os.path.join(self.bag_root, f"bag_pgpol_{self.label}_{slug}")
-        if os.path.exists(bag):
-            shutil.rmtree(bag)
-        print(f"[pgpol] {self.label} {key}: {spec['duration']:.1f} s sim ...", flush=True)
-        pace = {"lockstep_max_speed": self.max_speed} if spec.get("learner") else {}   # only a learner needs it
-        spec = {**spec, "bridge": {**self.reality, **pace, **spec.get("bridge", {})}}
-        info = run_graph(self.robot, spec, bag, echo=self.echo)
+        record = os.path.join(self.runs_dir, f"run_{self.label}_{slug}.json") if self.runs_dir else ""
+        if record and os.path.exists(record) and os.path.exists(bag):   # run by an earlier invocation
+            with open(record, encoding="utf-8") as fh:
+                info = json.load(fh, object_hook=_bytes_hook)
+            print(f"[pgpol] {self.label} {key}: read back from {self.runs_dir}", flush=True)
+        else:
+            if self.max_new_runs and self.new_runs >= self.max_new_runs:
+                raise RunBudgetSpent(key)
+            if os.path.exists(bag):
+                shutil.rmtree(bag)
+            print(f"[pgpol] {self.label} {key}: {spec['duration']:.1f} s sim ...", flush=True)
+            pace = {"lockstep_max_speed": self.max_speed} if spec.get("learner") else {}   # only a learner needs it
+            spec = {**spec, "bridge": {**self.reality, **pace, **spec.get("bridge", {})}}
+            info = run_graph(self.robot, spec, bag, echo=self.echo)
+            self.new_runs += 1
+            if record:
+                with open(record, "w", encoding="utf-8") as fh:
+                    json.dump(info, fh, default=_bytes_default)
         data = load_bag(bag, self.names)
         index = data.pop("q_index")
         for st in info["snapshots"]:   # the instants of the snapshots' newest and change samples
@@ -844,7 +877,7 @@ class Runner:
         print(f"[pgpol]   {summ['wall_s']} s wall ({summ['sim_s_per_wall_s']} sim-s/wall-s)"
               + (f", {summ.get('updates_per_sim_s')} learner updates and {summ.get('versions_applied_per_sim_s')}"
                  f" versions applied per sim-s" if "updates_per_sim_s" in summ else ""), flush=True)
-        if not self.keep:
+        if not self.keep and not self.runs_dir:
             shutil.rmtree(bag, ignore_errors=True)
         return data
 
@@ -1349,6 +1382,13 @@ def main(argv=None) -> int:
                          " multi-output regression; docs/pgpol.md gives what each costs here)"
                          % (OFFLINE_GP["n_points"], OFFLINE_GP["n_inducing"], OFFLINE_GP["max_iter"]))
     ap.add_argument("--keep-bags", action="store_true", help="keep every run's bag in --out")
+    ap.add_argument("--runs-dir", default="", metavar="DIR",
+                    help="keep every run's bag and record in DIR, and read a run found there back instead of"
+                         " running it again (an invocation continues what an earlier one ran)")
+    ap.add_argument("--max-new-runs", type=int, default=0, metavar="N",
+                    help="with --runs-dir: run at most N graphs, then write what is done (JSON 'incomplete':"
+                         " the next run's name) and end; the next invocation goes on from there (the tests"
+                         " split the quick run so)")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the nodes' logs")
     add_graph_argument(ap)
     args = ap.parse_args(argv)
@@ -1366,8 +1406,11 @@ def _main(args, ap) -> int:
     max_speed = args.max_speed if args.max_speed is not None else (QUICK_MAX_SPEED if args.quick else 0.0)
     if max_speed < 0:
         ap.error("--max-speed must be >= 0")
+    if args.max_new_runs < 0 or (args.max_new_runs and not args.runs_dir):
+        ap.error("--max-new-runs takes N >= 0 and needs --runs-dir")
     R = Runner(robot, args.out, keep_bags=args.keep_bags, echo=args.verbose, quick=args.quick,
-               reality_kind=args.reality, max_speed=max_speed)
+               reality_kind=args.reality, max_speed=max_speed, runs_dir=args.runs_dir,
+               max_new_runs=args.max_new_runs)
     files: list[str] = []
     summary: dict[str, Any] = {"experiment": "pgpol", "robot": R.label, "quick": bool(args.quick),
                                **({} if is_shipped(robot) else {"urdf": robot,
@@ -1415,6 +1458,9 @@ def _main(args, ap) -> int:
             print("[pgpol] change-detection study (offline replays) ...", flush=True)
             summary["change_detection"] = change_study(
                 R, summary.get("experiment_2", {}).get("speed_change_s", ()))
+    except RunBudgetSpent as left:   # --max-new-runs: what is done so far; the next invocation goes on
+        summary["incomplete"] = str(left)
+        print(f"[pgpol] {R.new_runs} new runs: stopping before {left} (--max-new-runs)", flush=True)
     finally:
         R.close()
     summary["runs"] = R.runs
