@@ -42,12 +42,33 @@ def test_virtual_quick(tmp_path, capsys):
     assert set(res["virtual"]["plots"]) == {"consistency_virtual_panda.png", "consistency_virtual_traces_panda.png"}
 
 
+@pytest.fixture(scope="module")
+def online_out(tmp_path_factory):
+    """The directory the two online runs share (each test runs one)."""
+    return tmp_path_factory.mktemp("online")
+
+
 @pytest.mark.ros
-def test_online_quick_four_phases_over_dds(tmp_path, capsys):
-    """The 4-phase closed loop over DDS (short: 4 s phases on a 4 s trajectory period):
+def test_online_quick_one_run_alone(online_out):
+    """`--online-run no_transform`: that run alone (its bag and record kept), its figures
+    and nothing compared."""
+    assert run("consistency", ["--part", "online", "--quick", "--online-run", "no_transform",
+                               "--out", str(online_out)]) == 0
+    on = json.loads((online_out / "consistency.json").read_text())["online"]["panda_gmm"]
+    assert on["only"] == "no_transform" and "four_phase_ratio" not in on and "transform" not in on
+    assert [s["phase"] for s in on["runs"]["no_transform"]["switches"]] == [2, 3, 4]
+    assert on["four_phase_ratio_no_transform"] > 0 and set(on["no_transform"]) == set("1234")
+
+
+@pytest.mark.ros
+def test_online_quick_four_phases_over_dds(online_out, capsys):
+    """The 4-phase closed loop over DDS (short: 4 s phases on a 4 s trajectory period),
+    the run with the transform here, the one without read back from the test before:
     the phase switches happen, the bags are analysed, and the transform's effect shows:
     with it, phases 3-4 track at most 1.5x phase 2 (the target) and better than without."""
-    assert run("consistency", ["--part", "online", "--quick", "--out", str(tmp_path)]) == 0
+    assert (online_out / "run_online_panda_gmm_no_transform.json").exists(), "runs after test_online_quick_one_run_alone"
+    assert run("consistency", ["--part", "online", "--quick", "--online-run", "transform",
+                               "--out", str(online_out)]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     on = res["online"]["panda_gmm"]
     for key in ("transform", "no_transform"):
@@ -67,7 +88,7 @@ def test_online_quick_four_phases_over_dds(tmp_path, capsys):
     assert set(on["plots"]) == {"consistency_online_panda_gmm_contributions.png",
                                 "consistency_online_panda_gmm_phases.png"}
     for f in on["plots"]:
-        assert (tmp_path / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (online_out / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_online_rbfn_warmup_spans_one_trajectory_period():

@@ -344,10 +344,14 @@ def run_online(args) -> dict:
         for learner in args.learners:
             print(f"\nonline 4-phase run: {robot}, {learner}, phases {args.phases} s (twice: with and without"
                   f" the transform)", flush=True)
-            res = co.run(robot, learner, args.phases, args.out, keep_bags=args.keep_bags, trajectory=traj)
+            res = co.run(robot, learner, args.phases, args.out, keep_bags=args.keep_bags or bool(args.online_run),
+                         trajectory=traj, only=args.online_run)
             out["online"][f"{label(robot)}_{learner}"] = res
-            _print_online(res)
+            if "only" not in res:
+                _print_online(res)
     first = out["online"][f"{label(args.online_robots[0])}_{args.learners[0]}"]
+    if any("only" in r for r in out["online"].values()):   # one run of two (--online-run): no comparison
+        return out
     out["four_phase_ratio"] = first["four_phase_ratio"]
     out["four_phase_ratio_no_transform"] = first["four_phase_ratio_no_transform"]
     out["four_phase_ratio_max"] = float(np.max([r["four_phase_ratio"] for r in out["online"].values()]))  # NaN wins
@@ -392,6 +396,10 @@ def main(argv=None) -> int:
     ap.add_argument("--learners", default=None, help="online: comma-separated learners, gmm and/or rbfn"
                     " (default gmm,rbfn; --quick: gmm)")
     ap.add_argument("--keep-bags", action="store_true", help="online: keep the runs' bags in --out")
+    ap.add_argument("--online-run", choices=["transform", "no_transform"], default=None,
+                    help="online: run this one of the two runs, its bag kept in --out; the other is read back"
+                         " from --out if an earlier invocation left it there (then everything is compared), else"
+                         " left out (the JSON has this run's figures alone)")
     add_robot_args(ap, None, extra_help="; default panda,iiwa14, --quick: panda")
     ap.add_argument("--quick", action="store_true",
                     help="short version for tests: Panda only, plant at 500 Hz (half the samples)")

@@ -216,12 +216,22 @@ def plot(results: dict, phases: list[float], robot: str, out_dir: str, joint: in
     return files
 
 
+#: the two runs of :func:`run`
+RUNS = ("transform", "no_transform")
+
+
 def run(robot: str = "panda", learner: str = "gmm", phases=(20.0, 20.0, 30.0, 30.0), out_dir: str = ".",
         learner_config: str = "", echo: bool = False, keep_bags: bool = True,
-        trajectory: dict | None = None) -> dict:
-    """Both runs (with / without the transform), metrics, plots; JSON-able summary."""
+        trajectory: dict | None = None, only: str | None = None) -> dict:
+    """Both runs (with / without the transform), metrics, plots; JSON-able summary.
+    ``only`` (one of :data:`RUNS`): run that one; the other is read back from ``out_dir``
+    (its bag and run record, kept by an earlier call) or, if it is not there, left out
+    (the summary then has that run's figures alone: ``only``)."""
+    import json
     import shutil
 
+    if only is not None and (only not in RUNS or not keep_bags):
+        raise ValueError(f"only: one of {RUNS}, with the bags kept")
     phases = [float(p) for p in phases]
     names = robot_config(robot)["joint_names"]
     name = robot_label(robot)
@@ -231,14 +241,30 @@ def run(robot: str = "panda", learner: str = "gmm", phases=(20.0, 20.0, 30.0, 30
     try:
         for key, transform in (("transform", True), ("no_transform", False)):
             bag = os.path.join(bag_root, f"bag_online_{name}_{learner}_{key}")
+            record = os.path.join(bag_root, f"run_online_{name}_{learner}_{key}.json")
+            if only is not None and key != only:   # the other run: an earlier call's, if it is there
+                if os.path.exists(record) and os.path.exists(bag):
+                    with open(record, encoding="utf-8") as fh:
+                        runs[key] = json.load(fh)
+                    results[key] = analyse(bag, names, phases)
+                continue
             if os.path.exists(bag):
                 shutil.rmtree(bag)
             runs[key] = run_graph_once(robot, learner, transform, phases, bag, learner_config, echo=echo,
                                        trajectory=trajectory)
             results[key] = analyse(bag, names, phases)
+            if keep_bags:
+                with open(record, "w", encoding="utf-8") as fh:
+                    json.dump(runs[key], fh)
     finally:
         if not keep_bags:
             shutil.rmtree(bag_root, ignore_errors=True)
+    if len(results) < 2:   # one run of two: its figures, nothing compared
+        (key,) = results
+        return {"robot": name, "learner": learner, "phases_s": phases, "only": key, "runs": runs,
+                key: {p: {m: [round(x, 6) for x in v] if isinstance(v, list) else v for m, v in d.items()}
+                      for p, d in results[key]["phases"].items()},
+                f"four_phase_ratio{'' if key == 'transform' else '_no_transform'}": round(results[key]["ratio"], 4)}
     files = plot(results, phases, name, out_dir, learner=learner)
     summary = {
         "robot": name, **({} if name == robot else {"urdf": robot}), "learner": learner, "phases_s": phases, "phase_names": PHASE_NAMES,
