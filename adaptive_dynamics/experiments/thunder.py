@@ -1,6 +1,7 @@
 """Thunder Dynamics' adaptive backstepping (appendix: Figures 5-13, Tables 6-8) on the MuJoCo Panda.
 
-``adaptive-dynamics experiment thunder --out DIR [--quick] [--seconds S] [--robot R] [-v]``
+``adaptive-dynamics experiment thunder --out DIR [--quick] [--seconds S] [--robot R] [--mode M]
+[--part all|runs] [--runs-dir DIR] [-v]``
 
 Set-up (the paper's validation, in simulation): the Panda follows a 3D Lissajous path of
 its end effector (:func:`~adaptive_dynamics.trajectories.cartesian.lissajous3d`, size
@@ -37,6 +38,11 @@ CoM (0.06, 0, 0.05) m in its last link's frame) on the last link, the bare last 
 URDF's, without end-effector bodies) as the initial estimate, mass and CoM reported in
 that link's frame, the model-derived gains, and the most manipulable start pose from
 which the largest of :data:`SIZES` keeps the path within the trajectory node's limits.
+
+In stages (``--part runs``: the in-process runs alone, no node graph; ``--runs-dir DIR``:
+every in-process run's arrays kept in DIR and a run found there read back instead of run
+again), e.g. the runs in one call and the headline on them in the next: the tests' way of
+keeping each call under a minute.
 
 Metrics: the error is the norm of the 6-D task error e of (27) (position [m] and
 axis-angle [rad] rows); ``steady_state_error`` = its mean over the last path period;
@@ -244,6 +250,37 @@ def run_core(st: Setup, kd_scale: float, gamma: float, adapt: bool, seconds: flo
         plant.step(tau)
     return {"t": np.arange(n) / RATE_HZ, "err": err, "est_t": np.array(est_t), "est": np.array(est),
             "saturated_steps": int(plant.saturation_count.sum())}
+
+
+#: a run's arrays (:func:`run_core`'s dict), as ``--runs-dir`` keeps them
+RUN_KEYS = ("t", "err", "est_t", "est", "saturated_steps")
+
+
+def core_runner(st: Setup, seconds: float, runs_dir: str = ""):
+    """:func:`run_core` for this set-up and length; with ``runs_dir`` every run's arrays are
+    kept there (``run_<robot>_<seconds>s_<setting>.npz``) and a run found there is read
+    back instead of run again (bit-identical: the arrays as they were)."""
+    if runs_dir:
+        os.makedirs(runs_dir, exist_ok=True)
+
+    def core(kd_scale: float, gamma: float, adapt: bool, law: str = "direct", mode: str = "project") -> dict:
+        if not runs_dir:
+            return run_core(st, kd_scale, gamma, adapt, seconds, law=law, mode=mode)
+        name = (f"run_{st.label}_{seconds:g}s_kd{kd_scale:g}_gamma{gamma:g}_{'adaptive' if adapt else 'fixed'}"
+                f"_{law}_{mode}.npz")
+        path = os.path.join(runs_dir, name)
+        if os.path.exists(path):
+            with np.load(path) as z:
+                r = {k: z[k] for k in RUN_KEYS}
+            r["saturated_steps"] = int(r["saturated_steps"])
+            print(f"[thunder] {name}: read back from {runs_dir}", flush=True)
+            return r
+        r = run_core(st, kd_scale, gamma, adapt, seconds, law=law, mode=mode)
+        tmp = os.path.join(runs_dir, f".{name[:-4]}.{os.getpid()}.npz")
+        np.savez(tmp, **{k: r[k] for k in RUN_KEYS})
+        os.replace(tmp, path)      # whole or absent, for a reader beside
+        return r
+    return core
 
 
 def moving_mean(t: np.ndarray, x: np.ndarray, window: float) -> np.ndarray:
@@ -461,6 +498,14 @@ def main(argv=None) -> int:
                          " the tool's link alone adapted), paper (vect orientation error with its L mapping, no"
                          " posture pull, exact pseudo-inverse, every link adapted) or both (default): the JSON"
                          " carries project_mode / paper_mode (adaptive and non-adaptive at the middle gains)")
+    ap.add_argument("--part", default="all", choices=["all", "runs"],
+                    help="all (default): the in-process runs and the headline over DDS; runs: the in-process runs"
+                         " alone (sweeps, non-adaptive, composite, --mode's), no node graph -- the JSON without the"
+                         " headline's figures (table8, payload_*, headline, targets_met)")
+    ap.add_argument("--runs-dir", default="", metavar="DIR",
+                    help="keep every in-process run's arrays in DIR and read a run found there back instead of"
+                         " running it again (the same robot, --seconds and setting): e.g. --part runs first, then"
+                         " the headline on its runs")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo the node graph's output")
     add_graph_argument(ap)
     args = ap.parse_args(argv)
@@ -478,6 +523,8 @@ def _main(args, ap) -> int:
     st = make_setup(robot)
     model = RobotModel(robot)
     period = PATH["period"]
+    core = core_runner(st, seconds, args.runs_dir)
+    headline = args.part == "all"
 
     print(f"[thunder] sweeps: K_d x {KD_SCALES}, Gamma {GAMMAS}, non-adaptive; {seconds:g} s each ...", flush=True)
     settings = {f"kd_x{k:g}": (k, MIDDLE["gamma"]) for k in KD_SCALES}
@@ -486,10 +533,10 @@ def _main(args, ap) -> int:
     done: dict[tuple, dict] = {}
     for name, key in settings.items():
         if key not in done:
-            done[key] = run_core(st, key[0], key[1], True, seconds)
+            done[key] = core(key[0], key[1], True)
         runs[name] = done[key]
-    fixed = run_core(st, MIDDLE["kd_scale"], MIDDLE["gamma"], False, seconds)
-    composite = run_core(st, MIDDLE["kd_scale"], MIDDLE["gamma"], True, seconds, law="composite")
+    fixed = core(MIDDLE["kd_scale"], MIDDLE["gamma"], False)
+    composite = core(MIDDLE["kd_scale"], MIDDLE["gamma"], True, law="composite")
     metrics = {name: error_metrics(r["t"], r["err"], period) for name, r in runs.items()}
     m_fixed = error_metrics(fixed["t"], fixed["err"], period)
     middle = f"kd_x{MIDDLE['kd_scale']:g}"
@@ -503,22 +550,23 @@ def _main(args, ap) -> int:
         print(f"[thunder] {name}: steady-state |e| {m['steady_state_error']:.3g}, rise time {m['rise_time_s']} s",
               flush=True)
 
-    print(f"[thunder] headline: the adaptive_controller node over DDS, {seconds:g} s in lockstep ...", flush=True)
-    h = run_headline(st, args.out, seconds, echo=args.verbose, keep_bag=args.keep_bag)
-    hm = error_metrics(h["t"], h["err"], period)
-    mass, com = st.mass_com(h["final_block"])
-    _plot_headline(st, h, args.out, files)
     true_m, true_c = st.mass_com(st.truth)
-    init_m, init_c = st.mass_com(st.initial)
-    table = {"true": {"mass": round(true_m, 5), "com": [round(float(c), 5) for c in true_c]},
-             "estimate": {"mass": round(mass, 4), "com": [round(float(c), 4) for c in com]},
-             "initial": {"mass": round(init_m, 5), "com": [round(float(c), 5) for c in init_c]}}
-    if st.paper:
-        table["paper_estimate"] = {"mass": PAPER_ESTIMATE[0], "com": list(PAPER_ESTIMATE[1])}
+    if headline:
+        print(f"[thunder] headline: the adaptive_controller node over DDS, {seconds:g} s in lockstep ...", flush=True)
+        h = run_headline(st, args.out, seconds, echo=args.verbose, keep_bag=args.keep_bag)
+        hm = error_metrics(h["t"], h["err"], period)
+        mass, com = st.mass_com(h["final_block"])
+        _plot_headline(st, h, args.out, files)
+        init_m, init_c = st.mass_com(st.initial)
+        table = {"true": {"mass": round(true_m, 5), "com": [round(float(c), 5) for c in true_c]},
+                 "estimate": {"mass": round(mass, 4), "com": [round(float(c), 4) for c in com]},
+                 "initial": {"mass": round(init_m, 5), "com": [round(float(c), 5) for c in init_c]}}
+        if st.paper:
+            table["paper_estimate"] = {"mass": PAPER_ESTIMATE[0], "com": list(PAPER_ESTIMATE[1])}
     c_m, c_c = st.mass_com(composite["est"][-1])
     m_comp = error_metrics(composite["t"], composite["err"], period)
     summary: dict[str, Any] = {
-        "experiment": "thunder", "quick": bool(args.quick), "robot": st.label, "seconds": seconds,
+        "experiment": "thunder", "quick": bool(args.quick), "part": args.part, "robot": st.label, "seconds": seconds,
         "adapted_link": st.link, "com_frame": st.frame, "start_pose": [round(float(x), 4) for x in st.q0],
         "path": {"type": "lissajous3d", "size": st.size, "period": period}, "kp_task": KP_TASK,
         "kd_model_derived": [round(x, 4) for x in default_gains(model, armature=armature(st.robot, paper=True))["kd"]],
@@ -528,31 +576,38 @@ def _main(args, ap) -> int:
                         for n, m in metrics.items()},
         "nonadaptive_steady_state_error": round(m_fixed["steady_state_error"], 6),
         "adaptive_vs_nonadaptive": round(ratio, 5),
-        "table8": table,
-        "payload_mass_rel_error": round(abs(mass - true_m) / true_m, 5),
-        "payload_com_error_m": round(float(np.linalg.norm(com - true_c)), 5),
-        "composite": {"steady_state_error": round(m_comp["steady_state_error"], 6),
-                      "payload_mass_rel_error": round(abs(c_m - true_m) / true_m, 5),
-                      "payload_com_error_m": round(float(np.linalg.norm(c_c - true_c)), 5),
-                      "estimate": {"mass": round(c_m, 4), "com": [round(float(c), 4) for c in c_c]}},
-        "headline": {"steady_state_error": round(hm["steady_state_error"], 6),
-                     "rise_time_s": None if hm["rise_time_s"] is None else round(hm["rise_time_s"], 2),
-                     "states": h["states"], "wall_s": h["wall_s"], "sim_s_per_wall_s": h["sim_s_per_wall_s"],
-                     "node_task_error_rms": h["diagnostics"].get("adaptive_controller", {}).get("task_error_rms")},
+    }
+    if headline:
+        summary.update({
+            "table8": table,
+            "payload_mass_rel_error": round(abs(mass - true_m) / true_m, 5),
+            "payload_com_error_m": round(float(np.linalg.norm(com - true_c)), 5)})
+    summary["composite"] = {"steady_state_error": round(m_comp["steady_state_error"], 6),
+                            "payload_mass_rel_error": round(abs(c_m - true_m) / true_m, 5),
+                            "payload_com_error_m": round(float(np.linalg.norm(c_c - true_c)), 5),
+                            "estimate": {"mass": round(c_m, 4), "com": [round(float(c), 4) for c in c_c]}}
+    if headline:
+        summary["headline"] = {
+            "steady_state_error": round(hm["steady_state_error"], 6),
+            "rise_time_s": None if hm["rise_time_s"] is None else round(hm["rise_time_s"], 2),
+            "states": h["states"], "wall_s": h["wall_s"], "sim_s_per_wall_s": h["sim_s_per_wall_s"],
+            "node_task_error_rms": h["diagnostics"].get("adaptive_controller", {}).get("task_error_rms")}
+    summary.update({
         "saturated_steps": {n: r["saturated_steps"] for n, r in runs.items()},
         "plots": [os.path.basename(f) for f in files],
         "runtime_s": round(time.perf_counter() - t_start, 1),
-    }
-    summary["targets_met"] = bool(summary["payload_mass_rel_error"] <= 0.03 and summary["payload_com_error_m"] <= 0.01
-                                  and ratio <= 0.25)
+    })
+    if headline:
+        summary["targets_met"] = bool(summary["payload_mass_rel_error"] <= 0.03
+                                      and summary["payload_com_error_m"] <= 0.01 and ratio <= 0.25)
     modes = ["project", "paper"] if args.mode == "both" else [args.mode]
     for m in modes:
         if m == "project":
             a_run, f_run = runs[middle], fixed
         else:
             print(f"[thunder] paper mode ({PAPER}): adaptive and non-adaptive, {seconds:g} s each ...", flush=True)
-            a_run = run_core(st, MIDDLE["kd_scale"], MIDDLE["gamma"], True, seconds, mode="paper")
-            f_run = run_core(st, MIDDLE["kd_scale"], MIDDLE["gamma"], False, seconds, mode="paper")
+            a_run = core(MIDDLE["kd_scale"], MIDDLE["gamma"], True, mode="paper")
+            f_run = core(MIDDLE["kd_scale"], MIDDLE["gamma"], False, mode="paper")
         ma, mf = error_metrics(a_run["t"], a_run["err"], period), error_metrics(f_run["t"], f_run["err"], period)
         pm, pc = st.mass_com(a_run["est"][-1])
         summary[f"{m}_mode"] = {
