@@ -35,14 +35,13 @@ import rclpy
 import rclpy.context
 
 from .ros.node_base import node_context
-from .scenarios import NodeSpec, command_line
+from .scenarios import STOP_RANK, NodeSpec, command_line
 
 __all__ = ["InProcessGraph"]
 
 #: how a node's module is found (its ``main(argv)`` is run)
 import_node_module = importlib.import_module
 
-_STOP_RANK = {"mujoco_bridge": 0, "trajectory": 1, "controller": 1, "recorder": 9}
 
 
 class InProcessGraph:
@@ -147,7 +146,7 @@ class InProcessGraph:
             return
         self._closed = True
         try:
-            for spec in sorted(self.nodes, key=lambda s: _STOP_RANK.get(s.executable, 5)):
+            for spec in sorted(self.nodes, key=lambda s: STOP_RANK.get(s.executable, 5)):
                 if spec.name in self.contexts:
                     self._shutdown(spec.name, grace=grace)
         finally:

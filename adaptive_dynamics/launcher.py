@@ -34,10 +34,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .scenarios import NodeSpec, command_line
+from .scenarios import STOP_RANK, NodeSpec, command_line
 
-# stop order: the loop's driver first, the recorder last
-_STOP_RANK = {"mujoco_bridge": 0, "trajectory": 1, "controller": 1, "recorder": 9}
 
 
 #: s a node stopped before the drainers (the recorder) has to end on its SIGINT
@@ -209,7 +207,7 @@ class GraphProcess:
         if self._closed:
             return
         try:
-            order = sorted(self.nodes, key=lambda s: _STOP_RANK.get(s.executable, 5))
+            order = sorted(self.nodes, key=lambda s: STOP_RANK.get(s.executable, 5))
             for spec in order:
                 p = self.procs.get(spec.name)
                 if p is not None and p.poll() is None:

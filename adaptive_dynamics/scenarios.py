@@ -51,6 +51,10 @@ REAL_PRESETS = {
 GRAVITY_COMPENSATING_PRESETS = ("franka",)
 
 
+#: the order a graph's nodes are stopped in (by executable): the loop's driver first, the recorder last
+STOP_RANK = {"mujoco_bridge": 0, "trajectory": 1, "controller": 1, "recorder": 9}
+
+
 @dataclass
 class NodeSpec:
     """One node process: what both launchers need to start it."""

@@ -263,19 +263,18 @@ class OnlineResidual:
             heapq.heappush(self._due, (int(stamp), kind, next(self._seq), payload))
         return True
 
-    def advance(self, stamp: int, complete_to: Optional[int] = None) -> int:
+    def advance(self, stamp: int) -> int:
         """Lockstep: the stream reached the state stamped ``stamp`` (call it once per state,
         in order): hand on, in stamp order, what is stamped at or before the state
-        ``lockstep_margin`` states back -- and not after ``complete_to``, the stamp up to
-        which every state's sample is whole (the caller's, if it knows) -- plus what came
-        late, and learn on this thread each time ``block_size`` samples are queued (while
-        learning is off, the updates at once).  Returns the items learnt or applied."""
+        ``lockstep_margin`` states back, plus what came late, and learn on this thread each
+        time ``block_size`` samples are queued (while learning is off, the updates at once).
+        Returns the items learnt or applied."""
         if not self.lockstep:
             return 0
         self._recent.append(int(stamp))
         if len(self._recent) <= self.lockstep_margin:
             return 0
-        cutoff = self._recent[0] if complete_to is None else min(self._recent[0], int(complete_to))
+        cutoff = self._recent[0]
         updates = 0
         with self._cv:
             due = []
